@@ -1,0 +1,29 @@
+"""fused-ops-py: fused CUDA kernels for PyTorch from a plain C library loaded
+with cffi, so one wheel works with every torch and every CPython."""
+
+from importlib import metadata as _metadata
+
+from . import _ffi
+from .functional import fused_bias_scale_relu, reduce_sum, relu, square
+from .modules import FusedBiasScaleReLU
+
+try:
+    __version__ = _metadata.version("fused-ops-py")
+except _metadata.PackageNotFoundError:  # a source checkout, not installed
+    __version__ = "0+unknown"
+
+
+def library_path():
+    """The path of the libfused_ops this process loaded (from
+    $FUSED_OPS_PY_LIBRARY if set, else the one in the package)."""
+    return str(_ffi.library_path)
+
+
+__all__ = [
+    "FusedBiasScaleReLU",
+    "fused_bias_scale_relu",
+    "library_path",
+    "reduce_sum",
+    "relu",
+    "square",
+]

@@ -1,0 +1,56 @@
+"""python -m fused_ops_py          the environment report a bug report needs
+python -m fused_ops_py demo     train a small model with the fused ops and
+                                compare it with the same model in plain torch"""
+
+import platform
+import sys
+
+
+def env_report():
+    import torch
+
+    import fused_ops_py
+    from fused_ops_py._ffi import ffi, lib
+
+    def text(pointer):
+        return ffi.string(pointer).decode()
+
+    library_version = lib.fo_version()
+    cuda_runtime = lib.fo_cuda_runtime_version()
+    rows = [
+        ("fused_ops_py", fused_ops_py.__version__),
+        ("library", "{}.{}.{}".format(library_version // 10000, library_version // 100 % 100, library_version % 100)),
+        ("library path", fused_ops_py.library_path()),
+        ("ABI version", lib.fo_abi_version()),
+        ("CUDA built in", "yes" if lib.fo_cuda_built() else "no (CPU-only library)"),
+        ("GPU code built", text(lib.fo_cuda_archs()) or "-"),
+        ("CUDA runtime (library)", f"{cuda_runtime // 1000}.{cuda_runtime % 1000 // 10}" if cuda_runtime else "-"),
+        ("python", platform.python_version()),
+        ("platform", platform.platform()),
+        ("torch", torch.__version__),
+        ("torch CUDA", torch.version.cuda or "-"),
+        ("GPUs visible", torch.cuda.device_count() if torch.cuda.is_available() else 0),
+    ]
+    if torch.cuda.is_available():
+        for index in range(torch.cuda.device_count()):
+            major, minor = torch.cuda.get_device_capability(index)
+            rows.append((f"  cuda:{index}", f"{torch.cuda.get_device_name(index)} (sm_{major}{minor})"))
+    width = max(len(name) for name, _ in rows)
+    for name, value in rows:
+        print(f"{name:<{width}}  {value}")
+
+
+def main(argv):
+    if argv[1:2] == ["demo"]:
+        from fused_ops_py.demo import main as demo
+
+        return demo()
+    if argv[1:]:
+        print(__doc__)
+        return 2
+    env_report()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,96 @@
+"""How tensors become arguments of the C library: dtype codes, device and
+stream, the rows x cols view with a row stride, and the argument checks that
+run before any call. Every op's Python layer goes through here."""
+
+import math
+
+import torch
+
+from ._ffi import lib
+
+DTYPE_CODES = {
+    torch.float32: lib.FO_DTYPE_F32,
+    torch.float16: lib.FO_DTYPE_F16,
+    torch.bfloat16: lib.FO_DTYPE_BF16,
+    torch.float64: lib.FO_DTYPE_F64,
+}
+HALF_DTYPES = (torch.float16, torch.bfloat16)
+
+# 0.1 us a call, against 2.8 us for torch.cuda.current_stream(); older
+# torches lack it.
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
+def device_args(tensor):
+    """(device_type, device_index, stream) for a call on tensor's device: the
+    current stream of that device, not of the current device."""
+    if tensor.device.type == "cuda":
+        index = tensor.device.index
+        if _raw_stream is not None:
+            return lib.FO_DEVICE_CUDA, index, _raw_stream(index)
+        return lib.FO_DEVICE_CUDA, index, torch.cuda.current_stream(index).cuda_stream
+    return lib.FO_DEVICE_CPU, 0, 0
+
+
+def as_rows(tensor):
+    """View tensor as rows x cols (cols = its last dimension) whose rows are
+    each contiguous: (view, rows, cols, row stride in elements). A view is
+    used whenever torch can make one (slices, transposed leading dims), and a
+    contiguous copy otherwise (a transposed last dimension, an expanded one)."""
+    cols = tensor.shape[-1] if tensor.dim() else 1
+    rows = math.prod(tensor.shape[:-1]) if tensor.dim() else 1
+    if tensor.numel() == 0:
+        return tensor, rows, cols, cols
+    view = tensor.reshape(rows, cols)
+    if cols > 1 and view.stride(1) != 1:
+        view = view.contiguous()
+    return view, rows, cols, view.stride(0)
+
+
+def address(tensor):
+    return 0 if tensor is None else tensor.data_ptr()
+
+
+def check_tensor(fn, name, value):
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"{fn}: {name} must be a torch.Tensor, got {type(value).__name__}")
+    if value.dtype not in DTYPE_CODES:
+        raise TypeError(
+            f"{fn}: {name} has dtype {value.dtype}; supported dtypes are "
+            "float32, float16, bfloat16 and float64"
+        )
+    if value.device.type not in ("cpu", "cuda"):
+        raise ValueError(f"{fn}: {name} is on device {value.device}; only cpu and cuda are supported")
+
+
+def check_same_device(fn, name, value, x):
+    if value.device != x.device:
+        raise ValueError(f"{fn}: {name} is on {value.device} but x is on {x.device}; move them to one device")
+
+
+def check_param_dtype(fn, name, value, x):
+    """A parameter has x's dtype, or float32 beside float16/bfloat16 x."""
+    if value.dtype != x.dtype and not (value.dtype == torch.float32 and x.dtype in HALF_DTYPES):
+        raise TypeError(
+            f"{fn}: {name} has dtype {value.dtype} but x has dtype {x.dtype}; "
+            f"{name} must have x's dtype, or float32 when x is float16/bfloat16"
+        )
+
+
+def check_finite_number(fn, name, value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{fn}: {name} must be a float, got {type(value).__name__}")
+    if not math.isfinite(value):
+        raise ValueError(f"{fn}: {name}={value} must be finite")
+
+
+def workspace(query, device_type, *sizes, like):
+    """A scratch buffer of the size `query` asks for, from torch's allocator
+    (the library never allocates); None when none is needed."""
+    from ._ffi import check, ffi
+
+    nbytes = ffi.new("int64_t *")
+    check(query(device_type, *sizes, nbytes))
+    if nbytes[0] == 0:
+        return None
+    return torch.empty(nbytes[0], dtype=torch.uint8, device=like.device)

@@ -1,0 +1,171 @@
+/* bias_scale_relu.c: relu(x * scale + bias), forward and backward: argument
+ * checks, CPU/CUDA dispatch and the CPU implementation.
+ *
+ * Forward saves a 1-bit mask (y > 0) rather than x or y: backward then reads
+ * dy plus 1/8 byte an element instead of dy plus a whole element, the fewest
+ * bytes that can tell it where the gradient flows. */
+#include <math.h>
+
+#include "cpu_convert.h"
+#include "internal.h"
+
+static int fo_check_mask(const char *op, uintptr_t mask, int64_t rows,
+                         int64_t cols) {
+    if (mask == 0 && rows > 0 && cols > 0)
+        return fo_fail(FO_ERR_INVALID_ARGUMENT,
+                       "%s: mask is a null address; backward needs the mask "
+                       "the forward pass wrote",
+                       op);
+    return FO_OK;
+}
+
+/* Checks shared by forward and backward, before anything runs. */
+static int check_common(const char *op, int device_type, int device_index,
+                        int64_t rows, int64_t cols, int dtype, int bias_dtype,
+                        float scale) {
+    int status;
+    if ((status = fo_check_device(op, device_type, device_index)) ||
+        (status = fo_check_shape(op, rows, cols)) ||
+        (status = fo_check_dtype(op, "dtype", dtype)) ||
+        (status = fo_check_dtype(op, "bias_dtype", bias_dtype)))
+        return status;
+    int half_x = dtype == FO_DTYPE_F16 || dtype == FO_DTYPE_BF16;
+    if (bias_dtype != dtype && !(half_x && bias_dtype == FO_DTYPE_F32))
+        return fo_fail(FO_ERR_UNSUPPORTED_DTYPE,
+                       "%s: bias dtype %s with x dtype %s; the bias must have "
+                       "x's dtype, or float32 when x is float16/bfloat16",
+                       op, fo_dtype_name(bias_dtype), fo_dtype_name(dtype));
+    if (!isfinite(scale))
+        return fo_fail(FO_ERR_INVALID_ARGUMENT, "%s: scale=%g is not finite",
+                       op, (double)scale);
+    return FO_OK;
+}
+
+static void cpu_forward(const fo_bias_scale_relu_forward_args *a) {
+    double x[CPU_CHUNK], bias[CPU_CHUNK], y[CPU_CHUNK];
+    int64_t mask_row_bytes = fo_mask_row_bytes(a->cols);
+    for (int64_t r = 0; r < a->rows; r++) {
+        for (int64_t c0 = 0; c0 < a->cols; c0 += CPU_CHUNK) {
+            int64_t n = a->cols - c0 < CPU_CHUNK ? a->cols - c0 : CPU_CHUNK;
+            fo_cpu_load(x, a->x, r * a->x_row_stride + c0, n, a->dtype);
+            if (a->bias)
+                fo_cpu_load(bias, a->bias, c0, n, a->bias_dtype);
+            for (int64_t i = 0; i < n; i++) {
+                double v = x[i] * a->scale + (a->bias ? bias[i] : 0.0);
+                y[i] = v < 0.0 ? 0.0 : v; /* NaN passes through, as in torch */
+            }
+            fo_cpu_store(a->y, r * a->cols + c0, y, n, a->dtype);
+            if (!a->mask)
+                continue;
+            /* c0 is a multiple of 8, so every mask byte lies in one chunk */
+            unsigned char *mask = a->mask + r * mask_row_bytes + c0 / 8;
+            for (int64_t i = 0; i < n; i += 8) {
+                unsigned bits = 0;
+                for (int64_t b = 0; b < 8 && i + b < n; b++)
+                    bits |= (unsigned)(y[i + b] > 0.0) << b;
+                mask[i / 8] = (unsigned char)bits;
+            }
+        }
+    }
+}
+
+static void cpu_backward(const fo_bias_scale_relu_backward_args *a) {
+    double dy[CPU_CHUNK], dx[CPU_CHUNK], dbias[CPU_CHUNK];
+    int64_t mask_row_bytes = fo_mask_row_bytes(a->cols);
+    /* columns outer, rows inner: each dbias chunk is summed in row order */
+    for (int64_t c0 = 0; c0 < a->cols; c0 += CPU_CHUNK) {
+        int64_t n = a->cols - c0 < CPU_CHUNK ? a->cols - c0 : CPU_CHUNK;
+        for (int64_t i = 0; i < n; i++) dbias[i] = 0.0;
+        for (int64_t r = 0; r < a->rows; r++) {
+            const unsigned char *mask = a->mask + r * mask_row_bytes + c0 / 8;
+            fo_cpu_load(dy, a->dy, r * a->dy_row_stride + c0, n, a->dtype);
+            for (int64_t i = 0; i < n; i++) {
+                double g = ((mask[i / 8] >> (i % 8)) & 1u) ? dy[i] : 0.0;
+                dbias[i] += g;
+                dx[i] = g * a->scale;
+            }
+            if (a->dx)
+                fo_cpu_store(a->dx, r * a->cols + c0, dx, n, a->dtype);
+        }
+        if (a->dbias)
+            fo_cpu_store(a->dbias, c0, dbias, n, a->bias_dtype);
+    }
+}
+
+int fo_bias_scale_relu_forward(int device_type, int device_index,
+                               uintptr_t stream, uintptr_t y, uintptr_t mask,
+                               uintptr_t x, int64_t x_row_stride,
+                               uintptr_t bias, int64_t rows, int64_t cols,
+                               int dtype, int bias_dtype, float scale) {
+    static const char op[] = "fo_bias_scale_relu_forward";
+    int status;
+    if ((status = check_common(op, device_type, device_index, rows, cols,
+                               dtype, bias_dtype, scale)) ||
+        (status = fo_check_operand(op, "y", y, cols, rows, cols, dtype, 0)) ||
+        (status = fo_check_operand(op, "x", x, x_row_stride, rows, cols, dtype,
+                                   0)) ||
+        (status = fo_check_operand(op, "bias", bias, cols, 1, cols, bias_dtype,
+                                   1)))
+        return status;
+    fo_bias_scale_relu_forward_args a = {
+        (void *)y,   (unsigned char *)mask, (const void *)x, x_row_stride,
+        (const void *)bias, rows, cols, dtype, bias_dtype, scale};
+    if (rows == 0 || cols == 0)
+        return FO_OK;
+    if (device_type == FO_DEVICE_CUDA)
+        return fo_cuda_bias_scale_relu_forward(device_index, stream, &a);
+    cpu_forward(&a);
+    return FO_OK;
+}
+
+int fo_bias_scale_relu_backward_workspace_bytes(int device_type, int64_t rows,
+                                                int64_t cols, int dtype,
+                                                int64_t *bytes) {
+    static const char op[] = "fo_bias_scale_relu_backward_workspace_bytes";
+    int status;
+    if (!bytes)
+        return fo_fail(FO_ERR_INVALID_ARGUMENT, "%s: bytes is a null pointer",
+                       op);
+    if ((status = fo_check_device(op, device_type, 0)) ||
+        (status = fo_check_shape(op, rows, cols)) ||
+        (status = fo_check_dtype(op, "dtype", dtype)))
+        return status;
+    *bytes = device_type == FO_DEVICE_CUDA
+                 ? fo_cuda_bias_scale_relu_workspace_bytes(rows, cols, dtype)
+                 : 0;
+    return FO_OK;
+}
+
+int fo_bias_scale_relu_backward(int device_type, int device_index,
+                                uintptr_t stream, uintptr_t dx, uintptr_t dbias,
+                                uintptr_t workspace, int64_t workspace_bytes,
+                                uintptr_t dy, int64_t dy_row_stride,
+                                uintptr_t mask, int64_t rows, int64_t cols,
+                                int dtype, int bias_dtype, float scale) {
+    static const char op[] = "fo_bias_scale_relu_backward";
+    int status;
+    if ((status = check_common(op, device_type, device_index, rows, cols,
+                               dtype, bias_dtype, scale)) ||
+        (status = fo_check_operand(op, "dx", dx, cols, rows, cols, dtype, 1)) ||
+        (status = fo_check_operand(op, "dbias", dbias, cols, 1, cols,
+                                   bias_dtype, 1)) ||
+        (status = fo_check_operand(op, "dy", dy, dy_row_stride, rows, cols,
+                                   dtype, 0)) ||
+        (status = fo_check_mask(op, mask, rows, cols)))
+        return status;
+    if (dbias && device_type == FO_DEVICE_CUDA &&
+        (status = fo_check_workspace(
+             op, workspace, workspace_bytes,
+             fo_cuda_bias_scale_relu_workspace_bytes(rows, cols, dtype))))
+        return status;
+    fo_bias_scale_relu_backward_args a = {
+        (void *)dx,  (void *)dbias, (void *)workspace, (const void *)dy,
+        dy_row_stride, (const unsigned char *)mask, rows, cols, dtype,
+        bias_dtype, scale};
+    if (cols == 0 || (!dx && !dbias))
+        return FO_OK;
+    if (device_type == FO_DEVICE_CUDA)
+        return fo_cuda_bias_scale_relu_backward(device_index, stream, &a);
+    cpu_backward(&a);
+    return FO_OK;
+}

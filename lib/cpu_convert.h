@@ -1,0 +1,19 @@
+/* cpu_convert.h: moving elements of any dtype to and from double on the CPU.
+ * The CPU kernels are written once, in double, over chunks of CPU_CHUNK
+ * elements: the dtype switch then runs once a chunk, not once an element. */
+#ifndef FO_CPU_CONVERT_H
+#define FO_CPU_CONVERT_H
+
+#include <stdint.h>
+
+#define CPU_CHUNK 256
+
+/* dst[i] = src[offset + i] as double, for i < n. */
+void fo_cpu_load(double *dst, const void *src, int64_t offset, int64_t n,
+                 int dtype);
+
+/* dst[offset + i] = src[i] rounded to dtype (to nearest, ties to even). */
+void fo_cpu_store(void *dst, int64_t offset, const double *src, int64_t n,
+                  int dtype);
+
+#endif

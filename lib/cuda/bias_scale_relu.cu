@@ -1,0 +1,198 @@
+// bias_scale_relu.cu: relu(x * scale + bias) forward and backward on CUDA.
+//
+// Each thread owns one 8-element chunk of columns and walks down the rows, so
+// its bias chunk is loaded once (forward) and its bias-gradient partial stays
+// in registers (backward). The 8 mask bits of a chunk are one byte.
+#include "common.cuh"
+
+namespace fo {
+namespace {
+
+template <typename T, typename B, bool VEC>
+__global__ void bias_scale_relu_forward_kernel(
+    T *__restrict__ y, uint8_t *__restrict__ mask, const T *__restrict__ x,
+    int64_t x_row_stride, const B *__restrict__ bias, int64_t rows,
+    int64_t cols, float scale) {
+    using A = acc_t<T>;
+    const int64_t chunks = chunks_per_row(cols);
+    for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < chunks;
+         c += int64_t(gridDim.x) * blockDim.x) {
+        const int64_t col = c * kChunk;
+        const int n = int(cols - col < kChunk ? cols - col : kChunk);
+        // bias is read once per column chunk, element-wise: it is small and
+        // stays in L2, and B may differ from T (fp32 bias, bf16 x)
+        A b[kChunk];
+#pragma unroll
+        for (int i = 0; i < kChunk; i++)
+            b[i] = bias && i < n ? A(to_acc(bias[col + i])) : A(0);
+        for (int64_t r = blockIdx.y * int64_t(blockDim.y) + threadIdx.y;
+             r < rows; r += int64_t(gridDim.y) * blockDim.y) {
+            A v[kChunk];
+            load_chunk<T, VEC>(v, x + r * x_row_stride + col, n);
+            unsigned bits = 0;
+#pragma unroll
+            for (int i = 0; i < kChunk; i++) {
+                A t = v[i] * A(scale) + b[i];
+                v[i] = t < A(0) ? A(0) : t;  // NaN passes through, as in torch
+                bits |= unsigned(v[i] > A(0)) << i;
+            }
+            store_chunk<T, VEC>(y + r * cols + col, v, n);
+            if (mask) mask[r * chunks + c] = uint8_t(bits);
+        }
+    }
+}
+
+// dx = dy * scale * m; the per-column sums of dy * m go to
+// partials[blockIdx.y][col] in a fixed order (threads of a block in ty order).
+template <typename T, bool VEC>
+__global__ void bias_scale_relu_backward_kernel(
+    T *__restrict__ dx, acc_t<T> *__restrict__ partials,
+    const T *__restrict__ dy, int64_t dy_row_stride,
+    const uint8_t *__restrict__ mask, int64_t rows, int64_t cols,
+    float scale) {
+    using A = acc_t<T>;
+    __shared__ A column_sums[kThreads * kChunk];
+    const int64_t chunks = chunks_per_row(cols);
+    // the chunk loop is uniform across the block (it holds __syncthreads)
+    for (int64_t base = blockIdx.x * int64_t(blockDim.x); base < chunks;
+         base += int64_t(gridDim.x) * blockDim.x) {
+        const int64_t c = base + threadIdx.x;
+        const bool active = c < chunks;
+        const int64_t col = c * kChunk;
+        const int n = active ? int(cols - col < kChunk ? cols - col : kChunk) : 0;
+        A sum[kChunk] = {};
+        for (int64_t r = blockIdx.y * int64_t(blockDim.y) + threadIdx.y;
+             active && r < rows; r += int64_t(gridDim.y) * blockDim.y) {
+            A g[kChunk];
+            load_chunk<T, VEC>(g, dy + r * dy_row_stride + col, n);
+            const unsigned bits = mask[r * chunks + c];
+#pragma unroll
+            for (int i = 0; i < kChunk; i++) {
+                g[i] = (bits >> i) & 1u ? g[i] : A(0);
+                sum[i] += g[i];
+                g[i] *= A(scale);
+            }
+            if (dx) store_chunk<T, VEC>(dx + r * cols + col, g, n);
+        }
+        if (!partials) continue;
+        // sum the TY threads of each column in ty order
+        const int slot = threadIdx.y * blockDim.x + threadIdx.x;
+#pragma unroll
+        for (int i = 0; i < kChunk; i++) column_sums[slot * kChunk + i] = sum[i];
+        __syncthreads();
+        if (threadIdx.y == 0 && active) {
+            for (unsigned t = 1; t < blockDim.y; t++)
+#pragma unroll
+                for (int i = 0; i < kChunk; i++)
+                    sum[i] += column_sums[(t * blockDim.x + threadIdx.x) * kChunk + i];
+            A *out = partials + blockIdx.y * cols + col;
+            for (int i = 0; i < n; i++) out[i] = sum[i];
+        }
+        __syncthreads();
+    }
+}
+
+// dbias[col] = sum over the row blocks of partials, in row-block order.
+template <typename A, typename B>
+__global__ void bias_gradient_finish_kernel(B *__restrict__ dbias,
+                                            const A *__restrict__ partials,
+                                            int64_t row_blocks, int64_t cols) {
+    for (int64_t col = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+         col < cols; col += int64_t(gridDim.x) * blockDim.x) {
+        A sum = 0;
+        for (int64_t g = 0; g < row_blocks; g++) sum += partials[g * cols + col];
+        dbias[col] = from_acc<B>(sum);
+    }
+}
+
+// A dense operand with cols a multiple of 8 can be seen as one long row: the
+// mask layout is unchanged and the whole grid spreads over it.
+inline bool flattenable(int64_t rows, int64_t cols, int64_t row_stride) {
+    return rows > 1 && row_stride == cols && cols % kChunk == 0;
+}
+
+}  // namespace
+}  // namespace fo
+
+using namespace fo;
+
+extern "C" int64_t fo_cuda_bias_scale_relu_workspace_bytes(int64_t rows,
+                                                           int64_t cols,
+                                                           int dtype) {
+    int64_t acc_bytes = dtype == FO_DTYPE_F64 ? 8 : 4;
+    return int64_t(row_geometry(rows, cols).grid.y) * cols * acc_bytes;
+}
+
+extern "C" int fo_cuda_bias_scale_relu_forward(
+    int device_index, uintptr_t stream,
+    const fo_bias_scale_relu_forward_args *a) {
+    return launch_on("fo_bias_scale_relu_forward", device_index, [&] {
+        int64_t rows = a->rows, cols = a->cols, x_row_stride = a->x_row_stride;
+        if (!a->bias && flattenable(rows, cols, x_row_stride)) {
+            cols *= rows;
+            x_row_stride = cols;
+            rows = 1;
+        }
+        dispatch_dtype(a->dtype, [&](auto tag) {
+            using T = decltype(tag);
+            const bool vec = cols % kChunk == 0 && aligned16(a->x) &&
+                             aligned16(a->y) &&
+                             stride_aligned16<T>(x_row_stride, rows);
+            auto launch = [&](auto bias_tag) {
+                using B = decltype(bias_tag);
+                RowGeometry g = row_geometry(rows, cols);
+                auto kernel = vec ? bias_scale_relu_forward_kernel<T, B, true>
+                                  : bias_scale_relu_forward_kernel<T, B, false>;
+                kernel<<<g.grid, g.block, 0, cudaStream_t(stream)>>>(
+                    static_cast<T *>(a->y), a->mask,
+                    static_cast<const T *>(a->x), x_row_stride,
+                    static_cast<const B *>(a->bias), rows, cols, a->scale);
+            };
+            if (a->bias_dtype == FO_DTYPE_F32 && !std::is_same_v<T, float>)
+                launch(float{});
+            else
+                launch(T{});
+        });
+    });
+}
+
+extern "C" int fo_cuda_bias_scale_relu_backward(
+    int device_index, uintptr_t stream,
+    const fo_bias_scale_relu_backward_args *a) {
+    return launch_on("fo_bias_scale_relu_backward", device_index, [&] {
+        int64_t rows = a->rows, cols = a->cols, dy_row_stride = a->dy_row_stride;
+        if (!a->dbias && flattenable(rows, cols, dy_row_stride)) {
+            cols *= rows;
+            dy_row_stride = cols;
+            rows = 1;
+        }
+        dispatch_dtype(a->dtype, [&](auto tag) {
+            using T = decltype(tag);
+            using A = acc_t<T>;
+            const bool vec = cols % kChunk == 0 && aligned16(a->dy) &&
+                             (!a->dx || aligned16(a->dx)) &&
+                             stride_aligned16<T>(dy_row_stride, rows);
+            RowGeometry g = row_geometry(rows, cols);
+            A *partials = a->dbias ? static_cast<A *>(a->workspace) : nullptr;
+            auto kernel = vec ? bias_scale_relu_backward_kernel<T, true>
+                              : bias_scale_relu_backward_kernel<T, false>;
+            kernel<<<g.grid, g.block, 0, cudaStream_t(stream)>>>(
+                static_cast<T *>(a->dx), partials,
+                static_cast<const T *>(a->dy), dy_row_stride, a->mask, rows,
+                cols, a->scale);
+            if (!a->dbias) return;
+            auto finish = [&](auto bias_tag) {
+                using B = decltype(bias_tag);
+                int64_t blocks = (cols + kThreads - 1) / kThreads;
+                bias_gradient_finish_kernel<A, B>
+                    <<<unsigned(blocks < 65535 ? blocks : 65535), kThreads, 0,
+                       cudaStream_t(stream)>>>(static_cast<B *>(a->dbias),
+                                               partials, g.grid.y, cols);
+            };
+            if (a->bias_dtype == FO_DTYPE_F32 && !std::is_same_v<T, float>)
+                finish(float{});
+            else
+                finish(T{});
+        });
+    });
+}

@@ -1,0 +1,171 @@
+// common.cuh: what every CUDA launcher shares: the device guard, error
+// reporting, dtype dispatch, fp32/fp64 accumulation types, 8-element chunk
+// loads and stores, and the launch geometry of the row-wise kernels.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "../internal.h"
+
+namespace fo {
+
+// Turns a CUDA error into a status and a message naming the op.
+inline int cuda_status(const char *op, cudaError_t error) {
+    if (error == cudaSuccess) return FO_OK;
+    return fo_fail(FO_ERR_CUDA_RUNTIME, "%s: CUDA error %s: %s", op,
+                   cudaGetErrorName(error), cudaGetErrorString(error));
+}
+
+// Makes `device_index` current for the launch only if it is not already,
+// and restores the caller's device afterwards (DESIGN: never leave it moved).
+class DeviceGuard {
+  public:
+    explicit DeviceGuard(int device_index) {
+        error_ = cudaGetDevice(&previous_);
+        if (error_ == cudaSuccess && previous_ != device_index) {
+            error_ = cudaSetDevice(device_index);
+            switched_ = error_ == cudaSuccess;
+        }
+    }
+    ~DeviceGuard() {
+        if (switched_) cudaSetDevice(previous_);
+    }
+    cudaError_t error() const { return error_; }
+
+  private:
+    int previous_ = 0;
+    bool switched_ = false;
+    cudaError_t error_;
+};
+
+// Runs `launch` (which enqueues kernels) on `device_index` and reports the
+// launch error, if any, as a status.
+template <typename Launch>
+int launch_on(const char *op, int device_index, Launch &&launch) {
+    DeviceGuard guard(device_index);
+    if (guard.error() != cudaSuccess) return cuda_status(op, guard.error());
+    launch();
+    return cuda_status(op, cudaGetLastError());
+}
+
+// Calls f(T{}) with T the element type of `dtype`; the caller validated it.
+template <typename F>
+void dispatch_dtype(int dtype, F &&f) {
+    switch (dtype) {
+    case FO_DTYPE_F32: f(float{}); break;
+    case FO_DTYPE_F16: f(__half{}); break;
+    case FO_DTYPE_BF16: f(__nv_bfloat16{}); break;
+    case FO_DTYPE_F64: f(double{}); break;
+    }
+}
+
+// Half types compute and accumulate in fp32, fp64 in fp64.
+template <typename T>
+using acc_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
+
+__device__ __forceinline__ float to_acc(float v) { return v; }
+__device__ __forceinline__ double to_acc(double v) { return v; }
+__device__ __forceinline__ float to_acc(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_acc(__nv_bfloat16 v) {
+    return __bfloat162float(v);
+}
+
+template <typename T, typename A>
+__device__ __forceinline__ T from_acc(A v) {
+    if constexpr (std::is_same_v<T, __half>) return __float2half_rn(v);
+    else if constexpr (std::is_same_v<T, __nv_bfloat16>)
+        return __float2bfloat16_rn(v);
+    else return static_cast<T>(v);
+}
+
+// Every row-wise kernel works in chunks of 8 elements a thread: 16 bytes for
+// half types, and one mask byte, so no two threads share a mask byte.
+constexpr int kChunk = 8;
+
+// A chunk is moved with 16-byte accesses when VEC (all operands 16-byte
+// aligned, cols a multiple of 8), else element by element up to `n`.
+template <typename T, bool VEC>
+__device__ __forceinline__ void load_chunk(acc_t<T> (&out)[kChunk],
+                                           const T *__restrict__ p, int n) {
+    if constexpr (VEC) {
+        constexpr int kVectors = sizeof(T) * kChunk / 16;
+        alignas(16) T raw[kChunk];
+#pragma unroll
+        for (int v = 0; v < kVectors; v++)
+            reinterpret_cast<uint4 *>(raw)[v] =
+                __ldg(reinterpret_cast<const uint4 *>(p) + v);
+#pragma unroll
+        for (int i = 0; i < kChunk; i++) out[i] = to_acc(raw[i]);
+    } else {
+#pragma unroll
+        for (int i = 0; i < kChunk; i++)
+            out[i] = i < n ? to_acc(p[i]) : acc_t<T>(0);
+    }
+}
+
+template <typename T, bool VEC>
+__device__ __forceinline__ void store_chunk(T *__restrict__ p,
+                                            const acc_t<T> (&in)[kChunk],
+                                            int n) {
+    if constexpr (VEC) {
+        constexpr int kVectors = sizeof(T) * kChunk / 16;
+        alignas(16) T raw[kChunk];
+#pragma unroll
+        for (int i = 0; i < kChunk; i++) raw[i] = from_acc<T>(in[i]);
+#pragma unroll
+        for (int v = 0; v < kVectors; v++)
+            reinterpret_cast<uint4 *>(p)[v] =
+                reinterpret_cast<const uint4 *>(raw)[v];
+    } else {
+#pragma unroll
+        for (int i = 0; i < kChunk; i++)
+            if (i < n) p[i] = from_acc<T>(in[i]);
+    }
+}
+
+inline bool aligned16(const void *p) {
+    return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
+// A row stride keeps 16-byte alignment from row to row (or there is one row).
+template <typename T>
+inline bool stride_aligned16(int64_t row_stride, int64_t rows) {
+    return rows <= 1 || (row_stride * int64_t(sizeof(T))) % 16 == 0;
+}
+
+// Launch geometry of the row-wise kernels: 256 threads a block, TX threads
+// across the chunks of a row and TY across rows, so narrow rows still fill a
+// block. Grid-stride loops cover the rest. The grid depends only on rows and
+// cols (never on the GPU or on alignment): the reduction order of the bias
+// gradient, and so its bits, are the same everywhere.
+struct RowGeometry {
+    dim3 grid, block;
+};
+
+constexpr int kThreads = 256;
+constexpr int64_t kMaxRowBlocks = 256;  // also the bias partials per column
+constexpr int64_t kMaxColBlocks = 65535;
+
+__host__ __device__ inline int64_t chunks_per_row(int64_t cols) {
+    return (cols + kChunk - 1) / kChunk;
+}
+
+inline RowGeometry row_geometry(int64_t rows, int64_t cols) {
+    int64_t chunks = chunks_per_row(cols);
+    int tx = 32;
+    while (tx < kThreads && tx < chunks) tx *= 2;
+    int ty = kThreads / tx;
+    int64_t gx = (chunks + tx - 1) / tx;
+    int64_t gy = (rows + ty - 1) / ty;
+    if (gx > kMaxColBlocks) gx = kMaxColBlocks;
+    if (gy > kMaxRowBlocks) gy = kMaxRowBlocks;
+    if (gy < 1) gy = 1;
+    return {dim3(unsigned(gx), unsigned(gy)), dim3(unsigned(tx), unsigned(ty))};
+}
+
+}  // namespace fo

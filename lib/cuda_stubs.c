@@ -1,0 +1,44 @@
+/* cuda_stubs.c: the lib/cuda entry points of a CPU-only build. The public
+ * functions refuse CUDA calls before reaching these (fo_check_device); they
+ * exist so that a CPU-only library links, and fail safely if ever reached. */
+#include "internal.h"
+
+static int not_built(void) {
+    return fo_fail(FO_ERR_CUDA_NOT_BUILT, "this library was built without CUDA");
+}
+
+int fo_cuda_bias_scale_relu_forward(int device_index, uintptr_t stream,
+                                    const fo_bias_scale_relu_forward_args *a) {
+    (void)device_index, (void)stream, (void)a;
+    return not_built();
+}
+
+int fo_cuda_bias_scale_relu_backward(int device_index, uintptr_t stream,
+                                     const fo_bias_scale_relu_backward_args *a) {
+    (void)device_index, (void)stream, (void)a;
+    return not_built();
+}
+
+int64_t fo_cuda_bias_scale_relu_workspace_bytes(int64_t rows, int64_t cols,
+                                                int dtype) {
+    (void)rows, (void)cols, (void)dtype;
+    return 0;
+}
+
+int fo_cuda_square(int device_index, uintptr_t stream, const fo_square_args *a) {
+    (void)device_index, (void)stream, (void)a;
+    return not_built();
+}
+
+int fo_cuda_reduce_sum(int device_index, uintptr_t stream,
+                       const fo_reduce_sum_args *a) {
+    (void)device_index, (void)stream, (void)a;
+    return not_built();
+}
+
+int64_t fo_cuda_reduce_sum_workspace_bytes(int64_t numel, int dtype) {
+    (void)numel, (void)dtype;
+    return 0;
+}
+
+int fo_cuda_runtime_version_built(void) { return 0; }

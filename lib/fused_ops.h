@@ -1,0 +1,179 @@
+/*
+ * fused_ops.h: the whole public ABI of libfused_ops.
+ *
+ * A plain C library: no libtorch, no Python. Callers pass device addresses as
+ * integers, the CUDA stream as an integer, and dtypes as the pinned codes
+ * below. The library never allocates device memory, never synchronizes and
+ * never creates streams: outputs and workspaces come from the caller.
+ *
+ * Conventions shared by every op entry point:
+ *  - The return value is an fo_status (0 = FO_OK). On error,
+ *    fo_last_error() describes it (op name and offending values); the message
+ *    is thread-local and stays until the next failing call on that thread.
+ *  - device_type is FO_DEVICE_CPU or FO_DEVICE_CUDA; device_index is the CUDA
+ *    ordinal (ignored on the CPU). The CUDA path switches the current device
+ *    only if it differs, and restores it before returning.
+ *  - stream is a cudaStream_t as an integer (0 = legacy default stream);
+ *    ignored on the CPU. Work is enqueued asynchronously.
+ *  - A 2-d operand is `rows` x `cols` elements; its rows start `*_row_stride`
+ *    elements apart (>= 0; ignored when rows <= 1) and each row is
+ *    contiguous. Outputs are always dense (row stride = cols); input rows may
+ *    overlap (a stride under cols, even 0, reads rows broadcast).
+ *  - Addresses are plain integers (uintptr_t). An address may be 0 only where
+ *    the function says it is optional, or when the operand is empty.
+ *  - Sizes are int64_t and must be >= 0.
+ *  - 16-byte-aligned operands take a vectorized path; any other alignment of
+ *    the element size is handled correctly, just slower.
+ */
+#ifndef FUSED_OPS_H
+#define FUSED_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifndef FO_API
+#if defined(_WIN32)
+#define FO_API __declspec(dllexport)
+#else
+#define FO_API __attribute__((visibility("default")))
+#endif
+#endif
+
+#define FO_VERSION_MAJOR 0
+#define FO_VERSION_MINOR 1
+#define FO_VERSION_PATCH 0
+/* Bumped on any change that breaks a caller built against an older header. */
+#define FO_ABI_VERSION 1
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* FO_CDEF_BEGIN: fused_ops_py/_ffi.py hands everything up to FO_CDEF_END to
+ * cffi, so only plain declarations live here (no preprocessor lines). */
+
+/* Status codes. The numbers are part of the ABI and never change. */
+enum fo_status {
+    FO_OK = 0,
+    FO_ERR_INVALID_ARGUMENT = 1, /* a size, stride, address or flag is wrong */
+    FO_ERR_UNSUPPORTED_DTYPE = 2, /* dtype code unknown or not valid here */
+    FO_ERR_UNSUPPORTED_DEVICE = 3, /* device_type unknown, or bad device_index */
+    FO_ERR_CUDA_NOT_BUILT = 4,  /* a CUDA call to a library built without CUDA */
+    FO_ERR_CUDA_RUNTIME = 5,    /* the CUDA runtime reported an error */
+    FO_ERR_WORKSPACE_TOO_SMALL = 6 /* workspace_bytes under the size asked for */
+};
+
+/* Element types. Pinned numbers. */
+enum fo_dtype {
+    FO_DTYPE_F32 = 0,
+    FO_DTYPE_F16 = 1,
+    FO_DTYPE_BF16 = 2,
+    FO_DTYPE_F64 = 3
+};
+
+enum fo_device_type {
+    FO_DEVICE_CPU = 0,
+    FO_DEVICE_CUDA = 1
+};
+
+/* @return the library version as MAJOR * 10000 + MINOR * 100 + PATCH. */
+FO_API int fo_version(void);
+
+/* @return FO_ABI_VERSION of the header the library was built from. A caller
+ * refuses a library whose value differs from its own header's. */
+FO_API int fo_abi_version(void);
+
+/* @return a static, never-NULL description of a status code (unknown codes
+ * give "unknown status"). */
+FO_API const char *fo_status_string(int status);
+
+/* @return the message of the last failing call on this thread ("" if none).
+ * Valid until the next failing call on the same thread. */
+FO_API const char *fo_last_error(void);
+
+/* @return 1 if the library was built with CUDA kernels, else 0. */
+FO_API int fo_cuda_built(void);
+
+/* @return a static string listing the GPU code built in, e.g.
+ * "sm_80 sm_90 compute_90"; "" for a CPU-only build. */
+FO_API const char *fo_cuda_archs(void);
+
+/* @return the CUDA runtime version the library was built against
+ * (1000 * major + 10 * minor), or 0 for a CPU-only build. */
+FO_API int fo_cuda_runtime_version(void);
+
+/*
+ * relu(x * scale + bias), row-wise: y[r, c] = max(x[r, c] * scale + bias[c], 0).
+ *   y:     output, rows x cols, dense, dtype `dtype`.
+ *   mask:  optional output (0 = not wanted) for the backward pass: one bit
+ *          per element, 1 where y > 0, bit (c % 8) of byte
+ *          mask[r * ((cols + 7) / 8) + c / 8]; (cols + 7) / 8 bytes a row.
+ *   x:     input, rows x cols with row stride x_row_stride, dtype `dtype`.
+ *   bias:  optional (0 = none), cols elements of bias_dtype, which is either
+ *          `dtype` or FO_DTYPE_F32 (fp32 bias with fp16/bf16 x).
+ *   scale: any finite float.
+ * Arithmetic is in fp32 (fp64 for fp64). With bias 0 and scale 1 this is relu.
+ */
+FO_API int fo_bias_scale_relu_forward(
+    int device_type, int device_index, uintptr_t stream,
+    uintptr_t y, uintptr_t mask,
+    uintptr_t x, int64_t x_row_stride, uintptr_t bias,
+    int64_t rows, int64_t cols, int dtype, int bias_dtype, float scale);
+
+/* Bytes of workspace fo_bias_scale_relu_backward needs on `device_type` for
+ * a bias gradient of `cols` entries over `rows` rows of `dtype` (0 when none
+ * is needed). @return FO_OK and *bytes, or an error status. */
+FO_API int fo_bias_scale_relu_backward_workspace_bytes(
+    int device_type, int64_t rows, int64_t cols, int dtype, int64_t *bytes);
+
+/*
+ * Gradients of relu(x * scale + bias) from the mask the forward pass wrote:
+ *   dx[r, c] = dy[r, c] * scale * m[r, c]        (dx optional, dense, `dtype`)
+ *   dbias[c] = sum over r of dy[r, c] * m[r, c]  (dbias optional, bias_dtype)
+ * dbias is reduced in fp32 (fp64 for fp64) in a fixed order: the same bits on
+ * every run. It needs `workspace` of workspace_bytes >= the size given by
+ * fo_bias_scale_relu_backward_workspace_bytes (device memory on CUDA).
+ *   dy: rows x cols with row stride dy_row_stride, dtype `dtype`.
+ *   mask: as written by fo_bias_scale_relu_forward for the same rows, cols.
+ */
+FO_API int fo_bias_scale_relu_backward(
+    int device_type, int device_index, uintptr_t stream,
+    uintptr_t dx, uintptr_t dbias, uintptr_t workspace, int64_t workspace_bytes,
+    uintptr_t dy, int64_t dy_row_stride, uintptr_t mask,
+    int64_t rows, int64_t cols, int dtype, int bias_dtype, float scale);
+
+/* y = x * x, elementwise. y dense; x with row stride x_row_stride. */
+FO_API int fo_square_forward(
+    int device_type, int device_index, uintptr_t stream,
+    uintptr_t y, uintptr_t x, int64_t x_row_stride,
+    int64_t rows, int64_t cols, int dtype);
+
+/* dx = 2 * x * dy, elementwise. dx dense; dy and x with their row strides. */
+FO_API int fo_square_backward(
+    int device_type, int device_index, uintptr_t stream,
+    uintptr_t dx, uintptr_t dy, int64_t dy_row_stride,
+    uintptr_t x, int64_t x_row_stride,
+    int64_t rows, int64_t cols, int dtype);
+
+/* Bytes of workspace fo_reduce_sum needs for `numel` elements of `dtype` on
+ * `device_type` (0 when none is needed). @return FO_OK or an error status. */
+FO_API int fo_reduce_sum_workspace_bytes(
+    int device_type, int64_t numel, int dtype, int64_t *bytes);
+
+/*
+ * out[0] = sum of the numel contiguous elements of x, accumulated in fp32
+ * (fp64 for fp64) in a fixed order: the same bits on every run. out has
+ * dtype `dtype`; numel = 0 gives 0. workspace as for the other ops.
+ */
+FO_API int fo_reduce_sum(
+    int device_type, int device_index, uintptr_t stream,
+    uintptr_t out, uintptr_t workspace, int64_t workspace_bytes,
+    uintptr_t x, int64_t numel, int dtype);
+
+/* FO_CDEF_END */
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FUSED_OPS_H */

@@ -1,0 +1,96 @@
+/* internal.h: what the C sources and the CUDA launchers share; not installed. */
+#ifndef FO_INTERNAL_H
+#define FO_INTERNAL_H
+
+#include "fused_ops.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Record a thread-local error message (printf-style) and return `status`. */
+int fo_fail(int status, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+/* Bytes per element of a dtype code, or 0 for an unknown code. */
+int64_t fo_dtype_size(int dtype);
+const char *fo_dtype_name(int dtype);
+
+/* Argument checks shared by every entry point. Each returns FO_OK, or records
+ * a message naming `op` and the offending value and returns the status. */
+int fo_check_device(const char *op, int device_type, int device_index);
+int fo_check_dtype(const char *op, const char *name, int dtype);
+int fo_check_shape(const char *op, int64_t rows, int64_t cols);
+int fo_check_operand(const char *op, const char *name, uintptr_t address,
+                     int64_t row_stride, int64_t rows, int64_t cols, int dtype,
+                     int optional);
+int fo_check_workspace(const char *op, uintptr_t workspace, int64_t given,
+                       int64_t needed);
+
+/* Arguments of each op, as the C entry point validated them; the CPU and CUDA
+ * implementations take the same struct so a signature is written once. */
+typedef struct fo_bias_scale_relu_forward_args {
+    void *y;
+    unsigned char *mask; /* optional */
+    const void *x;
+    int64_t x_row_stride;
+    const void *bias; /* optional */
+    int64_t rows, cols;
+    int dtype, bias_dtype;
+    float scale;
+} fo_bias_scale_relu_forward_args;
+
+typedef struct fo_bias_scale_relu_backward_args {
+    void *dx;    /* optional */
+    void *dbias; /* optional */
+    void *workspace;
+    const void *dy;
+    int64_t dy_row_stride;
+    const unsigned char *mask;
+    int64_t rows, cols;
+    int dtype, bias_dtype;
+    float scale;
+} fo_bias_scale_relu_backward_args;
+
+typedef struct fo_square_args {
+    void *out;           /* y (forward) or dx (backward) */
+    const void *x;
+    int64_t x_row_stride;
+    const void *dy;      /* 0 for the forward pass */
+    int64_t dy_row_stride;
+    int64_t rows, cols;
+    int dtype;
+} fo_square_args;
+
+typedef struct fo_reduce_sum_args {
+    void *out;
+    void *workspace;
+    const void *x;
+    int64_t numel;
+    int dtype;
+} fo_reduce_sum_args;
+
+/* Bytes per row of a relu mask: one bit per element. */
+static inline int64_t fo_mask_row_bytes(int64_t cols) { return (cols + 7) / 8; }
+
+/* CUDA side (lib/cuda). Declared always; defined only in a CUDA build. */
+int fo_cuda_bias_scale_relu_forward(int device_index, uintptr_t stream,
+                                    const fo_bias_scale_relu_forward_args *a);
+int fo_cuda_bias_scale_relu_backward(int device_index, uintptr_t stream,
+                                     const fo_bias_scale_relu_backward_args *a);
+int64_t fo_cuda_bias_scale_relu_workspace_bytes(int64_t rows, int64_t cols,
+                                                int dtype);
+int fo_cuda_square(int device_index, uintptr_t stream, const fo_square_args *a);
+int fo_cuda_reduce_sum(int device_index, uintptr_t stream,
+                       const fo_reduce_sum_args *a);
+int64_t fo_cuda_reduce_sum_workspace_bytes(int64_t numel, int dtype);
+int fo_cuda_runtime_version_built(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,55 @@
+/* reduce_sum.c: the sum of all elements: argument checks, CPU/CUDA dispatch
+ * and the CPU implementation. The CPU sums in double in element order, at
+ * least as precise as the fp32 accumulation the GPU uses for float types. */
+#include "cpu_convert.h"
+#include "internal.h"
+
+static void cpu_reduce_sum(const fo_reduce_sum_args *a) {
+    double x[CPU_CHUNK], total = 0.0;
+    for (int64_t i0 = 0; i0 < a->numel; i0 += CPU_CHUNK) {
+        int64_t n = a->numel - i0 < CPU_CHUNK ? a->numel - i0 : CPU_CHUNK;
+        fo_cpu_load(x, a->x, i0, n, a->dtype);
+        for (int64_t i = 0; i < n; i++) total += x[i];
+    }
+    fo_cpu_store(a->out, 0, &total, 1, a->dtype);
+}
+
+int fo_reduce_sum_workspace_bytes(int device_type, int64_t numel, int dtype,
+                                  int64_t *bytes) {
+    static const char op[] = "fo_reduce_sum_workspace_bytes";
+    int status;
+    if (!bytes)
+        return fo_fail(FO_ERR_INVALID_ARGUMENT, "%s: bytes is a null pointer",
+                       op);
+    if ((status = fo_check_device(op, device_type, 0)) ||
+        (status = fo_check_shape(op, 1, numel)) ||
+        (status = fo_check_dtype(op, "dtype", dtype)))
+        return status;
+    *bytes = device_type == FO_DEVICE_CUDA
+                 ? fo_cuda_reduce_sum_workspace_bytes(numel, dtype)
+                 : 0;
+    return FO_OK;
+}
+
+int fo_reduce_sum(int device_type, int device_index, uintptr_t stream,
+                  uintptr_t out, uintptr_t workspace, int64_t workspace_bytes,
+                  uintptr_t x, int64_t numel, int dtype) {
+    static const char op[] = "fo_reduce_sum";
+    int status;
+    if ((status = fo_check_device(op, device_type, device_index)) ||
+        (status = fo_check_shape(op, 1, numel)) ||
+        (status = fo_check_dtype(op, "dtype", dtype)) ||
+        (status = fo_check_operand(op, "out", out, 1, 1, 1, dtype, 0)) ||
+        (status = fo_check_operand(op, "x", x, numel, 1, numel, dtype, 0)))
+        return status;
+    if (device_type == FO_DEVICE_CUDA &&
+        (status = fo_check_workspace(op, workspace, workspace_bytes,
+                                     fo_cuda_reduce_sum_workspace_bytes(numel, dtype))))
+        return status;
+    fo_reduce_sum_args a = {(void *)out, (void *)workspace, (const void *)x,
+                            numel, dtype};
+    if (device_type == FO_DEVICE_CUDA)
+        return fo_cuda_reduce_sum(device_index, stream, &a);
+    cpu_reduce_sum(&a);
+    return FO_OK;
+}

@@ -1,0 +1,69 @@
+/* square.c: y = x * x and its gradient dx = 2 * x * dy: argument checks,
+ * CPU/CUDA dispatch and the CPU implementation. */
+#include "cpu_convert.h"
+#include "internal.h"
+
+/* One loop for both passes: dy == 0 means forward. */
+static void cpu_square(const fo_square_args *a) {
+    double x[CPU_CHUNK], dy[CPU_CHUNK], out[CPU_CHUNK];
+    for (int64_t r = 0; r < a->rows; r++) {
+        for (int64_t c0 = 0; c0 < a->cols; c0 += CPU_CHUNK) {
+            int64_t n = a->cols - c0 < CPU_CHUNK ? a->cols - c0 : CPU_CHUNK;
+            fo_cpu_load(x, a->x, r * a->x_row_stride + c0, n, a->dtype);
+            if (a->dy) {
+                fo_cpu_load(dy, a->dy, r * a->dy_row_stride + c0, n, a->dtype);
+                for (int64_t i = 0; i < n; i++) out[i] = 2.0 * x[i] * dy[i];
+            } else {
+                for (int64_t i = 0; i < n; i++) out[i] = x[i] * x[i];
+            }
+            fo_cpu_store(a->out, r * a->cols + c0, out, n, a->dtype);
+        }
+    }
+}
+
+static int run(int device_type, int device_index,
+               uintptr_t stream, const fo_square_args *a) {
+    if (a->rows == 0 || a->cols == 0)
+        return FO_OK;
+    if (device_type == FO_DEVICE_CUDA)
+        return fo_cuda_square(device_index, stream, a);
+    cpu_square(a);
+    return FO_OK;
+}
+
+int fo_square_forward(int device_type, int device_index, uintptr_t stream,
+                      uintptr_t y, uintptr_t x, int64_t x_row_stride,
+                      int64_t rows, int64_t cols, int dtype) {
+    static const char op[] = "fo_square_forward";
+    int status;
+    if ((status = fo_check_device(op, device_type, device_index)) ||
+        (status = fo_check_shape(op, rows, cols)) ||
+        (status = fo_check_dtype(op, "dtype", dtype)) ||
+        (status = fo_check_operand(op, "y", y, cols, rows, cols, dtype, 0)) ||
+        (status = fo_check_operand(op, "x", x, x_row_stride, rows, cols, dtype,
+                                   0)))
+        return status;
+    fo_square_args a = {(void *)y, (const void *)x, x_row_stride, 0, 0,
+                        rows, cols, dtype};
+    return run(device_type, device_index, stream, &a);
+}
+
+int fo_square_backward(int device_type, int device_index, uintptr_t stream,
+                       uintptr_t dx, uintptr_t dy, int64_t dy_row_stride,
+                       uintptr_t x, int64_t x_row_stride, int64_t rows,
+                       int64_t cols, int dtype) {
+    static const char op[] = "fo_square_backward";
+    int status;
+    if ((status = fo_check_device(op, device_type, device_index)) ||
+        (status = fo_check_shape(op, rows, cols)) ||
+        (status = fo_check_dtype(op, "dtype", dtype)) ||
+        (status = fo_check_operand(op, "dx", dx, cols, rows, cols, dtype, 0)) ||
+        (status = fo_check_operand(op, "dy", dy, dy_row_stride, rows, cols,
+                                   dtype, 0)) ||
+        (status = fo_check_operand(op, "x", x, x_row_stride, rows, cols, dtype,
+                                   0)))
+        return status;
+    fo_square_args a = {(void *)dx,  (const void *)x, x_row_stride,
+                        (const void *)dy, dy_row_stride, rows, cols, dtype};
+    return run(device_type, device_index, stream, &a);
+}
