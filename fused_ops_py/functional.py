@@ -90,7 +90,9 @@ def _check_bias_scale_relu(fn, x, bias, scale):
     _args.check_tensor(fn, "bias", bias)
     _args.check_same_device(fn, "bias", bias, x)
     _args.check_param_dtype(fn, "bias", bias, x)
-    features = x.shape[-1] if x.dim() else 1
+    if x.dim() == 0:
+        raise ValueError(f"{fn}: x is 0-d; the bias is broadcast over a last dimension")
+    features = x.shape[-1]
     if bias.dim() != 1 or bias.shape[0] != features:
         raise ValueError(
             f"{fn}: bias has shape {tuple(bias.shape)} but must be ({features},), "

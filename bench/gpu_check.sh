@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Everything the GPU machine must show, in one go (see ../shared/GPU.md):
+#   bench/gpu_check.sh test    build with Meson, CUDA pytest suite,
+#                              compute-sanitizer, SASS and register report
+#   bench/gpu_check.sh bench   build, then the benchmark against the peers
+# Wheels the machine lacks (cffi, pycparser) come in .whl/ (carried).
+# Logs and data go to $OUT (default bench/results/local); a table prints last.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+stage="${1:-test}"
+OUT="${OUT:-bench/results/local}"
+mkdir -p "$OUT" /tmp/logs
+export PYTHONUNBUFFERED=1
+
+if [ -d .whl ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
+    export PYTHONPATH=/tmp/site
+fi
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee /tmp/logs/gpu.txt
+
+# build the library from source with Meson and use it through the variable
+if [ ! -f build/gpu/build.ninja ]; then
+    meson setup build/gpu -Dcuda=enabled -Dgpu_archs=80,90 >/tmp/logs/meson.txt 2>&1 || { cat /tmp/logs/meson.txt; exit 1; }
+fi
+ninja -C build/gpu >>/tmp/logs/meson.txt 2>&1 || { cat /tmp/logs/meson.txt; exit 1; }
+export FUSED_OPS_PY_LIBRARY="$PWD/build/gpu/libfused_ops.so"
+export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$PWD"
+python3 -m fused_ops_py | tee /tmp/logs/env.txt
+
+if [ "$stage" = test ]; then
+    echo "== pytest (CPU and CUDA)"
+    python3 -m pytest -q -rs tests 2>&1 | tee /tmp/logs/pytest.txt | tail -15
+    pytest_status=${PIPESTATUS[0]}
+
+    # sanitizers see torch's caching allocator as one big buffer; turn it off
+    export PYTORCH_NO_CUDA_MEMORY_CACHING=1
+    subset=(tests/test_cuda.py tests/test_bias_scale_relu.py tests/test_square.py tests/test_reduce_sum.py)
+    filter="cuda and not gradcheck and not 2_to_the_31"
+    for tool in memcheck racecheck initcheck synccheck; do
+        echo "== compute-sanitizer --tool $tool"
+        compute-sanitizer --tool "$tool" --error-exitcode 99 python3 -m pytest -q -x "${subset[@]}" -k "$filter" \
+            >"/tmp/logs/sanitizer_$tool.txt" 2>&1
+        echo "$tool exit=$? $(grep -E 'ERROR SUMMARY|passed|failed' "/tmp/logs/sanitizer_$tool.txt" | tr '\n' ' ')"
+    done | tee /tmp/logs/sanitizer_summary.txt
+
+    echo "== SASS: 128-bit global loads/stores and local memory per kernel"
+    cuobjdump --dump-sass build/gpu/libfused_ops.so >/tmp/logs/sass.txt 2>&1
+    python3 - <<'PY' | tee /tmp/logs/sass_summary.txt
+import re
+kernel, rows = None, {}
+for line in open("/tmp/logs/sass.txt"):
+    m = re.search(r"Function : (\S+)", line)
+    if m: kernel = m.group(1); rows[kernel] = [0, 0, 0]
+    elif kernel:
+        rows[kernel][0] += bool(re.search(r"LDG\.E[\w.]*\.128", line))
+        rows[kernel][1] += bool(re.search(r"STG\.E[\w.]*\.128", line))
+        rows[kernel][2] += bool(re.search(r"\b(LDL|STL)\b", line))
+print(f"{'kernel (sm_90 and sm_80 copies)':<90} ldg128 stg128 local")
+for k, (l, s, loc) in rows.items(): print(f"{k[:90]:<90} {l:>6} {s:>6} {loc:>5}")
+PY
+    for f in lib/cuda/*.cu; do
+        nvcc -std=c++17 -arch=sm_90 -Xptxas -v -c "$f" -o /dev/null 2>&1 | grep -E "registers|spill" ; done >/tmp/logs/ptxas.txt
+    echo "ptxas: $(grep -c 'spill stores' /tmp/logs/ptxas.txt) kernels, $(grep -E '[1-9][0-9]* bytes spill' -c /tmp/logs/ptxas.txt) with spills"
+    tar -czf "$OUT/gpu_test_logs.tar.gz" -C /tmp logs
+    echo "== verdict: pytest exit $pytest_status"
+    cat /tmp/logs/sanitizer_summary.txt
+    tail -1 /tmp/logs/pytest.txt
+    exit "$pytest_status"
+fi
+
+if [ "$stage" = bench ]; then
+    python3 bench/bench_ops.py --out "$OUT" 2>&1 | tee /tmp/logs/bench.txt | tail -60
+    status=${PIPESTATUS[0]}
+    tar -czf "$OUT/gpu_bench_logs.tar.gz" -C /tmp logs
+    exit "$status"
+fi
+echo "unknown stage $stage (test or bench)"; exit 2
