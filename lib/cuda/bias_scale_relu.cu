@@ -86,7 +86,11 @@ __global__ void bias_scale_relu_backward_kernel(
                 for (int i = 0; i < kChunk; i++)
                     sum[i] += column_sums[(t * blockDim.x + threadIdx.x) * kChunk + i];
             A *out = partials + blockIdx.y * cols + col;
-            for (int i = 0; i < n; i++) out[i] = sum[i];
+            // unrolled with a guard: a loop bound of n would index sum[]
+            // dynamically and move it to local memory
+#pragma unroll
+            for (int i = 0; i < kChunk; i++)
+                if (i < n) out[i] = sum[i];
         }
         __syncthreads();
     }

@@ -1,0 +1,441 @@
+#!/usr/bin/env python3
+"""Benchmark fused_ops_py against eager PyTorch and torch.compile.
+
+For every op x direction x shape x dtype x provider it checks the provider's
+outputs against eager, then times it and writes one row to CSV and JSON plus a
+markdown summary (bf16) under --out (default bench/results/<device-slug>/).
+
+On CUDA two times are taken, both with triton.testing.do_bench (median, L2
+flushed before every run):
+  call_ms   the Python call as a user makes it (autograd bookkeeping included),
+  kernel_ms replays of a CUDA graph captured from that call: the GPU work alone.
+GB/s uses kernel_ms (call_ms where no graph could be captured) and is set
+against a device-to-device copy measured in the same run (the copy ceiling).
+On CPU (--quick, --device cpu) only call_ms exists: perf_counter medians.
+
+    python bench/bench_ops.py                         # the full GPU set
+    python bench/bench_ops.py --quick --out /tmp/b    # CPU smoke run
+    python bench/bench_ops.py --ops relu,square --dtypes bf16 --shapes 16384x4096
+"""
+
+import argparse
+import csv
+import json
+import math
+import platform
+import re
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch._functorch.config
+
+import fused_ops_py as fo
+
+OPS = {  # the directions each op is timed in
+    "bias_scale_relu": ("fwd", "bwd", "fwdbwd"),
+    "relu": ("fwd", "bwd"),
+    "square": ("fwd", "bwd"),
+    "reduce_sum": ("fwd",),
+}
+PROVIDERS = ("fused", "eager", "compile")
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+GPU_SHAPES = [(4096, 4096), (16384, 4096), (16384, 8192), (65536, 1024), (4096, 65536), (8, 64)]
+QUICK_SHAPES = [(8, 64), (512, 1024)]
+# A power of two: x * SCALE is exact in every dtype, so eager's two roundings
+# (x*scale, then +bias) equal the fused kernel's one and the check can be
+# tight. The value does not change the bytes moved.
+SCALE = 0.5
+
+
+# --- the ops, per provider ------------------------------------------------
+# Each takes (x, bias) or (x,); separate named functions so that dynamo keeps
+# a separate compile cache per op.
+
+def eager_bias_scale_relu(x, b):
+    return torch.relu(x * SCALE + b)
+
+
+def eager_relu(x):
+    return torch.relu(x)
+
+
+def eager_square(x):
+    return torch.square(x)
+
+
+def eager_reduce_sum(x):
+    return x.sum()
+
+
+EAGER = {"bias_scale_relu": eager_bias_scale_relu, "relu": eager_relu,
+         "square": eager_square, "reduce_sum": eager_reduce_sum}
+FUSED = {"bias_scale_relu": lambda x, b: fo.fused_bias_scale_relu(x, b, SCALE),
+         "relu": fo.relu, "square": fo.square, "reduce_sum": fo.reduce_sum}
+_compiled = {}
+
+
+def provider_fn(provider, op, dynamic):
+    if provider == "fused":
+        return FUSED[op]
+    if provider == "eager":
+        return EAGER[op]
+    if op not in _compiled:
+        # Default mode. dynamic=False by default: every shape gets kernels
+        # specialised to it, the strongest compile baseline (with dynamo's
+        # automatic dynamic shapes the first shape would be static and the
+        # rest symbolic). That is one compile per shape and dtype, so the
+        # recompile limit (8) must be raised.
+        _compiled[op] = torch.compile(EAGER[op], dynamic=None if dynamic else False)
+    return _compiled[op]
+
+
+# --- bytes: the fewest an op must move, one formula for all providers ------
+
+def min_bytes(op, direction, rows, cols, itemsize):
+    """fwd reads x (+ bias) and writes y; bwd reads dy and an x-sized saved
+    input and writes dx (+ dbias), as the peers' numbers count it. The fused
+    forward also writes a 1-bit mask (rows*cols/8 bytes) and its backward
+    reads that mask instead of an x-sized tensor, so its GB/s is an effective
+    rate over the same bytes as the peers: a plain time ratio between
+    providers, which may pass the copy ceiling for fused bwd."""
+    e = rows * cols * itemsize
+    bias = cols * itemsize if op == "bias_scale_relu" else 0
+    fwd = e + itemsize if op == "reduce_sum" else 2 * e + bias
+    bwd = 3 * e + bias
+    return {"fwd": fwd, "bwd": bwd, "fwdbwd": fwd + bwd}[direction]
+
+
+# --- timing ----------------------------------------------------------------
+
+def make_call(fn, inputs, dy, direction):
+    """A zero-argument callable doing one `direction` of fn on inputs."""
+    if direction == "fwd":  # the training forward: grad on, fused saves its mask
+        return lambda: fn(*inputs)
+    if direction == "fwdbwd":
+        return lambda: torch.autograd.grad(fn(*inputs), inputs, dy)
+    # bwd: one forward now and its graph kept (retain_graph) so that only the
+    # backward is timed, for compile too (its compiled backward runs from
+    # AOTAutograd's node). Timing fwdbwd - fwd instead would subtract two
+    # noisy medians and charge the difference in allocator state to bwd.
+    y = fn(*inputs)
+    return lambda: torch.autograd.grad(y, inputs, dy, retain_graph=True)
+
+
+def gpu_bench(fn, args):
+    from triton.testing import do_bench  # median of runs, L2 flushed before each
+
+    return do_bench(fn, warmup=args.warmup_ms, rep=args.rep_ms, return_mode="median")
+
+
+def cpu_bench(fn, args):
+    fn()
+    times = []
+    deadline = time.perf_counter() + args.rep_ms / 1e3
+    while len(times) < 5 or (time.perf_counter() < deadline and len(times) < 10000):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def graph_bench(fn, inputs, dy, direction, args):
+    """(ms, why) for replays of a CUDA graph of one call; (nan, reason) if
+    capture fails. Everything, the bwd direction's forward too, runs on the
+    capture stream: autograd runs backward ops on their forward's stream, and
+    that stream must be the one being captured."""
+    graph = None
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    try:
+        with torch.cuda.stream(stream):  # warm up off the default stream, as torch docs ask
+            call = make_call(fn, inputs, dy, direction)
+            for _ in range(3):
+                call()
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            call()
+        return gpu_bench(graph.replay, args), ""
+    except Exception as error:  # record it, keep going
+        try:
+            torch.cuda.synchronize()
+        except Exception:
+            pass
+        return math.nan, f"graph capture failed: {type(error).__name__}: {error}"[:300]
+    finally:
+        del graph
+
+
+def peak_extra_mib(call):
+    """Memory one call allocates beyond what is live before it, in MiB."""
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    call()
+    torch.cuda.synchronize()
+    return (torch.cuda.max_memory_allocated() - base) / 2**20
+
+
+def copy_ceiling_gbs(device, args):
+    """GB/s of dst.copy_(src), counting bytes read and written."""
+    nbytes = (1 << 30) if device.type == "cuda" and not args.quick else (64 << 20)
+    src = torch.empty(nbytes, dtype=torch.uint8, device=device).fill_(1)
+    dst = torch.empty_like(src)
+    bench = gpu_bench if device.type == "cuda" else cpu_bench
+    ms = bench(lambda: dst.copy_(src), args)
+    return 2 * nbytes / ms / 1e6
+
+
+# --- correctness ------------------------------------------------------------
+
+RTOL = {torch.bfloat16: 2**-7, torch.float16: 2**-10, torch.float32: 1e-5}
+ATOL = 1e-6
+
+
+def outputs(fn, op, inputs, dy):
+    """(y, grads...) of one forward and backward."""
+    y = fn(*inputs)
+    if op == "reduce_sum":  # its backward is an expand: not timed, not checked
+        return (y.detach(),)
+    return (y.detach(), *torch.autograd.grad(y, inputs, dy))
+
+
+def check(got, ref, op, inputs, dy, dtype):
+    """(ok, max abs diff, max rel diff) against eager. Elementwise outputs
+    must agree within a rounding of the dtype; sums (reduce_sum, dbias)
+    within a rounding of the sum of the magnitudes summed, since the order
+    of a reduction is free."""
+    scales = [ref[0].abs().float()]
+    if op == "reduce_sum":
+        scales = [inputs[0].detach().abs().float().sum()]
+    elif len(ref) > 1:
+        scales.append(ref[1].abs().float())
+        if op == "bias_scale_relu":
+            scales.append(dy.abs().float().sum(0))
+    ok, max_abs, max_rel = True, 0.0, 0.0
+    for g, r, s in zip(got, ref, scales):
+        diff = (g.float() - r.float()).abs()
+        ok &= g.shape == r.shape and bool((diff <= ATOL + RTOL[dtype] * s).all())
+        max_abs = max(max_abs, diff.max().item())
+        max_rel = max(max_rel, (diff / (r.float().abs() + ATOL)).max().item())
+    return ok, max_abs, max_rel
+
+
+# --- the run ----------------------------------------------------------------
+
+def measure(provider, op, direction, shape, dtype, inputs, dy, device, args):
+    fn = provider_fn(provider, op, args.compile_dynamic)
+    row = {}
+    if device.type == "cuda":
+        row["call_ms"] = gpu_bench(make_call(fn, inputs, dy, direction), args)
+        row["kernel_ms"], row["note"] = graph_bench(fn, inputs, dy, direction, args)
+        if direction == "fwdbwd":
+            row["peak_extra_mib"] = peak_extra_mib(make_call(fn, inputs, dy, direction))
+    else:
+        row["call_ms"] = cpu_bench(make_call(fn, inputs, dy, direction), args)
+    return row
+
+
+def run(args, device, meta):
+    rows = []
+    for op in args.ops:
+        with_bias = op == "bias_scale_relu"
+        for m, n in args.shapes:
+            for dname in args.dtypes:
+                dtype = DTYPES[dname]
+                gen = torch.Generator(device=device).manual_seed(0)
+                x = torch.randn(m, n, dtype=dtype, device=device, generator=gen).requires_grad_()
+                b = torch.randn(n, dtype=dtype, device=device, generator=gen).requires_grad_()
+                inputs = (x, b) if with_bias else (x,)
+                dy = torch.randn(m, n, dtype=dtype, device=device, generator=gen)
+                ref = outputs(EAGER[op], op, inputs, dy)
+                checks = {}
+                for p in args.providers:  # compile compiles here, outside the timing
+                    try:
+                        got = outputs(provider_fn(p, op, args.compile_dynamic), op, inputs, dy)
+                        checks[p] = check(got, ref, op, inputs, dy, dtype)
+                    except Exception as error:
+                        checks[p] = (False, math.nan, math.nan, f"{type(error).__name__}: {error}")
+                del ref
+                for direction in OPS[op]:
+                    if direction not in args.directions:
+                        continue
+                    nbytes = min_bytes(op, direction, m, n, x.element_size())
+                    group = []
+                    for p in args.providers:
+                        row = {"op": op, "direction": direction, "rows": m, "cols": n,
+                               "dtype": dname, "provider": p, "bytes": nbytes,
+                               "kernel_ms": math.nan, "call_ms": math.nan,
+                               "peak_extra_mib": math.nan, "note": ""}
+                        ok, row["max_abs_diff"], row["max_rel_diff"] = checks[p][:3]
+                        row["check"] = "ok" if ok else "BAD"
+                        if len(checks[p]) > 3:
+                            row["note"] = checks[p][3][:300]
+                        else:
+                            try:
+                                row.update(measure(p, op, direction, (m, n), dtype,
+                                                   inputs, dy, device, args))
+                            except Exception as error:
+                                row["note"] = f"{type(error).__name__}: {error}"[:300]
+                        t = row["kernel_ms"] if not math.isnan(row["kernel_ms"]) else row["call_ms"]
+                        row["gbs"] = nbytes / t / 1e6
+                        row["fraction_of_ceiling"] = row["gbs"] / meta["copy_ceiling_gbs"]
+                        row.update(device=meta["device"], torch=meta["torch"],
+                                   fused_ops_py=meta["fused_ops_py"])
+                        group.append(row)
+                        print(f"[{len(rows) + len(group)}] {op:15s} {direction:6s} {m}x{n} "
+                              f"{dname} {p:7s} kernel {row['kernel_ms']:.4f} ms  call "
+                              f"{row['call_ms']:.4f} ms  {row['gbs']:8.1f} GB/s  {row['check']}"
+                              + (f"  ({row['note']})" if row["note"] else ""), flush=True)
+                    add_speedups(group, args.providers)
+                    rows += group
+                del x, b, dy, inputs
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()
+    return rows
+
+
+def add_speedups(group, providers):
+    """speedup_vs_<peer> = peer time / this time: kernel time (call time where
+    either lacks one); call_speedup_vs_<peer> on call times alone."""
+    for row in group:
+        for peer in group:
+            if peer is row:
+                continue
+            both_kernel = not (math.isnan(row["kernel_ms"]) or math.isnan(peer["kernel_ms"]))
+            key = "kernel_ms" if both_kernel else "call_ms"
+            row[f"speedup_vs_{peer['provider']}"] = peer[key] / row[key]
+            row[f"call_speedup_vs_{peer['provider']}"] = peer["call_ms"] / row["call_ms"]
+
+
+# --- output -----------------------------------------------------------------
+
+def summary_markdown(rows, meta):
+    dname = "bf16" if any(r["dtype"] == "bf16" for r in rows) else rows[0]["dtype"]
+    by = {(r["op"], r["direction"], r["rows"], r["cols"], r["provider"]): r
+          for r in rows if r["dtype"] == dname}
+    keys = sorted({k[:4] for k in by},
+                  key=lambda k: (list(OPS).index(k[0]), OPS[k[0]].index(k[1]), k[2] * k[3]))
+    fmt = lambda v, spec: "" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
+    lines = [
+        f"# fused_ops_py benchmark, {dname}",
+        "",
+        f"{meta['device']}; torch {meta['torch']}; fused_ops_py {meta['fused_ops_py']}; "
+        f"copy ceiling {meta['copy_ceiling_gbs']:.0f} GB/s (read + write). GB/s from "
+        f"{'CUDA-graph kernel time' if meta['cuda'] else 'call time'}, over the fewest "
+        "bytes an op must move (fused's 1-bit mask not counted: fused bwd is an effective "
+        "rate). x vs = speedup of fused over the peer. Peak = extra MiB of one fwdbwd call.",
+        "",
+        "| op | dir | rows x cols | fused GB/s | eager GB/s | compile GB/s | x vs eager "
+        "| x vs compile | fused % of copy | peak MiB fused / eager | check |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for op, d, m, n in keys:
+        f, e, c = (by.get((op, d, m, n, p)) for p in PROVIDERS)
+        gbs = lambda r: fmt(r and r["gbs"], ".0f" if r and r["gbs"] >= 100 else ".3g")
+        peak = (f"{fmt(f['peak_extra_mib'], '.0f')} / {fmt(e['peak_extra_mib'], '.0f')}"
+                if d == "fwdbwd" and f and e and meta["cuda"] else "")
+        bad = [r["provider"] for r in (f, e, c) if r and r["check"] != "ok"]
+        lines.append(
+            f"| {op} | {d} | {m}x{n} | {gbs(f)} | {gbs(e)} | {gbs(c)} "
+            f"| {fmt(f and e and f.get('speedup_vs_eager'), '.2f')} "
+            f"| {fmt(f and c and f.get('speedup_vs_compile'), '.2f')} "
+            f"| {fmt(f and 100 * f['fraction_of_ceiling'], '.0f')} | {peak} "
+            f"| {'BAD: ' + ','.join(bad) if bad else 'ok'} |")
+    return "\n".join(lines) + "\n"
+
+
+def write_outputs(rows, meta, out):
+    out.mkdir(parents=True, exist_ok=True)
+    fields = list(dict.fromkeys(k for r in rows for k in r))  # first-seen order
+    with open(out / "results.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(rows)
+    clean = lambda v: None if isinstance(v, float) and not math.isfinite(v) else v
+    with open(out / "results.json", "w") as f:
+        json.dump({"meta": meta, "rows": [{k: clean(v) for k, v in r.items()} for r in rows]},
+                  f, indent=1)
+    summary = summary_markdown(rows, meta)
+    (out / "summary.md").write_text(summary)
+    return summary
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--ops", default=",".join(OPS), help="comma list of: " + ", ".join(OPS))
+    p.add_argument("--directions", default="fwd,bwd,fwdbwd", help="comma list of fwd, bwd, fwdbwd")
+    p.add_argument("--dtypes", default=None, help="comma list of bf16, fp16, fp32 (default all; fp32 with --quick)")
+    p.add_argument("--shapes", default=None, help="comma list of ROWSxCOLS, e.g. 4096x4096,8x64")
+    p.add_argument("--providers", default=",".join(PROVIDERS), help="comma list of fused, eager, compile")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--quick", action="store_true", help="smoke run: small shapes, fp32, short timing")
+    p.add_argument("--warmup-ms", type=int, default=25)
+    p.add_argument("--rep-ms", type=int, default=100)
+    p.add_argument("--compile-dynamic", action="store_true",
+                   help="torch.compile(dynamic=None, automatic dynamic shapes) instead of dynamic=False")
+    p.add_argument("--out", type=Path, default=None, help="default bench/results/<device-slug>/")
+    args = p.parse_args(argv)
+    split = lambda s: [v.strip() for v in s.split(",") if v.strip()]
+    args.ops, args.directions, args.providers = split(args.ops), split(args.directions), split(args.providers)
+    for name, values, allowed in (("--ops", args.ops, OPS), ("--providers", args.providers, PROVIDERS),
+                                  ("--directions", args.directions, ("fwd", "bwd", "fwdbwd"))):
+        if not set(values) <= set(allowed):
+            p.error(f"{name}: {sorted(set(values) - set(allowed))} not among {list(allowed)}")
+    small = args.quick or args.device == "cpu"  # the GPU shapes would take minutes a row on a CPU
+    args.dtypes = split(args.dtypes) if args.dtypes else (["fp32"] if args.quick else list(DTYPES))
+    if not set(args.dtypes) <= set(DTYPES):
+        p.error(f"--dtypes: choose from {list(DTYPES)}")
+    args.shapes = ([tuple(int(v) for v in s.lower().split("x")) for s in split(args.shapes)]
+                   if args.shapes else (QUICK_SHAPES if small else GPU_SHAPES))
+    if args.quick:
+        args.warmup_ms, args.rep_ms = min(args.warmup_ms, 5), min(args.rep_ms, 20)
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    device = torch.device(args.device)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    # Timing backward alone needs retain_graph=True, which compiled backwards
+    # that donate saved buffers refuse. Donation only lets the backward write
+    # an output into a saved tensor's memory: the kernels are the same, though
+    # compile's peak memory may read a little higher than with it.
+    torch._functorch.config.donated_buffer = False
+    for knob in ("recompile_limit", "cache_size_limit"):  # newer name first
+        if hasattr(torch._dynamo.config, knob):
+            setattr(torch._dynamo.config, knob, max(64, getattr(torch._dynamo.config, knob)))
+            break
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else \
+        f"cpu {platform.processor() or platform.machine()}"
+    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+    out = args.out or Path(__file__).resolve().parent / "results" / slug
+    meta = {"device": name, "cuda": device.type == "cuda", "torch": torch.__version__,
+            "fused_ops_py": fo.__version__, "python": platform.python_version(),
+            "scale": SCALE, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "argv": sys.argv[1:] if argv is None else argv}
+    try:
+        import triton
+        meta["triton"] = triton.__version__
+    except ImportError:
+        meta["triton"] = None
+    start = time.perf_counter()
+    meta["copy_ceiling_gbs"] = copy_ceiling_gbs(device, args)
+    print(f"{name}: torch {meta['torch']}, fused_ops_py {meta['fused_ops_py']}, "
+          f"copy ceiling {meta['copy_ceiling_gbs']:.1f} GB/s", flush=True)
+    rows = run(args, device, meta)
+    meta["seconds"] = round(time.perf_counter() - start, 1)
+    summary = write_outputs(rows, meta, out)
+    print("\n" + summary)
+    bad = sum(r["check"] != "ok" for r in rows)
+    print(f"{len(rows)} rows, {bad} BAD, {meta['seconds']} s; wrote {out}/results.csv, "
+          "results.json, summary.md", flush=True)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
