@@ -5,7 +5,13 @@ from importlib import metadata as _metadata
 
 from . import _ffi
 from .functional import fused_bias_scale_relu, reduce_sum, relu, square
-from .modules import FusedBiasScaleReLU
+from .modules import FusedBiasScaleReLU, FusedLayerNorm, FusedRMSNorm
+from .normalization import (
+    fused_add_layer_norm,
+    fused_add_rms_norm,
+    fused_layer_norm,
+    fused_rms_norm,
+)
 
 try:
     __version__ = _metadata.version("fused-ops-py")
@@ -21,7 +27,13 @@ def library_path():
 
 __all__ = [
     "FusedBiasScaleReLU",
+    "FusedLayerNorm",
+    "FusedRMSNorm",
+    "fused_add_layer_norm",
+    "fused_add_rms_norm",
     "fused_bias_scale_relu",
+    "fused_layer_norm",
+    "fused_rms_norm",
     "library_path",
     "reduce_sum",
     "relu",

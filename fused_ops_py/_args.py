@@ -32,13 +32,15 @@ def device_args(tensor):
     return lib.FO_DEVICE_CPU, 0, 0
 
 
-def as_rows(tensor):
-    """View tensor as rows x cols (cols = its last dimension) whose rows are
-    each contiguous: (view, rows, cols, row stride in elements). A view is
+def as_rows(tensor, cols=None):
+    """View tensor as rows x cols (cols defaults to its last dimension; a
+    normalization passes the product of its normalized dimensions) whose rows
+    are each contiguous: (view, rows, cols, row stride in elements). A view is
     used whenever torch can make one (slices, transposed leading dims), and a
     contiguous copy otherwise (a transposed last dimension, an expanded one)."""
-    cols = tensor.shape[-1] if tensor.dim() else 1
-    rows = math.prod(tensor.shape[:-1]) if tensor.dim() else 1
+    if cols is None:
+        cols = tensor.shape[-1] if tensor.dim() else 1
+    rows = tensor.numel() // cols if cols else math.prod(tensor.shape[:-1])
     if tensor.numel() == 0:
         return tensor, rows, cols, cols
     view = tensor.reshape(rows, cols)
@@ -75,6 +77,11 @@ def check_param_dtype(fn, name, value, x):
             f"{fn}: {name} has dtype {value.dtype} but x has dtype {x.dtype}; "
             f"{name} must have x's dtype, or float32 when x is float16/bfloat16"
         )
+
+
+def check_same_shape(fn, name, value, x):
+    if value.shape != x.shape:
+        raise ValueError(f"{fn}: {name} has shape {tuple(value.shape)} but x has shape {tuple(x.shape)}; they must match")
 
 
 def check_finite_number(fn, name, value):

@@ -4,6 +4,7 @@ import torch
 from torch import nn
 
 from .functional import fused_bias_scale_relu
+from .normalization import fused_layer_norm, fused_rms_norm
 
 
 class FusedBiasScaleReLU(nn.Module):
@@ -21,3 +22,45 @@ class FusedBiasScaleReLU(nn.Module):
 
     def extra_repr(self):
         return f"features={self.features}, scale={self.scale}"
+
+
+class FusedLayerNorm(nn.LayerNorm):
+    """torch.nn.LayerNorm with the fused kernel: the same constructor,
+    parameters, state_dict keys, initialization and repr (it is a subclass),
+    so checkpoints load both ways and models can swap one for the other."""
+
+    def forward(self, x):
+        return fused_layer_norm(x, self.weight, self.bias, self.eps, self.normalized_shape)
+
+
+class _TorchRMSNorm(nn.Module):
+    """torch.nn.RMSNorm for torches before 2.4, which lack it."""
+
+    def __init__(self, normalized_shape, eps=None, elementwise_affine=True, device=None, dtype=None):
+        super().__init__()
+        if isinstance(normalized_shape, int):
+            normalized_shape = (normalized_shape,)
+        self.normalized_shape = tuple(normalized_shape)
+        self.eps = eps
+        self.elementwise_affine = elementwise_affine
+        if elementwise_affine:
+            self.weight = nn.Parameter(torch.empty(self.normalized_shape, device=device, dtype=dtype))
+        else:
+            self.register_parameter("weight", None)
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        if self.elementwise_affine:
+            nn.init.ones_(self.weight)
+
+    def extra_repr(self):
+        return "{normalized_shape}, eps={eps}, elementwise_affine={elementwise_affine}".format(**self.__dict__)
+
+
+class FusedRMSNorm(getattr(nn, "RMSNorm", _TorchRMSNorm)):
+    """torch.nn.RMSNorm with the fused kernel (a subclass on torch >= 2.4):
+    the same constructor, parameters, state_dict keys, initialization and
+    repr. eps=None means torch.finfo(x.dtype).eps, as in torch."""
+
+    def forward(self, x):
+        return fused_rms_norm(x, self.weight, self.eps, self.normalized_shape)

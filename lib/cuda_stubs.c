@@ -41,4 +41,21 @@ int64_t fo_cuda_reduce_sum_workspace_bytes(int64_t numel, int dtype) {
     return 0;
 }
 
+int fo_cuda_norm_forward(int device_index, uintptr_t stream,
+                         const fo_norm_forward_args *a) {
+    (void)device_index, (void)stream, (void)a;
+    return not_built();
+}
+
+int fo_cuda_norm_backward(int device_index, uintptr_t stream,
+                          const fo_norm_backward_args *a) {
+    (void)device_index, (void)stream, (void)a;
+    return not_built();
+}
+
+int64_t fo_cuda_norm_workspace_bytes(int64_t rows, int64_t cols, int dtype) {
+    (void)rows, (void)cols, (void)dtype;
+    return 0;
+}
+
 int fo_cuda_runtime_version_built(void) { return 0; }

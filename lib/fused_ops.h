@@ -170,6 +170,83 @@ FO_API int fo_reduce_sum(
     uintptr_t out, uintptr_t workspace, int64_t workspace_bytes,
     uintptr_t x, int64_t numel, int dtype);
 
+/* Normalizations. */
+enum fo_norm_kind {
+    FO_NORM_LAYER = 0, /* (h - mean(h)) / sqrt(var(h) + eps) * weight + bias */
+    FO_NORM_RMS = 1    /* h / sqrt(mean(h^2) + eps) * weight */
+};
+
+/*
+ * LayerNorm or RMSNorm of each row, with an optional fused residual add and
+ * dropout (the pre-norm transformer block in one pass):
+ *   h            = dropout(x, dropout_p) + residual   if residual is given,
+ *                  else x (and dropout_p must be 0)
+ *   residual_out = h in residual_dtype                 (when residual is given)
+ *   y            = norm(residual_out or x) * weight + bias, in `dtype`
+ * Statistics and arithmetic are fp32 (fp64 for fp64).
+ *   y:            output, rows x cols, dense.
+ *   residual_out: output, rows x cols, dense, residual_dtype; required with
+ *                 residual, else 0.
+ *   mean, rstd:   optional outputs (0 = not wanted), `rows` values each in
+ *                 fp32 (fp64 for fp64 dtype); mean is LayerNorm only.
+ *                 rstd = 1 / sqrt(var + eps) (LayerNorm), 1 / sqrt(mean of
+ *                 squares + eps) (RMSNorm); what backward needs.
+ *   x:            rows x cols, row stride x_row_stride, `dtype`.
+ *   residual:     optional, rows x cols with its row stride, residual_dtype,
+ *                 which is `dtype` or FO_DTYPE_F32 (an fp32 residual stream).
+ *   weight, bias: optional (0 = none), cols elements of param_dtype, which is
+ *                 `dtype` or FO_DTYPE_F32. RMSNorm takes no bias.
+ *   kind:         an fo_norm_kind. eps: finite, > 0.
+ *   dropout_p:    in [0, 1); each element of x is kept with probability
+ *                 1 - p and scaled by 1 / (1 - p). The mask is a pure function
+ *                 of (seed, offset, row * cols + col): Philox4x32-10 with key
+ *                 seed and counter offset + (row * cols + col) / 4. The same
+ *                 three give the same mask on the CPU and on the GPU, and
+ *                 backward regenerates it instead of storing it.
+ */
+FO_API int fo_norm_forward(
+    int device_type, int device_index, uintptr_t stream,
+    uintptr_t y, uintptr_t residual_out, uintptr_t mean, uintptr_t rstd,
+    uintptr_t x, int64_t x_row_stride,
+    uintptr_t residual, int64_t residual_row_stride, int residual_dtype,
+    uintptr_t weight, uintptr_t bias, int param_dtype,
+    int64_t rows, int64_t cols, int dtype, int kind, double eps,
+    double dropout_p, uint64_t seed, uint64_t offset);
+
+/* Bytes of workspace fo_norm_backward needs (0 when none is needed). */
+FO_API int fo_norm_backward_workspace_bytes(
+    int device_type, int64_t rows, int64_t cols, int dtype, int64_t *bytes);
+
+/*
+ * Gradients of fo_norm_forward, from what it saved:
+ *   dh        = d norm(h) / dh applied to dy, plus dresidual_out if given
+ *   dresidual = dh in residual_dtype (optional output; with residual only)
+ *   dx        = dh * dropout mask / (1 - p) in `dtype` (optional output)
+ *   dweight   = sum over rows of dy * (h - mean) * rstd   (optional, param_dtype)
+ *   dbias     = sum over rows of dy                       (optional, LayerNorm)
+ * dweight and dbias are reduced in fp32 (fp64 for fp64) in a fixed order:
+ * the same bits on every run; they need the workspace.
+ *   dy:            rows x cols with its row stride, `dtype`.
+ *   dresidual_out: optional incoming gradient of residual_out, rows x cols
+ *                  with its row stride, residual_dtype.
+ *   h:             the normalized input: residual_out when there was a
+ *                  residual (residual_dtype), else x (`dtype`); h_dtype says
+ *                  which. Rows x cols with its row stride.
+ *   mean, rstd:    as written by the forward pass (mean unused for RMSNorm).
+ *   weight:        optional, as in forward.
+ *   dropout_p, seed, offset: the forward pass's, to regenerate the mask.
+ */
+FO_API int fo_norm_backward(
+    int device_type, int device_index, uintptr_t stream,
+    uintptr_t dx, uintptr_t dresidual, uintptr_t dweight, uintptr_t dbias,
+    uintptr_t workspace, int64_t workspace_bytes,
+    uintptr_t dy, int64_t dy_row_stride,
+    uintptr_t dresidual_out, int64_t dresidual_out_row_stride,
+    uintptr_t h, int64_t h_row_stride, int h_dtype,
+    uintptr_t mean, uintptr_t rstd, uintptr_t weight, int param_dtype,
+    int64_t rows, int64_t cols, int dtype, int kind,
+    double dropout_p, uint64_t seed, uint64_t offset);
+
 /* FO_CDEF_END */
 
 #ifdef __cplusplus

@@ -73,6 +73,46 @@ typedef struct fo_reduce_sum_args {
     int dtype;
 } fo_reduce_sum_args;
 
+typedef struct fo_norm_forward_args {
+    void *y;
+    void *residual_out; /* with residual only */
+    void *mean, *rstd;  /* optional */
+    const void *x;
+    int64_t x_row_stride;
+    const void *residual; /* optional */
+    int64_t residual_row_stride;
+    int residual_dtype;
+    const void *weight, *bias; /* optional */
+    int param_dtype;
+    int64_t rows, cols;
+    int dtype, kind;
+    double eps, dropout_p;
+    uint64_t seed, offset;
+} fo_norm_forward_args;
+
+typedef struct fo_norm_backward_args {
+    void *dx, *dresidual, *dweight, *dbias; /* each optional */
+    void *workspace;
+    const void *dy;
+    int64_t dy_row_stride;
+    const void *dresidual_out; /* optional */
+    int64_t dresidual_out_row_stride;
+    const void *h;
+    int64_t h_row_stride;
+    int h_dtype;
+    const void *mean, *rstd, *weight;
+    int param_dtype;
+    int64_t rows, cols;
+    int dtype, kind;
+    double dropout_p;
+    uint64_t seed, offset;
+} fo_norm_backward_args;
+
+/* Statistics are fp32, fp64 for fp64 data. */
+static inline int fo_stats_dtype(int dtype) {
+    return dtype == FO_DTYPE_F64 ? FO_DTYPE_F64 : FO_DTYPE_F32;
+}
+
 /* Bytes per row of a relu mask: one bit per element. */
 static inline int64_t fo_mask_row_bytes(int64_t cols) { return (cols + 7) / 8; }
 
@@ -87,6 +127,11 @@ int fo_cuda_square(int device_index, uintptr_t stream, const fo_square_args *a);
 int fo_cuda_reduce_sum(int device_index, uintptr_t stream,
                        const fo_reduce_sum_args *a);
 int64_t fo_cuda_reduce_sum_workspace_bytes(int64_t numel, int dtype);
+int fo_cuda_norm_forward(int device_index, uintptr_t stream,
+                         const fo_norm_forward_args *a);
+int fo_cuda_norm_backward(int device_index, uintptr_t stream,
+                          const fo_norm_backward_args *a);
+int64_t fo_cuda_norm_workspace_bytes(int64_t rows, int64_t cols, int dtype);
 int fo_cuda_runtime_version_built(void);
 
 #ifdef __cplusplus

@@ -96,19 +96,6 @@ __global__ void bias_scale_relu_backward_kernel(
     }
 }
 
-// dbias[col] = sum over the row blocks of partials, in row-block order.
-template <typename A, typename B>
-__global__ void bias_gradient_finish_kernel(B *__restrict__ dbias,
-                                            const A *__restrict__ partials,
-                                            int64_t row_blocks, int64_t cols) {
-    for (int64_t col = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-         col < cols; col += int64_t(gridDim.x) * blockDim.x) {
-        A sum = 0;
-        for (int64_t g = 0; g < row_blocks; g++) sum += partials[g * cols + col];
-        dbias[col] = from_acc<B>(sum);
-    }
-}
-
 // A dense operand with cols a multiple of 8 can be seen as one long row: the
 // mask layout is unchanged and the whole grid spreads over it.
 inline bool flattenable(int64_t rows, int64_t cols, int64_t row_stride) {
@@ -152,10 +139,7 @@ extern "C" int fo_cuda_bias_scale_relu_forward(
                     static_cast<const T *>(a->x), x_row_stride,
                     static_cast<const B *>(a->bias), rows, cols, a->scale);
             };
-            if (a->bias_dtype == FO_DTYPE_F32 && !std::is_same_v<T, float>)
-                launch(float{});
-            else
-                launch(T{});
+            dispatch_companion<T>(a->bias_dtype, launch);
         });
     });
 }
@@ -185,18 +169,11 @@ extern "C" int fo_cuda_bias_scale_relu_backward(
                 static_cast<const T *>(a->dy), dy_row_stride, a->mask, rows,
                 cols, a->scale);
             if (!a->dbias) return;
-            auto finish = [&](auto bias_tag) {
+            dispatch_companion<T>(a->bias_dtype, [&](auto bias_tag) {
                 using B = decltype(bias_tag);
-                int64_t blocks = (cols + kThreads - 1) / kThreads;
-                bias_gradient_finish_kernel<A, B>
-                    <<<unsigned(blocks < 65535 ? blocks : 65535), kThreads, 0,
-                       cudaStream_t(stream)>>>(static_cast<B *>(a->dbias),
-                                               partials, g.grid.y, cols);
-            };
-            if (a->bias_dtype == FO_DTYPE_F32 && !std::is_same_v<T, float>)
-                finish(float{});
-            else
-                finish(T{});
+                finish_column_partials(static_cast<B *>(a->dbias), partials,
+                                       g.grid.y, cols, cudaStream_t(stream));
+            });
         });
     });
 }

@@ -89,16 +89,19 @@ constexpr int kChunk = 8;
 
 // A chunk is moved with 16-byte accesses when VEC (all operands 16-byte
 // aligned, cols a multiple of 8), else element by element up to `n`.
-template <typename T, bool VEC>
+// READ_ONLY loads go through the non-coherent cache (__ldg): only for data
+// that nothing writes while the kernel runs.
+template <typename T, bool VEC, bool READ_ONLY = true>
 __device__ __forceinline__ void load_chunk(acc_t<T> (&out)[kChunk],
                                            const T *__restrict__ p, int n) {
     if constexpr (VEC) {
         constexpr int kVectors = sizeof(T) * kChunk / 16;
         alignas(16) T raw[kChunk];
+        const uint4 *vectors = reinterpret_cast<const uint4 *>(p);
 #pragma unroll
         for (int v = 0; v < kVectors; v++)
             reinterpret_cast<uint4 *>(raw)[v] =
-                __ldg(reinterpret_cast<const uint4 *>(p) + v);
+                READ_ONLY ? __ldg(vectors + v) : vectors[v];
 #pragma unroll
         for (int i = 0; i < kChunk; i++) out[i] = to_acc(raw[i]);
     } else {
@@ -166,6 +169,38 @@ inline RowGeometry row_geometry(int64_t rows, int64_t cols) {
     if (gy > kMaxRowBlocks) gy = kMaxRowBlocks;
     if (gy < 1) gy = 1;
     return {dim3(unsigned(gx), unsigned(gy)), dim3(unsigned(tx), unsigned(ty))};
+}
+
+// out[col] = sum over g < groups of partials[g * cols + col], in g order:
+// the second, deterministic pass of every column reduction (bias and weight
+// gradients).
+template <typename A, typename Out>
+__global__ void column_partials_finish_kernel(Out *__restrict__ out,
+                                              const A *__restrict__ partials,
+                                              int64_t groups, int64_t cols) {
+    for (int64_t col = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+         col < cols; col += int64_t(gridDim.x) * blockDim.x) {
+        A sum = 0;
+        for (int64_t g = 0; g < groups; g++) sum += partials[g * cols + col];
+        out[col] = from_acc<Out>(sum);
+    }
+}
+
+template <typename A, typename Out>
+void finish_column_partials(Out *out, const A *partials, int64_t groups,
+                            int64_t cols, cudaStream_t stream) {
+    int64_t blocks = (cols + kThreads - 1) / kThreads;
+    if (blocks > kMaxColBlocks) blocks = kMaxColBlocks;
+    column_partials_finish_kernel<A, Out>
+        <<<unsigned(blocks), kThreads, 0, stream>>>(out, partials, groups, cols);
+}
+
+// Calls f(P{}) for a companion dtype code (bias, weight, residual) that is
+// either T's own or float32.
+template <typename T, typename F>
+void dispatch_companion(int dtype, F &&f) {
+    if (dtype == FO_DTYPE_F32 && !std::is_same_v<T, float>) f(float{});
+    else f(T{});
 }
 
 }  // namespace fo

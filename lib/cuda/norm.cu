@@ -1,0 +1,390 @@
+// norm.cu: LayerNorm and RMSNorm with fused residual add and dropout on CUDA.
+//
+// Forward and the row part of backward run TX threads per row (TX = the
+// power of two covering the row's 8-element chunks, 32..1024) and TY rows
+// per block, so narrow rows still fill a block and wide rows (to 262144 and
+// beyond) loop. Each pass over a row after the first re-reads it from L1/L2,
+// not from memory: rows are at most a few hundred KB and are revisited at
+// once. The weight and bias gradients are a column reduction with the same
+// fixed two-pass scheme as the bias gradient of bias_scale_relu.
+#include "../philox.h"
+#include "common.cuh"
+
+namespace fo {
+namespace {
+
+struct RowBlocks {
+    dim3 grid, block;
+};
+
+constexpr int64_t kMaxRowGroups = 65535;
+
+inline RowBlocks row_blocks(int64_t rows, int64_t cols) {
+    int64_t chunks = chunks_per_row(cols);
+    int tx = 32;
+    while (tx < 1024 && tx < chunks) tx *= 2;
+    int ty = tx >= kThreads ? 1 : kThreads / tx;
+    int64_t groups = (rows + ty - 1) / ty;
+    if (groups > kMaxRowGroups) groups = kMaxRowGroups;
+    if (groups < 1) groups = 1;
+    return {dim3(unsigned(groups)), dim3(unsigned(tx), unsigned(ty))};
+}
+
+// The sum of v over the blockDim.x threads of this row, the same bits in
+// every thread: a butterfly within warps (commutative adds, so all lanes
+// agree), then the warps' sums in order. Every thread of the block calls it.
+template <typename A>
+__device__ A row_sum(A v) {
+    __shared__ A warp_sums[32][33];
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2)
+        v += __shfl_xor_sync(0xffffffffu, v, offset);
+    const int warps = blockDim.x / 32;
+    if (warps == 1) return v;
+    if (threadIdx.x % 32 == 0) warp_sums[threadIdx.y][threadIdx.x / 32] = v;
+    __syncthreads();
+    A total = 0;
+    for (int w = 0; w < warps; w++) total += warp_sums[threadIdx.y][w];
+    __syncthreads();  // the next call reuses warp_sums
+    return total;
+}
+
+// Multiplies the 8 values of the chunk at (row, col) by the dropout keep
+// mask / (1 - p): two Philox counters a chunk (see philox.h).
+template <typename A>
+__device__ __forceinline__ void apply_dropout(A (&v)[kChunk], int64_t row,
+                                              int64_t col, int64_t cols,
+                                              double p, uint64_t seed,
+                                              uint64_t offset) {
+    const uint32_t threshold = fo_dropout_threshold(p);
+    const A scale = A(1.0 / (1.0 - p));
+    const uint64_t counter =
+        offset + uint64_t(row) * fo_dropout_row_counters(cols) + uint64_t(col) / 4;
+    const fo_philox_block b0 = fo_philox(seed, counter);
+    const fo_philox_block b1 = fo_philox(seed, counter + 1);
+#pragma unroll
+    for (int i = 0; i < kChunk; i++) {
+        const uint32_t word = i < 4 ? b0.lane[i] : b1.lane[i - 4];
+        v[i] = word >= threshold ? v[i] * scale : A(0);
+    }
+}
+
+template <typename P, typename A>
+__device__ __forceinline__ void load_params(A (&out)[kChunk],
+                                            const P *__restrict__ p, int n,
+                                            A missing) {
+#pragma unroll
+    for (int i = 0; i < kChunk; i++)
+        out[i] = p && i < n ? A(to_acc(p[i])) : missing;
+}
+
+// T: x and y; R: residual, residual_out (T or float); P: weight, bias.
+template <typename T, typename R, typename P, bool VEC>
+__global__ void norm_forward_kernel(fo_norm_forward_args a) {
+    using A = acc_t<T>;
+    const T *x = static_cast<const T *>(a.x);
+    const R *residual = static_cast<const R *>(a.residual);
+    R *residual_out = static_cast<R *>(a.residual_out);
+    const P *weight = static_cast<const P *>(a.weight);
+    const P *bias = static_cast<const P *>(a.bias);
+    const int64_t cols = a.cols, chunks = chunks_per_row(cols);
+    const bool rms = a.kind == FO_NORM_RMS;
+    // the row loop is uniform across the block (row_sum holds barriers)
+    for (int64_t base = blockIdx.x * int64_t(blockDim.y); base < a.rows;
+         base += int64_t(gridDim.x) * blockDim.y) {
+        const int64_t r = base + threadIdx.y;
+        const bool active = r < a.rows;
+        A sum = 0, sum_squares = 0;
+        // h = dropout(x) + residual, rounded to R as stored, and its sums
+        for (int64_t c = threadIdx.x; active && c < chunks; c += blockDim.x) {
+            const int64_t col = c * kChunk;
+            const int n = int(cols - col < kChunk ? cols - col : kChunk);
+            A h[kChunk];
+            load_chunk<T, VEC>(h, x + r * a.x_row_stride + col, n);
+            if (residual) {
+                if (a.dropout_p > 0)
+                    apply_dropout(h, r, col, cols, a.dropout_p, a.seed, a.offset);
+                acc_t<R> res[kChunk];
+                load_chunk<R, VEC>(res, residual + r * a.residual_row_stride + col, n);
+                acc_t<R> stored[kChunk];
+#pragma unroll
+                for (int i = 0; i < kChunk; i++) {
+                    stored[i] = acc_t<R>(h[i]) + res[i];
+                    h[i] = A(to_acc(from_acc<R>(stored[i])));
+                }
+                store_chunk<R, VEC>(residual_out + r * cols + col, stored, n);
+            }
+#pragma unroll
+            for (int i = 0; i < kChunk; i++) {
+                const A v = i < n ? h[i] : A(0);
+                sum += v;
+                sum_squares += v * v;
+            }
+        }
+        const A mean = rms ? A(0) : row_sum(sum) / A(cols);
+        A variance = row_sum(sum_squares) / A(cols);
+        // the h of later passes: residual_out as just written (plain loads:
+        // this kernel wrote it), or x
+        auto load_h = [&](A(&h)[kChunk], int64_t col, int n) {
+            if (residual) {
+                acc_t<R> v[kChunk];
+                load_chunk<R, VEC, false>(v, residual_out + r * cols + col, n);
+#pragma unroll
+                for (int i = 0; i < kChunk; i++) h[i] = A(v[i]);
+            } else {
+                load_chunk<T, VEC>(h, x + r * a.x_row_stride + col, n);
+            }
+        };
+        if (!rms) {
+            // a second pass about the mean: no cancellation in E[h^2] - mean^2
+            A deviations = 0;
+            for (int64_t c = threadIdx.x; active && c < chunks; c += blockDim.x) {
+                const int64_t col = c * kChunk;
+                const int n = int(cols - col < kChunk ? cols - col : kChunk);
+                A h[kChunk];
+                load_h(h, col, n);
+#pragma unroll
+                for (int i = 0; i < kChunk; i++)
+                    if (i < n) deviations += (h[i] - mean) * (h[i] - mean);
+            }
+            variance = row_sum(deviations) / A(cols);
+        }
+        if (!active) continue;
+        const A rstd = A(1) / sqrt(variance + A(a.eps));
+        if (threadIdx.x == 0) {
+            if (a.mean) static_cast<A *>(a.mean)[r] = mean;
+            if (a.rstd) static_cast<A *>(a.rstd)[r] = rstd;
+        }
+        for (int64_t c = threadIdx.x; c < chunks; c += blockDim.x) {
+            const int64_t col = c * kChunk;
+            const int n = int(cols - col < kChunk ? cols - col : kChunk);
+            A h[kChunk], w[kChunk], b[kChunk];
+            load_h(h, col, n);
+            load_params(w, weight ? weight + col : nullptr, n, A(1));
+            load_params(b, bias ? bias + col : nullptr, n, A(0));
+#pragma unroll
+            for (int i = 0; i < kChunk; i++) h[i] = (h[i] - mean) * rstd * w[i] + b[i];
+            store_chunk<T, VEC>(static_cast<T *>(a.y) + r * cols + col, h, n);
+        }
+    }
+}
+
+// T: dy, dx; H: h, dresidual_out, dresidual (T or float); P: weight.
+template <typename T, typename H, typename P, bool VEC>
+__global__ void norm_backward_rows_kernel(fo_norm_backward_args a) {
+    using A = acc_t<T>;
+    const T *dy = static_cast<const T *>(a.dy);
+    const H *h = static_cast<const H *>(a.h);
+    const H *dresidual_out = static_cast<const H *>(a.dresidual_out);
+    const P *weight = static_cast<const P *>(a.weight);
+    const int64_t cols = a.cols, chunks = chunks_per_row(cols);
+    const bool rms = a.kind == FO_NORM_RMS;
+    for (int64_t base = blockIdx.x * int64_t(blockDim.y); base < a.rows;
+         base += int64_t(gridDim.x) * blockDim.y) {
+        const int64_t r = base + threadIdx.y;
+        const bool active = r < a.rows;
+        const A mean = !active || rms ? A(0) : static_cast<const A *>(a.mean)[r];
+        const A rstd = active ? static_cast<const A *>(a.rstd)[r] : A(0);
+        // w * dy and the normalized input xhat of one chunk
+        auto load = [&](A(&wdy)[kChunk], A(&xhat)[kChunk], int64_t col, int n) {
+            A w[kChunk];
+            acc_t<H> hv[kChunk];
+            load_chunk<T, VEC>(wdy, dy + r * a.dy_row_stride + col, n);
+            load_chunk<H, VEC>(hv, h + r * a.h_row_stride + col, n);
+            load_params(w, weight ? weight + col : nullptr, n, A(1));
+#pragma unroll
+            for (int i = 0; i < kChunk; i++) {
+                wdy[i] *= w[i];
+                xhat[i] = (A(hv[i]) - mean) * rstd;
+            }
+        };
+        A sum_wdy = 0, sum_wdy_xhat = 0;
+        for (int64_t c = threadIdx.x; active && c < chunks; c += blockDim.x) {
+            const int64_t col = c * kChunk;
+            const int n = int(cols - col < kChunk ? cols - col : kChunk);
+            A wdy[kChunk], xhat[kChunk];
+            load(wdy, xhat, col, n);
+#pragma unroll
+            for (int i = 0; i < kChunk; i++) {
+                sum_wdy += wdy[i];  // zero past n: load_chunk pads with 0
+                sum_wdy_xhat += wdy[i] * xhat[i];
+            }
+        }
+        const A mean_wdy = rms ? A(0) : row_sum(sum_wdy) / A(cols);
+        const A mean_wdy_xhat = row_sum(sum_wdy_xhat) / A(cols);
+        for (int64_t c = threadIdx.x; active && c < chunks; c += blockDim.x) {
+            const int64_t col = c * kChunk;
+            const int n = int(cols - col < kChunk ? cols - col : kChunk);
+            A dh[kChunk], xhat[kChunk];
+            load(dh, xhat, col, n);
+#pragma unroll
+            for (int i = 0; i < kChunk; i++)
+                dh[i] = rstd * (dh[i] - mean_wdy - xhat[i] * mean_wdy_xhat);
+            if (dresidual_out) {
+                acc_t<H> g[kChunk];
+                load_chunk<H, VEC>(g, dresidual_out + r * a.dresidual_out_row_stride + col, n);
+#pragma unroll
+                for (int i = 0; i < kChunk; i++) dh[i] += A(g[i]);
+            }
+            if (a.dresidual) {
+                acc_t<H> out[kChunk];
+#pragma unroll
+                for (int i = 0; i < kChunk; i++) out[i] = acc_t<H>(dh[i]);
+                store_chunk<H, VEC>(static_cast<H *>(a.dresidual) + r * cols + col, out, n);
+            }
+            if (a.dx) {
+                if (a.dropout_p > 0)
+                    apply_dropout(dh, r, col, cols, a.dropout_p, a.seed, a.offset);
+                store_chunk<T, VEC>(static_cast<T *>(a.dx) + r * cols + col, dh, n);
+            }
+        }
+    }
+}
+
+// Per-column sums of dy * xhat (weight) and dy (bias) over this block's
+// rows, to partials[0 or 1][blockIdx.y][col]; geometry as row_geometry.
+template <typename T, typename H, bool VEC>
+__global__ void norm_backward_columns_kernel(fo_norm_backward_args a,
+                                             acc_t<T> *__restrict__ partials) {
+    using A = acc_t<T>;
+    __shared__ A column_sums[2][kThreads * kChunk];
+    const T *dy = static_cast<const T *>(a.dy);
+    const H *h = static_cast<const H *>(a.h);
+    const A *mean = static_cast<const A *>(a.mean);
+    const A *rstd = static_cast<const A *>(a.rstd);
+    const int64_t cols = a.cols, chunks = chunks_per_row(cols);
+    const bool rms = a.kind == FO_NORM_RMS;
+    A *weight_partials = partials;
+    A *bias_partials = partials + int64_t(gridDim.y) * cols;
+    for (int64_t base = blockIdx.x * int64_t(blockDim.x); base < chunks;
+         base += int64_t(gridDim.x) * blockDim.x) {
+        const int64_t c = base + threadIdx.x;
+        const bool active = c < chunks;
+        const int64_t col = c * kChunk;
+        const int n = active ? int(cols - col < kChunk ? cols - col : kChunk) : 0;
+        A dw[kChunk] = {}, db[kChunk] = {};
+        for (int64_t r = blockIdx.y * int64_t(blockDim.y) + threadIdx.y;
+             active && r < a.rows; r += int64_t(gridDim.y) * blockDim.y) {
+            A g[kChunk];
+            acc_t<H> hv[kChunk];
+            load_chunk<T, VEC>(g, dy + r * a.dy_row_stride + col, n);
+            load_chunk<H, VEC>(hv, h + r * a.h_row_stride + col, n);
+            const A m = rms ? A(0) : mean[r], s = rstd[r];
+#pragma unroll
+            for (int i = 0; i < kChunk; i++) {
+                dw[i] += g[i] * (A(hv[i]) - m) * s;
+                db[i] += g[i];
+            }
+        }
+        // the TY threads of each column, summed in ty order
+        const int slot = threadIdx.y * blockDim.x + threadIdx.x;
+#pragma unroll
+        for (int i = 0; i < kChunk; i++) {
+            column_sums[0][slot * kChunk + i] = dw[i];
+            column_sums[1][slot * kChunk + i] = db[i];
+        }
+        __syncthreads();
+        if (threadIdx.y == 0 && active) {
+            for (unsigned t = 1; t < blockDim.y; t++)
+#pragma unroll
+                for (int i = 0; i < kChunk; i++) {
+                    const int other = (t * blockDim.x + threadIdx.x) * kChunk + i;
+                    dw[i] += column_sums[0][other];
+                    db[i] += column_sums[1][other];
+                }
+#pragma unroll
+            for (int i = 0; i < kChunk; i++)
+                if (i < n) {
+                    weight_partials[blockIdx.y * cols + col + i] = dw[i];
+                    bias_partials[blockIdx.y * cols + col + i] = db[i];
+                }
+        }
+        __syncthreads();
+    }
+}
+
+}  // namespace
+}  // namespace fo
+
+using namespace fo;
+
+extern "C" int64_t fo_cuda_norm_workspace_bytes(int64_t rows, int64_t cols,
+                                                int dtype) {
+    const int64_t acc_bytes = dtype == FO_DTYPE_F64 ? 8 : 4;
+    return 2 * int64_t(row_geometry(rows, cols).grid.y) * cols * acc_bytes;
+}
+
+extern "C" int fo_cuda_norm_forward(int device_index, uintptr_t stream,
+                                    const fo_norm_forward_args *a) {
+    return launch_on("fo_norm_forward", device_index, [&] {
+        dispatch_dtype(a->dtype, [&](auto tag) {
+            using T = decltype(tag);
+            const bool vec =
+                a->cols % kChunk == 0 && aligned16(a->x) && aligned16(a->y) &&
+                stride_aligned16<T>(a->x_row_stride, a->rows) &&
+                aligned16(a->residual) && aligned16(a->residual_out) &&
+                (a->residual_dtype == FO_DTYPE_F32
+                     ? stride_aligned16<float>(a->residual_row_stride, a->rows)
+                     : stride_aligned16<T>(a->residual_row_stride, a->rows));
+            const RowBlocks g = row_blocks(a->rows, a->cols);
+            dispatch_companion<T>(a->residual_dtype, [&](auto residual_tag) {
+                using R = decltype(residual_tag);
+                dispatch_companion<T>(a->param_dtype, [&](auto param_tag) {
+                    using P = decltype(param_tag);
+                    auto kernel = vec ? norm_forward_kernel<T, R, P, true>
+                                      : norm_forward_kernel<T, R, P, false>;
+                    kernel<<<g.grid, g.block, 0, cudaStream_t(stream)>>>(*a);
+                });
+            });
+        });
+    });
+}
+
+extern "C" int fo_cuda_norm_backward(int device_index, uintptr_t stream,
+                                     const fo_norm_backward_args *a) {
+    return launch_on("fo_norm_backward", device_index, [&] {
+        dispatch_dtype(a->dtype, [&](auto tag) {
+            using T = decltype(tag);
+            using A = acc_t<T>;
+            const bool h_is_float = a->h_dtype == FO_DTYPE_F32;
+            const bool vec =
+                a->cols % kChunk == 0 && aligned16(a->dy) && aligned16(a->h) &&
+                aligned16(a->dx) && aligned16(a->dresidual) &&
+                aligned16(a->dresidual_out) &&
+                stride_aligned16<T>(a->dy_row_stride, a->rows) &&
+                (h_is_float
+                     ? stride_aligned16<float>(a->h_row_stride, a->rows) &&
+                           stride_aligned16<float>(a->dresidual_out_row_stride, a->rows)
+                     : stride_aligned16<T>(a->h_row_stride, a->rows) &&
+                           stride_aligned16<T>(a->dresidual_out_row_stride, a->rows));
+            dispatch_companion<T>(a->h_dtype, [&](auto h_tag) {
+                using H = decltype(h_tag);
+                if (a->dx || a->dresidual) {
+                    const RowBlocks g = row_blocks(a->rows, a->cols);
+                    dispatch_companion<T>(a->param_dtype, [&](auto param_tag) {
+                        using P = decltype(param_tag);
+                        auto kernel = vec ? norm_backward_rows_kernel<T, H, P, true>
+                                          : norm_backward_rows_kernel<T, H, P, false>;
+                        kernel<<<g.grid, g.block, 0, cudaStream_t(stream)>>>(*a);
+                    });
+                }
+                if (!a->dweight && !a->dbias) return;
+                const RowGeometry g = row_geometry(a->rows, a->cols);
+                A *partials = static_cast<A *>(a->workspace);
+                auto kernel = vec ? norm_backward_columns_kernel<T, H, true>
+                                  : norm_backward_columns_kernel<T, H, false>;
+                kernel<<<g.grid, g.block, 0, cudaStream_t(stream)>>>(*a, partials);
+                dispatch_companion<T>(a->param_dtype, [&](auto param_tag) {
+                    using P = decltype(param_tag);
+                    const int64_t stride = int64_t(g.grid.y) * a->cols;
+                    if (a->dweight)
+                        finish_column_partials(static_cast<P *>(a->dweight), partials,
+                                               g.grid.y, a->cols, cudaStream_t(stream));
+                    if (a->dbias)
+                        finish_column_partials(static_cast<P *>(a->dbias), partials + stride,
+                                               g.grid.y, a->cols, cudaStream_t(stream));
+                });
+            });
+        });
+    });
+}

@@ -1,0 +1,366 @@
+/* norm.c: LayerNorm and RMSNorm with fused residual add and dropout, forward
+ * and backward: argument checks, CPU/CUDA dispatch and the CPU kernels.
+ * The CPU works in double over CPU_CHUNK-element pieces of a row. */
+#include <inttypes.h>
+#include <math.h>
+
+#include "cpu_convert.h"
+#include "internal.h"
+#include "philox.h"
+
+/* --- argument checks ---------------------------------------------------- */
+
+/* A dtype that must equal `dtype`, or be float32 beside a half `dtype`. */
+static int check_companion_dtype(const char *op, const char *name, int value,
+                                 int dtype) {
+    int status = fo_check_dtype(op, name, value);
+    if (status) return status;
+    int half = dtype == FO_DTYPE_F16 || dtype == FO_DTYPE_BF16;
+    if (value != dtype && !(half && value == FO_DTYPE_F32))
+        return fo_fail(FO_ERR_UNSUPPORTED_DTYPE,
+                       "%s: %s %s with dtype %s; it must be %s, or float32 "
+                       "when dtype is float16/bfloat16",
+                       op, name, fo_dtype_name(value), fo_dtype_name(dtype),
+                       fo_dtype_name(dtype));
+    return FO_OK;
+}
+
+static int check_norm_common(const char *op, int device_type, int device_index,
+                             int64_t rows, int64_t cols, int dtype,
+                             int param_dtype, int kind, double dropout_p) {
+    int status;
+    if ((status = fo_check_device(op, device_type, device_index)) ||
+        (status = fo_check_shape(op, rows, cols)) ||
+        (status = fo_check_dtype(op, "dtype", dtype)) ||
+        (status = check_companion_dtype(op, "param_dtype", param_dtype, dtype)))
+        return status;
+    if (kind != FO_NORM_LAYER && kind != FO_NORM_RMS)
+        return fo_fail(FO_ERR_INVALID_ARGUMENT,
+                       "%s: kind=%d is neither FO_NORM_LAYER (0) nor "
+                       "FO_NORM_RMS (1)",
+                       op, kind);
+    if (!(dropout_p >= 0.0 && dropout_p < 1.0))
+        return fo_fail(FO_ERR_INVALID_ARGUMENT,
+                       "%s: dropout_p=%g is outside [0, 1)", op, dropout_p);
+    return FO_OK;
+}
+
+static int check_stats(const char *op, const char *name, uintptr_t address,
+                       int64_t rows, int dtype) {
+    return fo_check_operand(op, name, address, 1, rows, 1,
+                            fo_stats_dtype(dtype), 1);
+}
+
+/* --- CPU kernels -------------------------------------------------------- */
+
+/* Multiplies v[0..n) (columns col0..) by the dropout keep mask / (1 - p). */
+static void cpu_dropout(double *v, int64_t n, int64_t row, int64_t col0,
+                        double p, uint64_t seed, uint64_t offset,
+                        int64_t cols) {
+    uint32_t threshold = fo_dropout_threshold(p);
+    double scale = 1.0 / (1.0 - p);
+    uint64_t base = offset + (uint64_t)row * fo_dropout_row_counters(cols);
+    fo_philox_block block = fo_philox(seed, base + (uint64_t)col0 / 4);
+    for (int64_t i = 0; i < n; i++) {
+        int64_t col = col0 + i;
+        if (col % 4 == 0 && i > 0)
+            block = fo_philox(seed, base + (uint64_t)col / 4);
+        v[i] = block.lane[col % 4] >= threshold ? v[i] * scale : 0.0;
+    }
+}
+
+static double stat_at(const void *stats, int64_t row, int dtype) {
+    double value;
+    fo_cpu_load(&value, stats, row, 1, fo_stats_dtype(dtype));
+    return value;
+}
+
+static void cpu_forward(const fo_norm_forward_args *a) {
+    double h[CPU_CHUNK], other[CPU_CHUNK];
+    const int64_t cols = a->cols;
+    const int rms = a->kind == FO_NORM_RMS;
+    /* where h lives after the first pass, and its dtype */
+    const void *h_src = a->residual ? a->residual_out : a->x;
+    const int h_dtype = a->residual ? a->residual_dtype : a->dtype;
+    const int stats = fo_stats_dtype(a->dtype);
+    for (int64_t r = 0; r < a->rows; r++) {
+        const int64_t h_offset = a->residual ? r * cols : r * a->x_row_stride;
+        double sum = 0.0, sum_squares = 0.0;
+        /* h = dropout(x) + residual, rounded to its dtype, and its sums */
+        for (int64_t c0 = 0; c0 < cols; c0 += CPU_CHUNK) {
+            int64_t n = cols - c0 < CPU_CHUNK ? cols - c0 : CPU_CHUNK;
+            if (a->residual) {
+                fo_cpu_load(h, a->x, r * a->x_row_stride + c0, n, a->dtype);
+                if (a->dropout_p > 0.0)
+                    cpu_dropout(h, n, r, c0, a->dropout_p, a->seed, a->offset,
+                                cols);
+                fo_cpu_load(other, a->residual, r * a->residual_row_stride + c0,
+                            n, a->residual_dtype);
+                for (int64_t i = 0; i < n; i++) h[i] += other[i];
+                fo_cpu_store(a->residual_out, r * cols + c0, h, n,
+                             a->residual_dtype);
+            }
+            fo_cpu_load(h, h_src, h_offset + c0, n, h_dtype);
+            for (int64_t i = 0; i < n; i++) {
+                sum += h[i];
+                sum_squares += h[i] * h[i];
+            }
+        }
+        double mean = rms ? 0.0 : sum / (double)cols;
+        double variance = sum_squares / (double)cols;
+        if (!rms) {
+            /* a second pass: sum of squares about the mean, no cancellation */
+            variance = 0.0;
+            for (int64_t c0 = 0; c0 < cols; c0 += CPU_CHUNK) {
+                int64_t n = cols - c0 < CPU_CHUNK ? cols - c0 : CPU_CHUNK;
+                fo_cpu_load(h, h_src, h_offset + c0, n, h_dtype);
+                for (int64_t i = 0; i < n; i++)
+                    variance += (h[i] - mean) * (h[i] - mean);
+            }
+            variance /= (double)cols;
+        }
+        double rstd = 1.0 / sqrt(variance + a->eps);
+        if (a->mean) fo_cpu_store(a->mean, r, &mean, 1, stats);
+        if (a->rstd) fo_cpu_store(a->rstd, r, &rstd, 1, stats);
+        for (int64_t c0 = 0; c0 < cols; c0 += CPU_CHUNK) {
+            int64_t n = cols - c0 < CPU_CHUNK ? cols - c0 : CPU_CHUNK;
+            fo_cpu_load(h, h_src, h_offset + c0, n, h_dtype);
+            for (int64_t i = 0; i < n; i++) h[i] = (h[i] - mean) * rstd;
+            if (a->weight) {
+                fo_cpu_load(other, a->weight, c0, n, a->param_dtype);
+                for (int64_t i = 0; i < n; i++) h[i] *= other[i];
+            }
+            if (a->bias) {
+                fo_cpu_load(other, a->bias, c0, n, a->param_dtype);
+                for (int64_t i = 0; i < n; i++) h[i] += other[i];
+            }
+            fo_cpu_store(a->y, r * cols + c0, h, n, a->dtype);
+        }
+    }
+}
+
+/* dy * weight for columns c0.. of row r, into wdy. */
+static void load_weighted_dy(double *wdy, double *weight,
+                             const fo_norm_backward_args *a, int64_t r,
+                             int64_t c0, int64_t n) {
+    fo_cpu_load(wdy, a->dy, r * a->dy_row_stride + c0, n, a->dtype);
+    if (!a->weight) return;
+    fo_cpu_load(weight, a->weight, c0, n, a->param_dtype);
+    for (int64_t i = 0; i < n; i++) wdy[i] *= weight[i];
+}
+
+static void cpu_backward(const fo_norm_backward_args *a) {
+    double wdy[CPU_CHUNK], xhat[CPU_CHUNK], other[CPU_CHUNK];
+    const int64_t cols = a->cols;
+    const int rms = a->kind == FO_NORM_RMS;
+    for (int64_t r = 0; r < a->rows && (a->dx || a->dresidual); r++) {
+        const double mean = rms ? 0.0 : stat_at(a->mean, r, a->dtype);
+        const double rstd = stat_at(a->rstd, r, a->dtype);
+        /* the two row sums of the gradient of a normalization */
+        double sum_wdy = 0.0, sum_wdy_xhat = 0.0;
+        for (int64_t c0 = 0; c0 < cols; c0 += CPU_CHUNK) {
+            int64_t n = cols - c0 < CPU_CHUNK ? cols - c0 : CPU_CHUNK;
+            load_weighted_dy(wdy, other, a, r, c0, n);
+            fo_cpu_load(xhat, a->h, r * a->h_row_stride + c0, n, a->h_dtype);
+            for (int64_t i = 0; i < n; i++) {
+                xhat[i] = (xhat[i] - mean) * rstd;
+                sum_wdy += wdy[i];
+                sum_wdy_xhat += wdy[i] * xhat[i];
+            }
+        }
+        const double mean_wdy = rms ? 0.0 : sum_wdy / (double)cols;
+        const double mean_wdy_xhat = sum_wdy_xhat / (double)cols;
+        for (int64_t c0 = 0; c0 < cols; c0 += CPU_CHUNK) {
+            int64_t n = cols - c0 < CPU_CHUNK ? cols - c0 : CPU_CHUNK;
+            load_weighted_dy(wdy, other, a, r, c0, n);
+            fo_cpu_load(xhat, a->h, r * a->h_row_stride + c0, n, a->h_dtype);
+            for (int64_t i = 0; i < n; i++) {
+                xhat[i] = (xhat[i] - mean) * rstd;
+                wdy[i] = rstd * (wdy[i] - mean_wdy - xhat[i] * mean_wdy_xhat);
+            }
+            if (a->dresidual_out) {
+                fo_cpu_load(other, a->dresidual_out,
+                            r * a->dresidual_out_row_stride + c0, n, a->h_dtype);
+                for (int64_t i = 0; i < n; i++) wdy[i] += other[i];
+            }
+            if (a->dresidual)
+                fo_cpu_store(a->dresidual, r * cols + c0, wdy, n, a->h_dtype);
+            if (a->dx) {
+                if (a->dropout_p > 0.0)
+                    cpu_dropout(wdy, n, r, c0, a->dropout_p, a->seed, a->offset,
+                                cols);
+                fo_cpu_store(a->dx, r * cols + c0, wdy, n, a->dtype);
+            }
+        }
+    }
+    if (!a->dweight && !a->dbias) return;
+    /* columns outer, rows inner: each column's sums run in row order */
+    double dweight[CPU_CHUNK], dbias[CPU_CHUNK];
+    for (int64_t c0 = 0; c0 < cols; c0 += CPU_CHUNK) {
+        int64_t n = cols - c0 < CPU_CHUNK ? cols - c0 : CPU_CHUNK;
+        for (int64_t i = 0; i < n; i++) dweight[i] = dbias[i] = 0.0;
+        for (int64_t r = 0; r < a->rows; r++) {
+            const double mean = rms ? 0.0 : stat_at(a->mean, r, a->dtype);
+            const double rstd = stat_at(a->rstd, r, a->dtype);
+            fo_cpu_load(wdy, a->dy, r * a->dy_row_stride + c0, n, a->dtype);
+            fo_cpu_load(xhat, a->h, r * a->h_row_stride + c0, n, a->h_dtype);
+            for (int64_t i = 0; i < n; i++) {
+                dweight[i] += wdy[i] * (xhat[i] - mean) * rstd;
+                dbias[i] += wdy[i];
+            }
+        }
+        if (a->dweight)
+            fo_cpu_store(a->dweight, c0, dweight, n, a->param_dtype);
+        if (a->dbias) fo_cpu_store(a->dbias, c0, dbias, n, a->param_dtype);
+    }
+}
+
+/* --- entry points ------------------------------------------------------- */
+
+int fo_norm_forward(int device_type, int device_index, uintptr_t stream,
+                    uintptr_t y, uintptr_t residual_out, uintptr_t mean,
+                    uintptr_t rstd, uintptr_t x, int64_t x_row_stride,
+                    uintptr_t residual, int64_t residual_row_stride,
+                    int residual_dtype, uintptr_t weight, uintptr_t bias,
+                    int param_dtype, int64_t rows, int64_t cols, int dtype,
+                    int kind, double eps, double dropout_p, uint64_t seed,
+                    uint64_t offset) {
+    static const char op[] = "fo_norm_forward";
+    int status;
+    if ((status = check_norm_common(op, device_type, device_index, rows, cols,
+                                    dtype, param_dtype, kind, dropout_p)))
+        return status;
+    if (!(isfinite(eps) && eps > 0.0))
+        return fo_fail(FO_ERR_INVALID_ARGUMENT,
+                       "%s: eps=%g must be finite and > 0", op, eps);
+    if (kind == FO_NORM_RMS && bias)
+        return fo_fail(FO_ERR_INVALID_ARGUMENT,
+                       "%s: RMSNorm takes no bias (bias=0x%" PRIxPTR ")", op,
+                       bias);
+    if (residual) {
+        if ((status = check_companion_dtype(op, "residual_dtype",
+                                            residual_dtype, dtype)))
+            return status;
+        if (!residual_out && rows > 0 && cols > 0)
+            return fo_fail(FO_ERR_INVALID_ARGUMENT,
+                           "%s: residual is given but residual_out is a null "
+                           "address",
+                           op);
+    } else {
+        residual_dtype = dtype;
+        if (residual_out)
+            return fo_fail(FO_ERR_INVALID_ARGUMENT,
+                           "%s: residual_out is given without a residual", op);
+        if (dropout_p > 0.0)
+            return fo_fail(FO_ERR_INVALID_ARGUMENT,
+                           "%s: dropout_p=%g needs a residual (the dropped-out "
+                           "sum is what backward reads)",
+                           op, dropout_p);
+    }
+    if ((status = fo_check_operand(op, "y", y, cols, rows, cols, dtype, 0)) ||
+        (status = fo_check_operand(op, "residual_out", residual_out, cols,
+                                   rows, cols, residual_dtype, 1)) ||
+        (status = check_stats(op, "mean", mean, rows, dtype)) ||
+        (status = check_stats(op, "rstd", rstd, rows, dtype)) ||
+        (status = fo_check_operand(op, "x", x, x_row_stride, rows, cols, dtype,
+                                   0)) ||
+        (status = fo_check_operand(op, "residual", residual,
+                                   residual_row_stride, rows, cols,
+                                   residual_dtype, 1)) ||
+        (status = fo_check_operand(op, "weight", weight, cols, 1, cols,
+                                   param_dtype, 1)) ||
+        (status = fo_check_operand(op, "bias", bias, cols, 1, cols,
+                                   param_dtype, 1)))
+        return status;
+    fo_norm_forward_args a = {
+        (void *)y, (void *)residual_out, (void *)mean, (void *)rstd,
+        (const void *)x, x_row_stride, (const void *)residual,
+        residual_row_stride, residual_dtype, (const void *)weight,
+        (const void *)bias, param_dtype, rows, cols, dtype, kind, eps,
+        dropout_p, seed, offset};
+    if (rows == 0 || cols == 0)
+        return FO_OK;
+    if (device_type == FO_DEVICE_CUDA)
+        return fo_cuda_norm_forward(device_index, stream, &a);
+    cpu_forward(&a);
+    return FO_OK;
+}
+
+int fo_norm_backward_workspace_bytes(int device_type, int64_t rows,
+                                     int64_t cols, int dtype, int64_t *bytes) {
+    static const char op[] = "fo_norm_backward_workspace_bytes";
+    int status;
+    if (!bytes)
+        return fo_fail(FO_ERR_INVALID_ARGUMENT, "%s: bytes is a null pointer",
+                       op);
+    if ((status = fo_check_device(op, device_type, 0)) ||
+        (status = fo_check_shape(op, rows, cols)) ||
+        (status = fo_check_dtype(op, "dtype", dtype)))
+        return status;
+    *bytes = device_type == FO_DEVICE_CUDA
+                 ? fo_cuda_norm_workspace_bytes(rows, cols, dtype)
+                 : 0;
+    return FO_OK;
+}
+
+int fo_norm_backward(int device_type, int device_index, uintptr_t stream,
+                     uintptr_t dx, uintptr_t dresidual, uintptr_t dweight,
+                     uintptr_t dbias, uintptr_t workspace,
+                     int64_t workspace_bytes, uintptr_t dy,
+                     int64_t dy_row_stride, uintptr_t dresidual_out,
+                     int64_t dresidual_out_row_stride, uintptr_t h,
+                     int64_t h_row_stride, int h_dtype, uintptr_t mean,
+                     uintptr_t rstd, uintptr_t weight, int param_dtype,
+                     int64_t rows, int64_t cols, int dtype, int kind,
+                     double dropout_p, uint64_t seed, uint64_t offset) {
+    static const char op[] = "fo_norm_backward";
+    int status;
+    if ((status = check_norm_common(op, device_type, device_index, rows, cols,
+                                    dtype, param_dtype, kind, dropout_p)) ||
+        (status = check_companion_dtype(op, "h_dtype", h_dtype, dtype)))
+        return status;
+    if (kind == FO_NORM_RMS && dbias)
+        return fo_fail(FO_ERR_INVALID_ARGUMENT,
+                       "%s: RMSNorm has no bias gradient (dbias=0x%" PRIxPTR ")",
+                       op, dbias);
+    if ((status = fo_check_operand(op, "dx", dx, cols, rows, cols, dtype, 1)) ||
+        (status = fo_check_operand(op, "dresidual", dresidual, cols, rows, cols,
+                                   h_dtype, 1)) ||
+        (status = fo_check_operand(op, "dweight", dweight, cols, 1, cols,
+                                   param_dtype, 1)) ||
+        (status = fo_check_operand(op, "dbias", dbias, cols, 1, cols,
+                                   param_dtype, 1)) ||
+        (status = fo_check_operand(op, "dy", dy, dy_row_stride, rows, cols,
+                                   dtype, 0)) ||
+        (status = fo_check_operand(op, "dresidual_out", dresidual_out,
+                                   dresidual_out_row_stride, rows, cols,
+                                   h_dtype, 1)) ||
+        (status = fo_check_operand(op, "h", h, h_row_stride, rows, cols,
+                                   h_dtype, 0)) ||
+        (status = fo_check_operand(op, "mean", mean, 1, rows, 1,
+                                   fo_stats_dtype(dtype),
+                                   kind == FO_NORM_RMS)) ||
+        (status = fo_check_operand(op, "rstd", rstd, 1, rows, 1,
+                                   fo_stats_dtype(dtype), 0)) ||
+        (status = fo_check_operand(op, "weight", weight, cols, 1, cols,
+                                   param_dtype, 1)))
+        return status;
+    if ((dweight || dbias) && device_type == FO_DEVICE_CUDA &&
+        (status = fo_check_workspace(
+             op, workspace, workspace_bytes,
+             fo_cuda_norm_workspace_bytes(rows, cols, dtype))))
+        return status;
+    fo_norm_backward_args a = {
+        (void *)dx, (void *)dresidual, (void *)dweight, (void *)dbias,
+        (void *)workspace, (const void *)dy, dy_row_stride,
+        (const void *)dresidual_out, dresidual_out_row_stride,
+        (const void *)h, h_row_stride, h_dtype, (const void *)mean,
+        (const void *)rstd, (const void *)weight, param_dtype, rows, cols,
+        dtype, kind, dropout_p, seed, offset};
+    if (cols == 0 || (!dx && !dresidual && !dweight && !dbias))
+        return FO_OK;
+    if (device_type == FO_DEVICE_CUDA)
+        return fo_cuda_norm_backward(device_index, stream, &a);
+    cpu_backward(&a);
+    return FO_OK;
+}
