@@ -57,6 +57,9 @@ static void cpu_forward(const fo_bias_scale_relu_forward_args *a) {
             fo_cpu_store(a->y, r * a->cols + c0, y, n, a->dtype);
             if (!a->mask)
                 continue;
+            /* the mask says where the y as stored is > 0: a tiny positive
+             * value rounded to 0 in its dtype passes no gradient */
+            fo_cpu_load(y, a->y, r * a->cols + c0, n, a->dtype);
             /* c0 is a multiple of 8, so every mask byte lies in one chunk */
             unsigned char *mask = a->mask + r * mask_row_bytes + c0 / 8;
             for (int64_t i = 0; i < n; i += 8) {
@@ -153,10 +156,11 @@ int fo_bias_scale_relu_backward(int device_type, int device_index,
                                    dtype, 0)) ||
         (status = fo_check_mask(op, mask, rows, cols)))
         return status;
-    if (dbias && device_type == FO_DEVICE_CUDA &&
-        (status = fo_check_workspace(
+    if ((status = fo_check_workspace(
              op, workspace, workspace_bytes,
-             fo_cuda_bias_scale_relu_workspace_bytes(rows, cols, dtype))))
+             dbias && device_type == FO_DEVICE_CUDA
+                 ? fo_cuda_bias_scale_relu_workspace_bytes(rows, cols, dtype)
+                 : 0)))
         return status;
     fo_bias_scale_relu_backward_args a = {
         (void *)dx,  (void *)dbias, (void *)workspace, (const void *)dy,

@@ -98,6 +98,9 @@ int fo_check_operand(const char *op, const char *name, uintptr_t address,
 
 int fo_check_workspace(const char *op, uintptr_t workspace, int64_t given,
                        int64_t needed) {
+    if (given < 0)
+        return fo_fail(FO_ERR_INVALID_ARGUMENT,
+                       "%s: workspace_bytes=%" PRId64 " is negative", op, given);
     if (given < needed)
         return fo_fail(FO_ERR_WORKSPACE_TOO_SMALL,
                        "%s: workspace_bytes=%" PRId64 " but %" PRId64

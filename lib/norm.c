@@ -345,10 +345,11 @@ int fo_norm_backward(int device_type, int device_index, uintptr_t stream,
         (status = fo_check_operand(op, "weight", weight, cols, 1, cols,
                                    param_dtype, 1)))
         return status;
-    if ((dweight || dbias) && device_type == FO_DEVICE_CUDA &&
-        (status = fo_check_workspace(
+    if ((status = fo_check_workspace(
              op, workspace, workspace_bytes,
-             fo_cuda_norm_workspace_bytes(rows, cols, dtype))))
+             (dweight || dbias) && device_type == FO_DEVICE_CUDA
+                 ? fo_cuda_norm_workspace_bytes(rows, cols, dtype)
+                 : 0)))
         return status;
     fo_norm_backward_args a = {
         (void *)dx, (void *)dresidual, (void *)dweight, (void *)dbias,

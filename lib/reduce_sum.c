@@ -1,8 +1,17 @@
 /* reduce_sum.c: the sum of all elements: argument checks, CPU/CUDA dispatch
  * and the CPU implementation. The CPU sums in double in element order, at
  * least as precise as the fp32 accumulation the GPU uses for float types. */
+#include <inttypes.h>
+
 #include "cpu_convert.h"
 #include "internal.h"
+
+static int check_numel(const char *op, int64_t numel) {
+    if (numel < 0)
+        return fo_fail(FO_ERR_INVALID_ARGUMENT,
+                       "%s: numel=%" PRId64 " must be >= 0", op, numel);
+    return FO_OK;
+}
 
 static void cpu_reduce_sum(const fo_reduce_sum_args *a) {
     double x[CPU_CHUNK], total = 0.0;
@@ -22,7 +31,7 @@ int fo_reduce_sum_workspace_bytes(int device_type, int64_t numel, int dtype,
         return fo_fail(FO_ERR_INVALID_ARGUMENT, "%s: bytes is a null pointer",
                        op);
     if ((status = fo_check_device(op, device_type, 0)) ||
-        (status = fo_check_shape(op, 1, numel)) ||
+        (status = check_numel(op, numel)) ||
         (status = fo_check_dtype(op, "dtype", dtype)))
         return status;
     *bytes = device_type == FO_DEVICE_CUDA
@@ -37,14 +46,16 @@ int fo_reduce_sum(int device_type, int device_index, uintptr_t stream,
     static const char op[] = "fo_reduce_sum";
     int status;
     if ((status = fo_check_device(op, device_type, device_index)) ||
-        (status = fo_check_shape(op, 1, numel)) ||
+        (status = check_numel(op, numel)) ||
         (status = fo_check_dtype(op, "dtype", dtype)) ||
         (status = fo_check_operand(op, "out", out, 1, 1, 1, dtype, 0)) ||
         (status = fo_check_operand(op, "x", x, numel, 1, numel, dtype, 0)))
         return status;
-    if (device_type == FO_DEVICE_CUDA &&
-        (status = fo_check_workspace(op, workspace, workspace_bytes,
-                                     fo_cuda_reduce_sum_workspace_bytes(numel, dtype))))
+    if ((status = fo_check_workspace(
+             op, workspace, workspace_bytes,
+             device_type == FO_DEVICE_CUDA
+                 ? fo_cuda_reduce_sum_workspace_bytes(numel, dtype)
+                 : 0)))
         return status;
     fo_reduce_sum_args a = {(void *)out, (void *)workspace, (const void *)x,
                             numel, dtype};

@@ -162,3 +162,14 @@ def test_no_grad_path_gives_the_same_values(device):
         without = fo.fused_bias_scale_relu(x, bias, 1.25)
     assert with_grad.requires_grad and not without.requires_grad
     assert torch.equal(with_grad.detach(), without)
+
+
+def test_values_that_round_to_zero_pass_no_gradient(device):
+    # 2^-24 * 0.5 is positive in fp32 but rounds to 0 in fp16 (and the
+    # smallest fp32 halved rounds to 0 in fp32): y is 0, so is the gradient
+    for dtype, tiny in ((torch.float16, 2.0**-24), (torch.float32, 1.4e-45)):
+        x = torch.full((2, 8), tiny, dtype=dtype, device=device, requires_grad=True)
+        y = fo.fused_bias_scale_relu(x, torch.zeros(8, dtype=dtype, device=device), 0.5)
+        assert (y == 0).all()
+        y.backward(torch.ones_like(y))
+        assert (x.grad == 0).all()

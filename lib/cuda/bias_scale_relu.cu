@@ -33,7 +33,9 @@ __global__ void bias_scale_relu_forward_kernel(
 #pragma unroll
             for (int i = 0; i < kChunk; i++) {
                 A t = v[i] * A(scale) + b[i];
-                v[i] = t < A(0) ? A(0) : t;  // NaN passes through, as in torch
+                // NaN passes through, as in torch; the mask bit says where
+                // y as stored is > 0 (a tiny value may round to 0)
+                v[i] = A(to_acc(from_acc<T>(t < A(0) ? A(0) : t)));
                 bits |= unsigned(v[i] > A(0)) << i;
             }
             store_chunk<T, VEC>(y + r * cols + col, v, n);

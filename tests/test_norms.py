@@ -1,0 +1,380 @@
+"""LayerNorm, RMSNorm and their fused residual-add/dropout variants against
+torch in float64; modules against torch's modules."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import fused_ops_py as fo
+from conftest import TOLERANCES, assert_close, random, requires_gpu
+
+# (x shape, normalized_shape): empty, one row, N=1, odd and prime N, N above
+# 65536, 3-d input, a multi-dimensional normalized_shape, vector-path sizes
+CASES = [
+    ((0, 8), (8,)),
+    ((1, 1), (1,)),
+    ((5, 1), (1,)),
+    ((1, 7), (7,)),
+    ((3, 13), (13,)),
+    ((17, 257), (257,)),
+    ((2, 70001), (70001,)),
+    ((2, 3, 40), (40,)),
+    ((4, 6, 10), (6, 10)),
+    ((64, 1024), (1024,)),
+]
+IDS = [f"{shape}-{ns}" for shape, ns in CASES]
+
+
+def rms_norm_reference(x, normalized_shape, weight, eps):
+    dims = tuple(range(-len(normalized_shape), 0))
+    y = x * torch.rsqrt(x.pow(2).mean(dims, keepdim=True) + eps)
+    return y * weight if weight is not None else y
+
+
+def leaf(shape, dtype, device, seed, grad=True):
+    return random(shape, dtype, device, seed=seed).requires_grad_(grad)
+
+
+def as64(t):
+    return None if t is None else t.detach().double().requires_grad_()
+
+
+def reduced_tolerance(dtype, rows):
+    """Sums over rows (weight and bias gradients) grow like sqrt(rows)."""
+    tolerance = TOLERANCES[dtype]
+    return dict(atol=tolerance["atol"] * 4 * max(1, rows) ** 0.5, rtol=tolerance["rtol"] * 4)
+
+
+def check_grads(pairs, dtype, rows):
+    for actual, expected, reduced in pairs:
+        if reduced:
+            torch.testing.assert_close(actual.cpu().double(), expected.cpu(), **reduced_tolerance(dtype, rows))
+        else:
+            assert_close(actual, expected, dtype)
+
+
+@pytest.mark.parametrize("affine", ["weight+bias", "weight", "none"])
+@pytest.mark.parametrize("shape, normalized_shape", CASES, ids=IDS)
+def test_layer_norm(shape, normalized_shape, affine, dtype, device):
+    x = leaf(shape, dtype, device, 1)
+    weight = leaf(normalized_shape, dtype, device, 2) if affine != "none" else None
+    bias = leaf(normalized_shape, dtype, device, 3) if affine == "weight+bias" else None
+    y = fo.fused_layer_norm(x, weight, bias, eps=1e-5, normalized_shape=normalized_shape)
+    x64, w64, b64 = as64(x), as64(weight), as64(bias)
+    expected = F.layer_norm(x64, normalized_shape, w64, b64, 1e-5)
+    assert y.shape == x.shape and y.dtype == dtype
+    assert_close(y, expected, dtype)
+    dy = random(shape, dtype, device, seed=4)
+    y.backward(dy)
+    expected.backward(dy.double())
+    rows = max(1, x.numel() // max(1, weight.numel() if weight is not None else shape[-1]))
+    pairs = [(x.grad, x64.grad, False)]
+    if weight is not None:
+        pairs.append((weight.grad, w64.grad, True))
+    if bias is not None:
+        pairs.append((bias.grad, b64.grad, True))
+    check_grads(pairs, dtype, rows * 8)
+
+
+@pytest.mark.parametrize("eps", [None, 1e-6])
+@pytest.mark.parametrize("shape, normalized_shape", CASES, ids=IDS)
+def test_rms_norm(shape, normalized_shape, eps, dtype, device):
+    x = leaf(shape, dtype, device, 5)
+    weight = leaf(normalized_shape, dtype, device, 6)
+    y = fo.fused_rms_norm(x, weight, eps=eps, normalized_shape=normalized_shape)
+    x64, w64 = as64(x), as64(weight)
+    expected = rms_norm_reference(x64, normalized_shape, w64, eps if eps is not None else torch.finfo(dtype).eps)
+    assert_close(y, expected, dtype)
+    dy = random(shape, dtype, device, seed=7)
+    y.backward(dy)
+    expected.backward(dy.double())
+    check_grads([(x.grad, x64.grad, False), (weight.grad, w64.grad, True)], dtype, x.numel() + 1)
+
+
+@pytest.mark.parametrize("kind", ["layer", "rms"])
+@pytest.mark.parametrize("residual_dtype", ["same", "float32"])
+@pytest.mark.parametrize("shape", [(1, 1), (7, 13), (3, 5, 64), (2, 70001), (0, 16)], ids=str)
+def test_add_norm_without_dropout(shape, kind, residual_dtype, dtype, device):
+    if residual_dtype == "float32" and dtype not in (torch.float16, torch.bfloat16):
+        pytest.skip("an fp32 residual stream is for half-precision x")
+    r_dtype = torch.float32 if residual_dtype == "float32" else dtype
+    x = leaf(shape, dtype, device, 8)
+    residual = leaf(shape, r_dtype, device, 9)
+    weight = leaf(shape[-1:], dtype, device, 10)
+    bias = leaf(shape[-1:], dtype, device, 11) if kind == "layer" else None
+    if kind == "layer":
+        y, residual_out = fo.fused_add_layer_norm(x, residual, weight, bias)
+    else:
+        y, residual_out = fo.fused_add_rms_norm(x, residual, weight)
+    x64, r64, w64, b64 = as64(x), as64(residual), as64(weight), as64(bias)
+    h64 = x64 + r64
+    if kind == "layer":
+        expected = F.layer_norm(h64, shape[-1:], w64, b64, 1e-5)
+    else:
+        expected = rms_norm_reference(h64, shape[-1:], w64, torch.finfo(dtype).eps)
+    assert y.dtype == dtype and residual_out.dtype == r_dtype
+    assert_close(residual_out, h64, r_dtype)
+    assert_close(y, expected, dtype)
+    # both outputs carry gradient, as in a pre-norm block
+    dy = random(shape, dtype, device, seed=12)
+    dresidual = random(shape, r_dtype, device, seed=13)
+    torch.autograd.backward([y, residual_out], [dy, dresidual])
+    torch.autograd.backward([expected, h64], [dy.double(), dresidual.double()])
+    rows = max(1, x.numel() // shape[-1]) if shape[-1] else 1
+    pairs = [(x.grad, x64.grad, False), (residual.grad, r64.grad, False), (weight.grad, w64.grad, True)]
+    if bias is not None:
+        pairs.append((bias.grad, b64.grad, True))
+    check_grads(pairs, dtype, rows)
+    assert residual.grad.dtype == r_dtype and x.grad.dtype == dtype
+
+
+def test_mixed_fp32_params_with_half_x(device):
+    for dtype in (torch.float16, torch.bfloat16):
+        x = leaf((9, 48), dtype, device, 14)
+        weight = leaf((48,), torch.float32, device, 15)
+        bias = leaf((48,), torch.float32, device, 16)
+        y = fo.fused_layer_norm(x, weight, bias)
+        x64, w64, b64 = as64(x), as64(weight), as64(bias)
+        expected = F.layer_norm(x64, (48,), w64, b64)
+        assert y.dtype == dtype
+        assert_close(y, expected, dtype)
+        y.sum().backward()
+        expected.sum().backward()
+        assert weight.grad.dtype == torch.float32
+        assert_close(x.grad, x64.grad, dtype)
+        torch.testing.assert_close(weight.grad.double().cpu(), w64.grad.cpu(), atol=1e-2, rtol=1e-2)
+        torch.testing.assert_close(bias.grad.double().cpu(), b64.grad.cpu(), atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("offset", [0, 3], ids=["aligned", "misaligned"])
+def test_strided_rows_and_odd_gradients(offset, dtype, device):
+    wide = random((12, 80), dtype, device, seed=17)
+    x = wide[:, offset:offset + 64].requires_grad_()
+    residual_wide = random((12, 96), dtype, device, seed=18)
+    residual = residual_wide[:, offset:offset + 64].requires_grad_()
+    weight = leaf((64,), dtype, device, 19)
+    bias = leaf((64,), dtype, device, 20)
+    y, h = fo.fused_add_layer_norm(x, residual, weight, bias)
+    x64, r64, w64, b64 = as64(x), as64(residual), as64(weight), as64(bias)
+    expected = F.layer_norm(x64 + r64, (64,), w64, b64)
+    assert_close(y, expected, dtype)
+    # a transposed gradient for y, none for h
+    dy = random((64, 12), dtype, device, seed=21).t()
+    y.backward(dy)
+    expected.backward(dy.double())
+    check_grads([(x.grad, x64.grad, False), (residual.grad, r64.grad, False),
+                 (weight.grad, w64.grad, True), (bias.grad, b64.grad, True)], dtype, 12)
+    # sum().backward(): a stride-0 gradient
+    z = as64(x)
+    fo.fused_rms_norm(x.detach().requires_grad_(), weight).sum().backward()
+    rms_norm_reference(z, (64,), w64.detach(), torch.finfo(dtype).eps).sum().backward()
+
+
+def test_expanded_gradient(dtype, device):
+    x = leaf((6, 24), dtype, device, 22)
+    weight = leaf((24,), dtype, device, 23)
+    fo.fused_rms_norm(x, weight).sum().backward()
+    x64, w64 = as64(x), as64(weight)
+    rms_norm_reference(x64, (24,), w64, torch.finfo(dtype).eps).sum().backward()
+    check_grads([(x.grad, x64.grad, False), (weight.grad, w64.grad, True)], dtype, 6)
+
+
+def test_more_rows_than_a_grid_holds(device):
+    # 70000 rows of 4: more rows than one launch's blocks (a grid-stride loop)
+    x = leaf((70000, 4), torch.float32, device, 24)
+    weight = leaf((4,), torch.float32, device, 25)
+    y = fo.fused_layer_norm(x, weight)
+    expected = F.layer_norm(as64(x), (4,), weight.detach().double())
+    assert_close(y, expected, torch.float32)
+
+
+# dropout ------------------------------------------------------------------
+
+
+def dropout_block(device, p, shape=(64, 1000), seed=None):
+    x = torch.ones(shape, device=device, requires_grad=True)
+    residual = torch.zeros(shape, device=device, requires_grad=True)
+    if seed is not None:
+        torch.manual_seed(seed)
+    y, h = fo.fused_add_layer_norm(x, residual, dropout_p=p)
+    return x, residual, y, h
+
+
+@pytest.mark.parametrize("p", [0.1, 0.5, 0.9])
+def test_dropout_keeps_the_right_fraction_scaled(p, device):
+    _, _, _, h = dropout_block(device, p, shape=(256, 1000))
+    kept = h != 0
+    fraction = kept.double().mean().item()
+    n = h.numel()
+    assert abs(fraction - (1 - p)) < 5 * (p * (1 - p) / n) ** 0.5
+    torch.testing.assert_close(h[kept], torch.full_like(h[kept], 1 / (1 - p)))
+
+
+def test_dropout_is_reproducible_and_fresh(device):
+    first = dropout_block(device, 0.5, seed=123)[3]
+    again = dropout_block(device, 0.5, seed=123)[3]
+    following = dropout_block(device, 0.5)[3]
+    assert torch.equal(first, again)
+    assert not torch.equal(first, following)
+
+
+@pytest.mark.parametrize("kind", ["layer", "rms"])
+def test_dropout_gradient_flows_through_kept_elements_only(kind, device):
+    p = 0.4
+    x = leaf((32, 200), torch.float32, device, 26)
+    residual = leaf((32, 200), torch.float32, device, 27)
+    weight = leaf((200,), torch.float32, device, 28)
+    if kind == "layer":
+        y, h = fo.fused_add_layer_norm(x, residual, weight, dropout_p=p)
+    else:
+        y, h = fo.fused_add_rms_norm(x, residual, weight, dropout_p=p)
+    kept = (h - residual).detach() != 0  # x is never exactly -0: kept <=> nonzero
+    torch.testing.assert_close((h - residual)[kept], x[kept] / (1 - p))
+    (y * random((32, 200), torch.float32, device, seed=29)).sum().backward()
+    # dh reaches residual whole, and x through the same mask, scaled
+    expected_dx = torch.where(kept, residual.grad / (1 - p), torch.zeros_like(x))
+    torch.testing.assert_close(x.grad, expected_dx)
+    assert (x.grad[~kept] == 0).all()
+
+
+def test_dropout_zero_costs_nothing_and_changes_nothing(device):
+    x = leaf((8, 32), torch.float32, device, 30)
+    residual = leaf((8, 32), torch.float32, device, 31)
+    state = torch.cuda.get_rng_state(device) if device.type == "cuda" else torch.get_rng_state()
+    y, h = fo.fused_add_rms_norm(x, residual, dropout_p=0.0)
+    after = torch.cuda.get_rng_state(device) if device.type == "cuda" else torch.get_rng_state()
+    assert torch.equal(state, after)  # no random numbers drawn
+    torch.testing.assert_close(h, x + residual)
+
+
+# determinism, gradcheck ----------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["layer", "rms"])
+def test_parameter_gradients_are_bitwise_deterministic(kind, device):
+    x = random((1537, 192), torch.bfloat16, device, seed=32)
+    weight = leaf((192,), torch.float32, device, 33)
+    bias = leaf((192,), torch.float32, device, 34) if kind == "layer" else None
+    dy = random((1537, 192), torch.bfloat16, device, seed=35)
+    grads = []
+    for _ in range(3):
+        weight.grad = None
+        if bias is not None:
+            bias.grad = None
+        y = fo.fused_layer_norm(x, weight, bias) if kind == "layer" else fo.fused_rms_norm(x, weight)
+        y.backward(dy)
+        grads.append([weight.grad.clone()] + ([bias.grad.clone()] if bias is not None else []))
+    for later in grads[1:]:
+        assert all(torch.equal(a, b) for a, b in zip(grads[0], later))
+
+
+def test_gradcheck_every_input_of_every_function(device):
+    def leaves(*shapes):
+        return [leaf(s, torch.float64, device, 40 + i) for i, s in enumerate(shapes)]
+
+    x, residual, weight, bias = leaves((3, 2, 5), (3, 2, 5), (5,), (5,))
+    multi_weight, multi_bias = leaves((2, 5), (2, 5))
+    gradcheck = torch.autograd.gradcheck
+    assert gradcheck(lambda a, w, b: fo.fused_layer_norm(a, w, b), (x, weight, bias))
+    assert gradcheck(lambda a, w, b: fo.fused_layer_norm(a, w, b), (x, multi_weight, multi_bias))
+    assert gradcheck(lambda a: fo.fused_layer_norm(a, normalized_shape=(2, 5)), (x,))
+    assert gradcheck(lambda a, w: fo.fused_rms_norm(a, w, eps=1e-6), (x, weight))
+    assert gradcheck(lambda a, w: fo.fused_rms_norm(a, w), (x, multi_weight))
+    assert gradcheck(lambda a, r, w, b: fo.fused_add_layer_norm(a, r, w, b), (x, residual, weight, bias))
+    assert gradcheck(lambda a, r, w: fo.fused_add_rms_norm(a, r, w), (x, residual, weight))
+
+    def with_dropout(function):
+        def run(*args):
+            torch.manual_seed(7)  # the same mask on every evaluation
+            return function(*args, dropout_p=0.3)
+        return run
+
+    assert gradcheck(with_dropout(lambda a, r, w, b, **k: fo.fused_add_layer_norm(a, r, w, b, **k)),
+                     (x, residual, weight, bias))
+    assert gradcheck(with_dropout(lambda a, r, w, **k: fo.fused_add_rms_norm(a, r, w, **k)),
+                     (x, residual, weight))
+
+
+# modules -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "fused_cls, torch_cls, kwargs",
+    [
+        (fo.FusedLayerNorm, torch.nn.LayerNorm, dict(eps=1e-5)),
+        (fo.FusedLayerNorm, torch.nn.LayerNorm, dict(bias=False)),
+        (fo.FusedLayerNorm, torch.nn.LayerNorm, dict(elementwise_affine=False)),
+        (fo.FusedRMSNorm, getattr(torch.nn, "RMSNorm", None), dict()),
+        (fo.FusedRMSNorm, getattr(torch.nn, "RMSNorm", None), dict(eps=1e-6)),
+    ],
+)
+def test_modules_swap_with_torch_modules(fused_cls, torch_cls, kwargs, device):
+    if torch_cls is None:
+        pytest.skip("this torch has no nn.RMSNorm")
+    shape = (4, 12)
+    ours = fused_cls(shape, device=device, **kwargs)
+    theirs = torch_cls(shape, device=device, **kwargs)
+    assert repr(ours).replace("Fused", "") == repr(theirs)
+    assert list(ours.state_dict()) == list(theirs.state_dict())
+    for (name, a), (_, b) in zip(ours.named_parameters(), theirs.named_parameters()):
+        assert torch.equal(a, b), name  # the same initialization
+    # load both ways, then the same outputs and gradients
+    with torch.no_grad():
+        for p in theirs.parameters():
+            p.copy_(torch.randn_like(p))
+    ours.load_state_dict(theirs.state_dict())
+    theirs.load_state_dict(ours.state_dict())
+    x = random((3, 4, 12), torch.float32, device, seed=50)
+    x1, x2 = x.clone().requires_grad_(), x.clone().requires_grad_()
+    y1, y2 = ours(x1), theirs(x2)
+    torch.testing.assert_close(y1, y2, atol=1e-5, rtol=1e-5)
+    y1.square().sum().backward()
+    y2.square().sum().backward()
+    torch.testing.assert_close(x1.grad, x2.grad, atol=1e-4, rtol=1e-4)
+    for a, b in zip(ours.parameters(), theirs.parameters()):
+        torch.testing.assert_close(a.grad, b.grad, atol=1e-4, rtol=1e-4)
+
+
+# bad input -------------------------------------------------------------------
+
+X = torch.randn(4, 8)
+W = torch.randn(8)
+
+
+@pytest.mark.parametrize(
+    "call, exception, words",
+    [
+        (lambda: fo.fused_layer_norm(X, torch.randn(7)), ValueError, ["fused_layer_norm", "(7,)", "(4, 8)"]),
+        (lambda: fo.fused_layer_norm(X, W, torch.randn(9)), ValueError, ["bias", "(9,)", "(8,)"]),
+        (lambda: fo.fused_layer_norm(X, normalized_shape=(3, 8)), ValueError, ["(3, 8)", "(4, 8)"]),
+        (lambda: fo.fused_layer_norm(X, eps=0.0), ValueError, ["eps=0.0"]),
+        (lambda: fo.fused_layer_norm(X, eps=-1e-5), ValueError, ["eps=-1e-05"]),
+        (lambda: fo.fused_rms_norm(X, eps=float("nan")), ValueError, ["eps=nan"]),
+        (lambda: fo.fused_rms_norm(X, eps=float("inf")), ValueError, ["eps=inf"]),
+        (lambda: fo.fused_layer_norm(X, W.double()), TypeError, ["weight", "torch.float64"]),
+        (lambda: fo.fused_layer_norm(X.half(), W.float(), W.half()), TypeError, ["bias", "torch.float16"]),
+        (lambda: fo.fused_add_layer_norm(X, torch.randn(4, 9)), ValueError, ["residual", "(4, 9)", "(4, 8)"]),
+        (lambda: fo.fused_add_layer_norm(X, X.double()), TypeError, ["residual", "torch.float64"]),
+        (lambda: fo.fused_add_layer_norm(X, X, dropout_p=1.0), ValueError, ["dropout_p=1.0", "[0, 1)"]),
+        (lambda: fo.fused_add_rms_norm(X, X, dropout_p=-0.1), ValueError, ["dropout_p=-0.1"]),
+        (lambda: fo.fused_add_rms_norm(X, X, dropout_p=float("nan")), ValueError, ["dropout_p=nan"]),
+        (lambda: fo.fused_add_rms_norm(X, X, dropout_p="0.1"), TypeError, ["dropout_p", "str"]),
+        (lambda: fo.fused_rms_norm(torch.tensor(1.0)), ValueError, ["fused_rms_norm", "()"]),
+        (lambda: fo.fused_layer_norm(X.int()), TypeError, ["x", "torch.int32"]),
+        (lambda: fo.FusedLayerNorm(8)(torch.randn(3, 5)), ValueError, ["(8,)", "(3, 5)"]),
+    ],
+)
+def test_bad_input(call, exception, words):
+    with pytest.raises(exception) as info:
+        call()
+    for word in words:
+        assert word in str(info.value), (word, str(info.value))
+    torch.testing.assert_close(fo.fused_layer_norm(X), F.layer_norm(X, (8,)))
+
+
+@requires_gpu()
+def test_tensors_on_different_devices_are_refused():
+    with pytest.raises(ValueError, match="weight is on cuda:0 but x is on cpu"):
+        fo.fused_layer_norm(X, W.cuda())
+    with pytest.raises(ValueError, match="residual is on cpu but x is on cuda:0"):
+        fo.fused_add_rms_norm(X.cuda(), X)
