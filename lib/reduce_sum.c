@@ -10,6 +10,10 @@ static int check_numel(const char *op, int64_t numel) {
     if (numel < 0)
         return fo_fail(FO_ERR_INVALID_ARGUMENT,
                        "%s: numel=%" PRId64 " must be >= 0", op, numel);
+    if (numel > INT64_MAX / 16)
+        return fo_fail(FO_ERR_INVALID_ARGUMENT,
+                       "%s: numel=%" PRId64 " overflows 64-bit byte offsets",
+                       op, numel);
     return FO_OK;
 }
 
