@@ -34,7 +34,7 @@ if [ "$stage" = test ]; then
 
     # sanitizers see torch's caching allocator as one big buffer; turn it off
     export PYTORCH_NO_CUDA_MEMORY_CACHING=1
-    subset=(tests/test_cuda.py tests/test_bias_scale_relu.py tests/test_square.py tests/test_reduce_sum.py)
+    subset=(tests/test_cuda.py tests/test_bias_scale_relu.py tests/test_square.py tests/test_reduce_sum.py tests/test_norms.py)
     filter="cuda and not gradcheck and not 2_to_the_31"
     for tool in memcheck racecheck initcheck synccheck; do
         echo "== compute-sanitizer --tool $tool"

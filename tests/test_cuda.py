@@ -73,3 +73,23 @@ def test_more_than_2_to_the_31_elements():
     x = x.view(-1, 8)
     y = fo.square(x)
     assert torch.equal(y[-3:].cpu(), (x[-3:].float() ** 2).bfloat16().cpu())
+
+
+@requires_gpu()
+def test_norm_over_more_than_2_to_the_31_elements():
+    cols = 4096
+    rows = (1 << 31) // cols + 3
+    free, _ = torch.cuda.mem_get_info()
+    if free < 3 * rows * cols * 2 + (1 << 30):
+        pytest.skip("not enough GPU memory")
+    x = torch.randn(rows, cols, dtype=torch.bfloat16, device="cuda")
+    weight = torch.randn(cols, dtype=torch.float32, device="cuda")
+    y = fo.fused_rms_norm(x, weight)
+    tail = x[-5:].double()
+    expected = tail * torch.rsqrt(tail.pow(2).mean(-1, keepdim=True) + torch.finfo(torch.bfloat16).eps) * weight.double()
+    assert_close(y[-5:], expected, torch.bfloat16)
+    del y
+    residual = torch.zeros_like(x)
+    out, h = fo.fused_add_layer_norm(x, residual)
+    assert torch.equal(h[-5:], x[-5:])
+    assert_close(out[-5:], torch.nn.functional.layer_norm(tail, (cols,)), torch.bfloat16)
