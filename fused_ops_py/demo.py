@@ -1,5 +1,6 @@
 """Train the same small MLP twice from the same weights: once with the fused
-ops (FusedBiasScaleReLU, square, reduce_sum), once with plain torch ops, and
+ops (FusedLayerNorm, FusedBiasScaleReLU, square, reduce_sum), once with plain
+torch ops (nn.LayerNorm, relu, square, sum), and
 show that the losses and the trained weights agree. On the GPU when there is
 one, else on the CPU."""
 
@@ -9,7 +10,7 @@ import torch
 from torch import nn
 
 import fused_ops_py
-from fused_ops_py import FusedBiasScaleReLU, reduce_sum, square
+from fused_ops_py import FusedBiasScaleReLU, FusedLayerNorm, reduce_sum, square
 
 FEATURES, HIDDEN, BATCH, STEPS, SCALE = 64, 256, 512, 60, 0.5
 
@@ -24,10 +25,11 @@ class TorchBiasScaleReLU(nn.Module):
         return torch.relu(x * self.scale + self.bias)
 
 
-def make_model(activation, device):
+def make_model(norm, activation, device):
     torch.manual_seed(0)
     model = nn.Sequential(
         nn.Linear(FEATURES, HIDDEN, bias=False),
+        norm(HIDDEN),
         activation(HIDDEN, SCALE),
         nn.Linear(HIDDEN, HIDDEN, bias=False),
         activation(HIDDEN, SCALE),
@@ -62,8 +64,8 @@ def main():
     def torch_loss(pred, target):
         return (pred - target).square().sum() / pred.numel()
 
-    fused_model = make_model(FusedBiasScaleReLU, device)
-    torch_model = make_model(TorchBiasScaleReLU, device)
+    fused_model = make_model(FusedLayerNorm, FusedBiasScaleReLU, device)
+    torch_model = make_model(nn.LayerNorm, TorchBiasScaleReLU, device)
     start = time.perf_counter()
     fused_losses = train(fused_model, fused_loss, inputs, targets)
     fused_seconds = time.perf_counter() - start

@@ -43,6 +43,7 @@ static int check_common(const char *op, int device_type, int device_index,
 
 static void cpu_forward(const fo_bias_scale_relu_forward_args *a) {
     double x[CPU_CHUNK], bias[CPU_CHUNK], y[CPU_CHUNK];
+    const double scale = a->scale;
     int64_t mask_row_bytes = fo_mask_row_bytes(a->cols);
     for (int64_t r = 0; r < a->rows; r++) {
         for (int64_t c0 = 0; c0 < a->cols; c0 += CPU_CHUNK) {
@@ -50,9 +51,12 @@ static void cpu_forward(const fo_bias_scale_relu_forward_args *a) {
             fo_cpu_load(x, a->x, r * a->x_row_stride + c0, n, a->dtype);
             if (a->bias)
                 fo_cpu_load(bias, a->bias, c0, n, a->bias_dtype);
+            else
+                for (int64_t i = 0; i < n; i++) bias[i] = 0.0;
+            /* branch-free, so it vectorizes; NaN passes through, as in torch */
             for (int64_t i = 0; i < n; i++) {
-                double v = x[i] * a->scale + (a->bias ? bias[i] : 0.0);
-                y[i] = v < 0.0 ? 0.0 : v; /* NaN passes through, as in torch */
+                double v = x[i] * scale + bias[i];
+                y[i] = v < 0.0 ? 0.0 : v;
             }
             fo_cpu_store(a->y, r * a->cols + c0, y, n, a->dtype);
             if (!a->mask)
@@ -74,6 +78,8 @@ static void cpu_forward(const fo_bias_scale_relu_forward_args *a) {
 
 static void cpu_backward(const fo_bias_scale_relu_backward_args *a) {
     double dy[CPU_CHUNK], dx[CPU_CHUNK], dbias[CPU_CHUNK];
+    unsigned char kept[CPU_CHUNK];
+    const double scale = a->scale;
     int64_t mask_row_bytes = fo_mask_row_bytes(a->cols);
     /* columns outer, rows inner: each dbias chunk is summed in row order */
     for (int64_t c0 = 0; c0 < a->cols; c0 += CPU_CHUNK) {
@@ -82,10 +88,14 @@ static void cpu_backward(const fo_bias_scale_relu_backward_args *a) {
         for (int64_t r = 0; r < a->rows; r++) {
             const unsigned char *mask = a->mask + r * mask_row_bytes + c0 / 8;
             fo_cpu_load(dy, a->dy, r * a->dy_row_stride + c0, n, a->dtype);
+            /* bits to flags first: the select below then compiles to a
+             * vector blend, not a branch that random masks mispredict */
+            for (int64_t i = 0; i < n; i++)
+                kept[i] = (mask[i >> 3] >> (i & 7)) & 1u;
             for (int64_t i = 0; i < n; i++) {
-                double g = ((mask[i / 8] >> (i % 8)) & 1u) ? dy[i] : 0.0;
+                double g = kept[i] ? dy[i] : 0.0;
                 dbias[i] += g;
-                dx[i] = g * a->scale;
+                dx[i] = g * scale;
             }
             if (a->dx)
                 fo_cpu_store(a->dx, r * a->cols + c0, dx, n, a->dtype);

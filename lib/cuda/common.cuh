@@ -197,10 +197,16 @@ void finish_column_partials(Out *out, const A *partials, int64_t groups,
 
 // Calls f(P{}) for a companion dtype code (bias, weight, residual) that is
 // either T's own or float32.
+// (fp32 companions exist only beside half types, so only those instantiate
+// both.)
 template <typename T, typename F>
 void dispatch_companion(int dtype, F &&f) {
-    if (dtype == FO_DTYPE_F32 && !std::is_same_v<T, float>) f(float{});
-    else f(T{});
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+        f(T{});
+    } else {
+        if (dtype == FO_DTYPE_F32) f(float{});
+        else f(T{});
+    }
 }
 
 }  // namespace fo
