@@ -188,7 +188,7 @@ enum fo_norm_kind {
  *   residual_out: output, rows x cols, dense, residual_dtype; required with
  *                 residual, else 0.
  *   mean, rstd:   optional outputs (0 = not wanted), `rows` values each in
- *                 fp32 (fp64 for fp64 dtype); mean is LayerNorm only.
+ *                 fp32 (fp64 for fp64 dtype); RMSNorm writes 0 as its mean.
  *                 rstd = 1 / sqrt(var + eps) (LayerNorm), 1 / sqrt(mean of
  *                 squares + eps) (RMSNorm); what backward needs.
  *   x:            rows x cols, row stride x_row_stride, `dtype`.
@@ -199,10 +199,12 @@ enum fo_norm_kind {
  *   kind:         an fo_norm_kind. eps: finite, > 0.
  *   dropout_p:    in [0, 1); each element of x is kept with probability
  *                 1 - p and scaled by 1 / (1 - p). The mask is a pure function
- *                 of (seed, offset, row * cols + col): Philox4x32-10 with key
- *                 seed and counter offset + (row * cols + col) / 4. The same
- *                 three give the same mask on the CPU and on the GPU, and
- *                 backward regenerates it instead of storing it.
+ *                 of (seed, offset, row, col): element (row, col) is kept when
+ *                 lane col % 4 of Philox4x32-10(key seed, counter offset +
+ *                 row * 2 * ceil(cols / 8) + col / 4) is at least p * 2^32
+ *                 (lib/philox.h). The same three give the same mask on the
+ *                 CPU and on the GPU, and backward regenerates it instead of
+ *                 storing it.
  */
 FO_API int fo_norm_forward(
     int device_type, int device_index, uintptr_t stream,

@@ -48,7 +48,7 @@ void section(const char *name) {
 int finish(void) {
     printf("%ld checks, %ld failed\n", checks_run, checks_failed);
     if (checks_failed)
-        fprintf(stderr, "test_api: %ld FAILED checks (the first ones are above)\n",
+        fprintf(stderr, "%ld FAILED checks (the first ones are above)\n",
                 checks_failed);
     return checks_failed ? 1 : 0;
 }
@@ -61,7 +61,7 @@ guarded guarded_new(size_t bytes, size_t offset) {
     total = (total + 63) / 64 * 64; /* aligned_alloc wants a multiple */
     g.raw = aligned_alloc(64, total);
     if (!g.raw) {
-        fprintf(stderr, "test_api: out of memory (%zu bytes)\n", total);
+        fprintf(stderr, "out of memory (%zu bytes)\n", total);
         exit(2);
     }
     g.data = g.raw + GUARD_BYTES + offset;
