@@ -4,7 +4,7 @@ saved state) when no gradient is wanted."""
 
 import torch
 
-from . import _args
+from . import _args, _ops
 from ._args import DTYPE_CODES, address, as_rows, device_args
 from ._ffi import check, lib
 
@@ -104,6 +104,8 @@ def fused_bias_scale_relu(x, bias, scale=1.0):
     """relu(x * scale + bias), with bias of shape [N] broadcast over the last
     dimension N of x. Gradients flow to x and bias."""
     _check_bias_scale_relu("fused_bias_scale_relu", x, bias, scale)
+    if _ops.compiling():
+        return torch.ops.fused_ops_py.bias_scale_relu(x, bias, float(scale), _wants_grad(x, bias))[0]
     if _wants_grad(x, bias):
         return BiasScaleReLUFunction.apply(x, bias, float(scale))
     return _bias_scale_relu_forward(x, bias, float(scale), want_mask=False)[0]
@@ -112,6 +114,8 @@ def fused_bias_scale_relu(x, bias, scale=1.0):
 def relu(x):
     """max(x, 0), elementwise; NaN stays NaN as in torch.relu."""
     _check_bias_scale_relu("relu", x, None, 1.0)
+    if _ops.compiling():
+        return torch.ops.fused_ops_py.bias_scale_relu(x, None, 1.0, _wants_grad(x))[0]
     if _wants_grad(x):
         return BiasScaleReLUFunction.apply(x, None, 1.0)
     return _bias_scale_relu_forward(x, None, 1.0, want_mask=False)[0]
@@ -133,6 +137,19 @@ def _square_forward(x):
     return y
 
 
+def _square_backward(dy, x):
+    x_view, rows, cols, x_stride = as_rows(x)
+    dy_view, _, _, dy_stride = as_rows(dy)
+    dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    check(
+        lib.fo_square_backward(
+            *device_args(x), dx.data_ptr(), dy_view.data_ptr(), dy_stride,
+            x_view.data_ptr(), x_stride, rows, cols, DTYPE_CODES[x.dtype],
+        )
+    )
+    return dx
+
+
 class SquareFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x):
@@ -142,21 +159,14 @@ class SquareFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         (x,) = ctx.saved_tensors
-        x_view, rows, cols, x_stride = as_rows(x)
-        dy_view, _, _, dy_stride = as_rows(dy)
-        dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-        check(
-            lib.fo_square_backward(
-                *device_args(x), dx.data_ptr(), dy_view.data_ptr(), dy_stride,
-                x_view.data_ptr(), x_stride, rows, cols, DTYPE_CODES[x.dtype],
-            )
-        )
-        return dx
+        return _square_backward(dy, x)
 
 
 def square(x):
     """x * x, elementwise."""
     _args.check_tensor("square", "x", x)
+    if _ops.compiling():
+        return torch.ops.fused_ops_py.square(x)
     if _wants_grad(x):
         return SquareFunction.apply(x)
     return _square_forward(x)
@@ -196,6 +206,8 @@ def reduce_sum(x):
     """The sum of all elements as a 0-d tensor of x's dtype, accumulated in
     fp32 (fp64 for fp64) in a fixed order: the same bits on every run."""
     _args.check_tensor("reduce_sum", "x", x)
+    if _ops.compiling():
+        return torch.ops.fused_ops_py.reduce_sum(x)
     if _wants_grad(x):
         return ReduceSumFunction.apply(x)
     return _reduce_sum(x)

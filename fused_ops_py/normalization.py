@@ -11,7 +11,7 @@ import math
 
 import torch
 
-from . import _args
+from . import _args, _ops
 from ._args import DTYPE_CODES, address, as_rows, device_args
 from ._ffi import check, lib
 
@@ -27,6 +27,13 @@ def _dropout_seed(device, rows, cols):
     drawn from torch's default generator of the device: torch.manual_seed
     reproduces it, and the offset advances so that consecutive calls differ."""
     if device.type == "cuda":
+        if torch.cuda.is_current_stream_capturing():
+            # a captured seed would replay the same mask on every replay
+            raise RuntimeError(
+                "fused-ops-py: dropout_p > 0 cannot run inside CUDA graph capture: every "
+                "replay would reuse one dropout mask. Capture with dropout_p=0, or run "
+                "the dropout step outside the graph"
+            )
         generator = torch.cuda.default_generators[device.index]
         offset = generator.get_offset()
         counters = rows * 2 * ((cols + 7) // 8)
@@ -36,8 +43,9 @@ def _dropout_seed(device, rows, cols):
     return seed, 0
 
 
-def _forward(kind, x, residual, weight, bias, eps, dropout_p, cols, save_stats):
-    """(y, residual_out or None, mean or None, rstd or None, seed, offset)."""
+def _forward(kind, x, residual, weight, bias, eps, dropout_p, cols, save_stats, seed_offset=None):
+    """(y, residual_out or None, mean or None, rstd or None, seed, offset).
+    The dropout stream is seed_offset when given, else drawn from torch."""
     x_view, rows, cols, x_stride = as_rows(x, cols)
     device = device_args(x)
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
@@ -54,7 +62,7 @@ def _forward(kind, x, residual, weight, bias, eps, dropout_p, cols, save_stats):
         mean = torch.empty(rows, dtype=stats, device=x.device) if kind == LAYER else None
     seed = offset = 0
     if dropout_p > 0:
-        seed, offset = _dropout_seed(x.device, rows, cols)
+        seed, offset = seed_offset if seed_offset is not None else _dropout_seed(x.device, rows, cols)
     param = weight if weight is not None else bias
     param_dtype = param.dtype if param is not None else x.dtype
     check(
@@ -90,47 +98,57 @@ class NormFunction(torch.autograd.Function):
     def backward(ctx, dy, dresidual_out=None):
         h, mean, rstd, weight = ctx.saved_tensors
         kind, dropout_p, seed, offset, cols, x_dtype, bias = ctx.config
-        want_x, want_residual, want_weight, want_bias = ctx.needs_input_grad[:4]
-        has_residual = ctx.residual_given
-        if dy is None:  # only residual_out was used
-            dy = torch.zeros(h.shape, dtype=x_dtype, device=h.device)
-        dy_view, rows, cols, dy_stride = as_rows(dy, cols)
-        h_view, _, _, h_stride = as_rows(h, cols)
-        device = device_args(dy)
-        dro_view, dro_stride = None, 0
-        if dresidual_out is not None:
-            dro_view, _, _, dro_stride = as_rows(dresidual_out, cols)
-        # with a residual and no dropout, dx and dresidual are the same
-        # values: write them once when their dtypes agree
-        shared = has_residual and dropout_p == 0 and h.dtype == x_dtype and want_x
-        dx = dresidual = dweight = dbias = scratch = None
-        if want_x and not shared:
-            dx = torch.empty(h.shape, dtype=x_dtype, device=h.device)
-        if has_residual and (want_residual or shared):
-            dresidual = torch.empty(h.shape, dtype=h.dtype, device=h.device)
-        param = weight if weight is not None else bias
-        param_dtype = param.dtype if param is not None else x_dtype
-        if weight is not None and want_weight:
-            dweight = torch.empty(weight.shape, dtype=weight.dtype, device=h.device)
-        if bias is not None and want_bias:
-            dbias = torch.empty(bias.shape, dtype=bias.dtype, device=h.device)
-        if dweight is not None or dbias is not None:
-            scratch = _args.workspace(
-                lib.fo_norm_backward_workspace_bytes, device[0], rows, cols, DTYPE_CODES[x_dtype], like=h
-            )
-        check(
-            lib.fo_norm_backward(
-                *device, address(dx), address(dresidual), address(dweight), address(dbias),
-                address(scratch), 0 if scratch is None else scratch.numel(),
-                dy_view.data_ptr(), dy_stride, address(dro_view), dro_stride,
-                h_view.data_ptr(), h_stride, DTYPE_CODES[h.dtype],
-                address(mean), rstd.data_ptr(), address(weight), DTYPE_CODES[param_dtype],
-                rows, cols, DTYPE_CODES[x_dtype], kind, dropout_p, seed, offset,
-            )
+        grads = _backward(
+            dy, dresidual_out, h, mean, rstd, weight, bias, kind, dropout_p, seed, offset,
+            cols, x_dtype, ctx.residual_given, ctx.needs_input_grad[:4], share_dx=True,
         )
-        if shared:
-            dx = dresidual
-        return dx, dresidual if want_residual else None, dweight, dbias, None, None, None, None
+        return (*grads, None, None, None, None)
+
+
+def _backward(dy, dresidual_out, h, mean, rstd, weight, bias, kind, dropout_p, seed, offset,
+              cols, x_dtype, has_residual, wanted, share_dx):
+    """(dx, dresidual, dweight, dbias), None where not wanted. share_dx lets
+    dx be the very tensor dresidual is when their values agree."""
+    want_x, want_residual, want_weight, want_bias = wanted
+    if dy is None:  # only residual_out was used
+        dy = torch.zeros(h.shape, dtype=x_dtype, device=h.device)
+    dy_view, rows, cols, dy_stride = as_rows(dy, cols)
+    h_view, _, _, h_stride = as_rows(h, cols)
+    device = device_args(dy)
+    dro_view, dro_stride = None, 0
+    if dresidual_out is not None:
+        dro_view, _, _, dro_stride = as_rows(dresidual_out, cols)
+    # with a residual and no dropout, dx and dresidual are the same values:
+    # write them once when their dtypes agree
+    shared = share_dx and has_residual and dropout_p == 0 and h.dtype == x_dtype and want_x
+    dx = dresidual = dweight = dbias = scratch = None
+    if want_x and not shared:
+        dx = torch.empty(h.shape, dtype=x_dtype, device=h.device)
+    if has_residual and (want_residual or shared):
+        dresidual = torch.empty(h.shape, dtype=h.dtype, device=h.device)
+    param = weight if weight is not None else bias
+    param_dtype = param.dtype if param is not None else x_dtype
+    if weight is not None and want_weight:
+        dweight = torch.empty(weight.shape, dtype=weight.dtype, device=h.device)
+    if bias is not None and want_bias:
+        dbias = torch.empty(bias.shape, dtype=bias.dtype, device=h.device)
+    if dweight is not None or dbias is not None:
+        scratch = _args.workspace(
+            lib.fo_norm_backward_workspace_bytes, device[0], rows, cols, DTYPE_CODES[x_dtype], like=h
+        )
+    check(
+        lib.fo_norm_backward(
+            *device, address(dx), address(dresidual), address(dweight), address(dbias),
+            address(scratch), 0 if scratch is None else scratch.numel(),
+            dy_view.data_ptr(), dy_stride, address(dro_view), dro_stride,
+            h_view.data_ptr(), h_stride, DTYPE_CODES[h.dtype],
+            address(mean), rstd.data_ptr(), address(weight), DTYPE_CODES[param_dtype],
+            rows, cols, DTYPE_CODES[x_dtype], kind, dropout_p, seed, offset,
+        )
+    )
+    if shared:
+        dx = dresidual
+    return dx, dresidual if want_residual else None, dweight, dbias
 
 
 def _resolve_shape(fn, x, weight, normalized_shape):
@@ -179,6 +197,11 @@ def _check_and_run(fn, kind, x, residual, weight, bias, eps, dropout_p, normaliz
     if not 0 <= dropout_p < 1:
         raise ValueError(f"{fn}: dropout_p={dropout_p} must be in [0, 1)")
     eps, dropout_p = float(eps), float(dropout_p)
+    if _ops.compiling():
+        y, residual_out, _, _ = torch.ops.fused_ops_py.norm(
+            x, residual, weight, bias, kind, eps, dropout_p, cols, _ops.norm_seed_offset(dropout_p)
+        )
+        return y, residual_out if residual is not None else None
     if torch.is_grad_enabled() and any(
         t is not None and t.requires_grad for t in (x, residual, weight, bias)
     ):
