@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Benchmark fused_ops_py against eager PyTorch and torch.compile.
+"""Benchmark fused_ops_py against eager PyTorch, torch.compile and (for the
+norms, when importable) Liger-Kernel.
 
 For every op x direction x shape x dtype x provider it checks the provider's
 outputs against eager, then times it and writes one row to CSV and JSON plus a
@@ -8,10 +9,13 @@ markdown summary (bf16) under --out (default bench/results/<device-slug>/).
 On CUDA two times are taken, both with triton.testing.do_bench (median, L2
 flushed before every run):
   call_ms   the Python call as a user makes it (autograd bookkeeping included),
-  kernel_ms replays of a CUDA graph captured from that call: the GPU work alone.
+  kernel_ms replays of a CUDA graph captured from that call: the GPU work
+            alone, plus one graph launch (a few us: it dominates tiny shapes).
 GB/s uses kernel_ms (call_ms where no graph could be captured) and is set
 against a device-to-device copy measured in the same run (the copy ceiling).
 On CPU (--quick, --device cpu) only call_ms exists: perf_counter medians.
+fwd is the training forward (inputs require grad: fused saves its mask), bwd
+the backward alone, fwdbwd both. Exits 1 if any provider's check is BAD.
 
     python bench/bench_ops.py                         # the full GPU set
     python bench/bench_ops.py --quick --out /tmp/b    # CPU smoke run
@@ -39,8 +43,18 @@ OPS = {  # the directions each op is timed in
     "relu": ("fwd", "bwd"),
     "square": ("fwd", "bwd"),
     "reduce_sum": ("fwd",),
+    "layer_norm": ("fwd", "bwd", "fwdbwd"),
+    "rms_norm": ("fwd", "bwd", "fwdbwd"),
+    "add_rms_norm": ("fwd", "bwd", "fwdbwd"),
 }
-PROVIDERS = ("fused", "eager", "compile")
+NORMS = ("layer_norm", "rms_norm", "add_rms_norm")
+EPS = 1e-5
+try:  # Liger-Kernel: Triton norms, a peer where it has the op
+    from liger_kernel.ops.layer_norm import LigerLayerNormFunction
+    from liger_kernel.ops.rms_norm import LigerRMSNormFunction
+except ImportError:
+    LigerLayerNormFunction = LigerRMSNormFunction = None
+PROVIDERS = ("fused", "eager", "compile") + (("liger",) if LigerLayerNormFunction else ())
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 GPU_SHAPES = [(4096, 4096), (16384, 4096), (16384, 8192), (65536, 1024), (4096, 65536), (8, 64)]
 QUICK_SHAPES = [(8, 64), (512, 1024)]
@@ -70,10 +84,34 @@ def eager_reduce_sum(x):
     return x.sum()
 
 
+def eager_layer_norm(x, w, b):
+    return torch.nn.functional.layer_norm(x, x.shape[-1:], w, b, EPS)
+
+
+def eager_rms_norm(x, w):
+    return torch.nn.functional.rms_norm(x, x.shape[-1:], w, EPS)
+
+
+def eager_add_rms_norm(x, r, w):
+    # the pre-norm block: the residual sum, then its norm (y is timed; the
+    # residual stream's own continuation is the same for every provider)
+    return torch.nn.functional.rms_norm(x + r, x.shape[-1:], w, EPS)
+
+
 EAGER = {"bias_scale_relu": eager_bias_scale_relu, "relu": eager_relu,
-         "square": eager_square, "reduce_sum": eager_reduce_sum}
+         "square": eager_square, "reduce_sum": eager_reduce_sum,
+         "layer_norm": eager_layer_norm, "rms_norm": eager_rms_norm,
+         "add_rms_norm": eager_add_rms_norm}
 FUSED = {"bias_scale_relu": lambda x, b: fo.fused_bias_scale_relu(x, b, SCALE),
-         "relu": fo.relu, "square": fo.square, "reduce_sum": fo.reduce_sum}
+         "relu": fo.relu, "square": fo.square, "reduce_sum": fo.reduce_sum,
+         "layer_norm": lambda x, w, b: fo.fused_layer_norm(x, w, b, EPS),
+         "rms_norm": lambda x, w: fo.fused_rms_norm(x, w, EPS),
+         "add_rms_norm": lambda x, r, w: fo.fused_add_rms_norm(x, r, w, EPS)[0]}
+LIGER = {}
+if LigerLayerNormFunction:
+    LIGER = {"layer_norm": lambda x, w, b: LigerLayerNormFunction.apply(x, w, b, EPS),
+             # offset 0, llama casting (fp32 compute), not in place
+             "rms_norm": lambda x, w: LigerRMSNormFunction.apply(x, w, EPS, 0.0, "llama", False)}
 _compiled = {}
 
 
@@ -82,6 +120,10 @@ def provider_fn(provider, op, dynamic):
         return FUSED[op]
     if provider == "eager":
         return EAGER[op]
+    if provider == "liger":
+        if op not in LIGER:
+            raise NotImplementedError(f"Liger-Kernel has no {op}")
+        return LIGER[op]
     if op not in _compiled:
         # Default mode. dynamic=False by default: every shape gets kernels
         # specialised to it, the strongest compile baseline (with dynamo's
@@ -102,6 +144,17 @@ def min_bytes(op, direction, rows, cols, itemsize):
     rate over the same bytes as the peers: a plain time ratio between
     providers, which may pass the copy ceiling for fused bwd."""
     e = rows * cols * itemsize
+    if op in NORMS:
+        # fwd: x (+ residual) in, y (+ residual_out) out, params, and the
+        # per-row fp32 statistics backward needs; bwd: dy and x in, dx out
+        # (LayerNorm/RMSNorm, as the issue counts it); the add variant also
+        # reads the saved sum and writes one gradient for x and residual.
+        params = cols * itemsize * (2 if op == "layer_norm" else 1)
+        stats = rows * 4 * (2 if op == "layer_norm" else 1)
+        streams = 2 if op == "add_rms_norm" else 1
+        fwd = 2 * streams * e + params + stats
+        bwd = 3 * e + params + stats
+        return {"fwd": fwd, "bwd": bwd, "fwdbwd": fwd + bwd}[direction]
     bias = cols * itemsize if op == "bias_scale_relu" else 0
     fwd = e + itemsize if op == "reduce_sum" else 2 * e + bias
     bwd = 3 * e + bias
@@ -146,7 +199,6 @@ def graph_bench(fn, inputs, dy, direction, args):
     capture fails. Everything, the bwd direction's forward too, runs on the
     capture stream: autograd runs backward ops on their forward's stream, and
     that stream must be the one being captured."""
-    graph = None
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     try:
@@ -165,8 +217,6 @@ def graph_bench(fn, inputs, dy, direction, args):
         except Exception:
             pass
         return math.nan, f"graph capture failed: {type(error).__name__}: {error}"[:300]
-    finally:
-        del graph
 
 
 def peak_extra_mib(call):
@@ -211,6 +261,11 @@ def check(got, ref, op, inputs, dy, dtype):
     scales = [ref[0].abs().float()]
     if op == "reduce_sum":
         scales = [inputs[0].detach().abs().float().sum()]
+    elif op in NORMS:  # dx like y; the parameter gradients are column sums
+        rms = dy.abs().float().sum(0) * 8  # |xhat| stays under ~8 for randn rows
+        scales += [ref[1].abs().float().max() * torch.ones_like(ref[1], dtype=torch.float32)]
+        scales += [ref[i].abs().float().max() * torch.ones_like(ref[i], dtype=torch.float32)
+                   if ref[i].shape == ref[1].shape else rms for i in range(2, len(ref))]
     elif len(ref) > 1:
         scales.append(ref[1].abs().float())
         if op == "bias_scale_relu":
@@ -226,85 +281,114 @@ def check(got, ref, op, inputs, dy, dtype):
 
 # --- the run ----------------------------------------------------------------
 
-def measure(provider, op, direction, shape, dtype, inputs, dy, device, args):
-    fn = provider_fn(provider, op, args.compile_dynamic)
-    row = {}
-    if device.type == "cuda":
+FIELDS = ["op", "direction", "rows", "cols", "dtype", "provider", "kernel_ms", "call_ms",
+          "gbs", "fraction_of_ceiling", "speedup_vs_fused", "speedup_vs_eager",
+          "speedup_vs_compile", "speedup_vs_liger", "call_speedup_vs_fused",
+          "call_speedup_vs_eager", "call_speedup_vs_compile", "call_speedup_vs_liger",
+          "peak_extra_mib", "bytes", "check", "max_abs_diff",
+          "max_rel_diff", "note", "device", "torch", "fused_ops_py"]
+
+
+def make_inputs(op, m, n, dtype, device):
+    gen = torch.Generator(device=device).manual_seed(0)
+    x = torch.randn(m, n, dtype=dtype, device=device, generator=gen).requires_grad_()
+    b = torch.randn(n, dtype=dtype, device=device, generator=gen).requires_grad_()
+    dy = torch.randn(m, n, dtype=dtype, device=device, generator=gen)
+    if op in NORMS:
+        w = (1 + 0.1 * torch.randn(n, dtype=dtype, device=device, generator=gen)).requires_grad_()
+        if op == "layer_norm":
+            return (x, w, b), dy
+        if op == "add_rms_norm":
+            r = torch.randn(m, n, dtype=dtype, device=device, generator=gen).requires_grad_()
+            return (x, r, w), dy
+        return (x, w), dy
+    return ((x, b) if op == "bias_scale_relu" else (x,)), dy
+
+
+def providers_for(op, args):
+    """The providers that have op (Liger has only some)."""
+    return [p for p in args.providers if p != "liger" or op in LIGER]
+
+
+def check_providers(op, inputs, dy, dtype, args):
+    """{provider: (ok, max abs, max rel, error or "")}. compile compiles
+    here, outside any timing."""
+    ref = outputs(EAGER[op], op, inputs, dy)
+    checks = {}
+    for p in providers_for(op, args):
+        try:
+            got = outputs(provider_fn(p, op, args.compile_dynamic), op, inputs, dy)
+            checks[p] = (*check(got, ref, op, inputs, dy, dtype), "")
+        except Exception as error:
+            checks[p] = (False, math.nan, math.nan, f"{type(error).__name__}: {error}"[:300])
+    return checks
+
+
+def bench_row(row, fn, inputs, dy, device, args):
+    """Fill row's times; an error is noted in the row, never raised."""
+    direction = row["direction"]
+    try:
+        if device.type != "cuda":
+            row["call_ms"] = cpu_bench(make_call(fn, inputs, dy, direction), args)
+            return
         row["call_ms"] = gpu_bench(make_call(fn, inputs, dy, direction), args)
         row["kernel_ms"], row["note"] = graph_bench(fn, inputs, dy, direction, args)
-        if direction == "fwdbwd":
+        if direction == "fwdbwd":  # fused saves a bit mask where eager saves a tensor
             row["peak_extra_mib"] = peak_extra_mib(make_call(fn, inputs, dy, direction))
-    else:
-        row["call_ms"] = cpu_bench(make_call(fn, inputs, dy, direction), args)
-    return row
+    except Exception as error:
+        row["note"] = f"{type(error).__name__}: {error}"[:300]
 
 
-def run(args, device, meta):
+def bench_case(op, m, n, dname, device, args, meta, progress):
+    """The rows of one op, shape and dtype: each direction x provider."""
+    inputs, dy = make_inputs(op, m, n, DTYPES[dname], device)
+    checks = check_providers(op, inputs, dy, DTYPES[dname], args)
     rows = []
-    for op in args.ops:
-        with_bias = op == "bias_scale_relu"
-        for m, n in args.shapes:
-            for dname in args.dtypes:
-                dtype = DTYPES[dname]
-                gen = torch.Generator(device=device).manual_seed(0)
-                x = torch.randn(m, n, dtype=dtype, device=device, generator=gen).requires_grad_()
-                b = torch.randn(n, dtype=dtype, device=device, generator=gen).requires_grad_()
-                inputs = (x, b) if with_bias else (x,)
-                dy = torch.randn(m, n, dtype=dtype, device=device, generator=gen)
-                ref = outputs(EAGER[op], op, inputs, dy)
-                checks = {}
-                for p in args.providers:  # compile compiles here, outside the timing
-                    try:
-                        got = outputs(provider_fn(p, op, args.compile_dynamic), op, inputs, dy)
-                        checks[p] = check(got, ref, op, inputs, dy, dtype)
-                    except Exception as error:
-                        checks[p] = (False, math.nan, math.nan, f"{type(error).__name__}: {error}")
-                del ref
-                for direction in OPS[op]:
-                    if direction not in args.directions:
-                        continue
-                    nbytes = min_bytes(op, direction, m, n, x.element_size())
-                    group = []
-                    for p in args.providers:
-                        row = {"op": op, "direction": direction, "rows": m, "cols": n,
-                               "dtype": dname, "provider": p, "bytes": nbytes,
-                               "kernel_ms": math.nan, "call_ms": math.nan,
-                               "peak_extra_mib": math.nan, "note": ""}
-                        ok, row["max_abs_diff"], row["max_rel_diff"] = checks[p][:3]
-                        row["check"] = "ok" if ok else "BAD"
-                        if len(checks[p]) > 3:
-                            row["note"] = checks[p][3][:300]
-                        else:
-                            try:
-                                row.update(measure(p, op, direction, (m, n), dtype,
-                                                   inputs, dy, device, args))
-                            except Exception as error:
-                                row["note"] = f"{type(error).__name__}: {error}"[:300]
-                        t = row["kernel_ms"] if not math.isnan(row["kernel_ms"]) else row["call_ms"]
-                        row["gbs"] = nbytes / t / 1e6
-                        row["fraction_of_ceiling"] = row["gbs"] / meta["copy_ceiling_gbs"]
-                        row.update(device=meta["device"], torch=meta["torch"],
-                                   fused_ops_py=meta["fused_ops_py"])
-                        group.append(row)
-                        print(f"[{len(rows) + len(group)}] {op:15s} {direction:6s} {m}x{n} "
-                              f"{dname} {p:7s} kernel {row['kernel_ms']:.4f} ms  call "
-                              f"{row['call_ms']:.4f} ms  {row['gbs']:8.1f} GB/s  {row['check']}"
-                              + (f"  ({row['note']})" if row["note"] else ""), flush=True)
-                    add_speedups(group, args.providers)
-                    rows += group
-                del x, b, dy, inputs
-                if device.type == "cuda":
-                    torch.cuda.empty_cache()
+    for direction in [d for d in OPS[op] if d in args.directions]:
+        nbytes = min_bytes(op, direction, m, n, dy.element_size())
+        group = []
+        for p in providers_for(op, args):
+            ok, max_abs, max_rel, error = checks[p]
+            row = dict.fromkeys(FIELDS, math.nan)
+            row.update(op=op, direction=direction, rows=m, cols=n, dtype=dname, provider=p,
+                       bytes=nbytes, check="ok" if ok else "BAD", max_abs_diff=max_abs,
+                       max_rel_diff=max_rel, note=error, device=meta["device"],
+                       torch=meta["torch"], fused_ops_py=meta["fused_ops_py"])
+            if not error:  # a provider that could not run is not timed
+                bench_row(row, provider_fn(p, op, args.compile_dynamic), inputs, dy, device, args)
+            t = row["call_ms"] if math.isnan(row["kernel_ms"]) else row["kernel_ms"]
+            row["gbs"] = nbytes / t / 1e6
+            row["fraction_of_ceiling"] = row["gbs"] / meta["copy_ceiling_gbs"]
+            group.append(row)
+            print(f"[{next(progress)}] {op:15s} {direction:6s} {m}x{n} {dname} {p:7s} "
+                  f"kernel {row['kernel_ms']:.4f} ms  call {row['call_ms']:.4f} ms  "
+                  f"{row['gbs']:8.1f} GB/s  {row['check']}"
+                  + (f"  ({row['note']})" if row["note"] else ""), flush=True)
+        add_speedups(group)
+        rows += group
     return rows
 
 
-def add_speedups(group, providers):
+def run(args, device, meta):
+    total = len(args.shapes) * len(args.dtypes) * sum(
+        len(providers_for(op, args)) * len([d for d in OPS[op] if d in args.directions])
+        for op in args.ops)
+    progress = (f"{i}/{total}" for i in range(1, total + 1))
+    rows = []
+    for op in args.ops:
+        for m, n in args.shapes:
+            for dname in args.dtypes:
+                rows += bench_case(op, m, n, dname, device, args, meta, progress)
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()  # the next case starts from a clean pool
+    return rows
+
+
+def add_speedups(group):
     """speedup_vs_<peer> = peer time / this time: kernel time (call time where
     either lacks one); call_speedup_vs_<peer> on call times alone."""
     for row in group:
-        for peer in group:
-            if peer is row:
-                continue
+        for peer in (peer for peer in group if peer is not row):
             both_kernel = not (math.isnan(row["kernel_ms"]) or math.isnan(peer["kernel_ms"]))
             key = "kernel_ms" if both_kernel else "call_ms"
             row[f"speedup_vs_{peer['provider']}"] = peer[key] / row[key]
@@ -327,22 +411,25 @@ def summary_markdown(rows, meta):
         f"copy ceiling {meta['copy_ceiling_gbs']:.0f} GB/s (read + write). GB/s from "
         f"{'CUDA-graph kernel time' if meta['cuda'] else 'call time'}, over the fewest "
         "bytes an op must move (fused's 1-bit mask not counted: fused bwd is an effective "
-        "rate). x vs = speedup of fused over the peer. Peak = extra MiB of one fwdbwd call.",
+        "rate). fwd is the training forward. x vs = speedup of fused over the peer. "
+        "Peak = MiB one fwdbwd call allocates.",
         "",
-        "| op | dir | rows x cols | fused GB/s | eager GB/s | compile GB/s | x vs eager "
-        "| x vs compile | fused % of copy | peak MiB fused / eager | check |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| op | dir | rows x cols | fused GB/s | eager GB/s | compile GB/s | liger GB/s "
+        "| x vs eager | x vs compile | x vs liger | fused % of copy | peak MiB fused / eager | check |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for op, d, m, n in keys:
-        f, e, c = (by.get((op, d, m, n, p)) for p in PROVIDERS)
+        f, e, c, li = (by.get((op, d, m, n, p)) for p in ("fused", "eager", "compile", "liger"))
         gbs = lambda r: fmt(r and r["gbs"], ".0f" if r and r["gbs"] >= 100 else ".3g")
         peak = (f"{fmt(f['peak_extra_mib'], '.0f')} / {fmt(e['peak_extra_mib'], '.0f')}"
                 if d == "fwdbwd" and f and e and meta["cuda"] else "")
-        bad = [r["provider"] for r in (f, e, c) if r and r["check"] != "ok"]
+        li = li if li and not li["note"].startswith("NotImplementedError") else None
+        bad = [r["provider"] for r in (f, e, c, li) if r and r["check"] != "ok"]
         lines.append(
-            f"| {op} | {d} | {m}x{n} | {gbs(f)} | {gbs(e)} | {gbs(c)} "
+            f"| {op} | {d} | {m}x{n} | {gbs(f)} | {gbs(e)} | {gbs(c)} | {gbs(li)} "
             f"| {fmt(f and e and f.get('speedup_vs_eager'), '.2f')} "
             f"| {fmt(f and c and f.get('speedup_vs_compile'), '.2f')} "
+            f"| {fmt(f and li and f.get('speedup_vs_liger'), '.2f')} "
             f"| {fmt(f and 100 * f['fraction_of_ceiling'], '.0f')} | {peak} "
             f"| {'BAD: ' + ','.join(bad) if bad else 'ok'} |")
     return "\n".join(lines) + "\n"
@@ -350,9 +437,8 @@ def summary_markdown(rows, meta):
 
 def write_outputs(rows, meta, out):
     out.mkdir(parents=True, exist_ok=True)
-    fields = list(dict.fromkeys(k for r in rows for k in r))  # first-seen order
     with open(out / "results.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=fields)
+        writer = csv.DictWriter(f, fieldnames=FIELDS)
         writer.writeheader()
         writer.writerows(rows)
     clean = lambda v: None if isinstance(v, float) and not math.isfinite(v) else v
@@ -364,33 +450,36 @@ def write_outputs(rows, meta, out):
     return summary
 
 
+def comma_list(allowed):
+    def parse(text):
+        values = [v.strip() for v in text.split(",") if v.strip()]
+        if not values or not set(values) <= set(allowed):
+            raise argparse.ArgumentTypeError(f"{text!r}: choose from {', '.join(allowed)}")
+        return values
+    return parse
+
+
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--ops", default=",".join(OPS), help="comma list of: " + ", ".join(OPS))
-    p.add_argument("--directions", default="fwd,bwd,fwdbwd", help="comma list of fwd, bwd, fwdbwd")
-    p.add_argument("--dtypes", default=None, help="comma list of bf16, fp16, fp32 (default all; fp32 with --quick)")
-    p.add_argument("--shapes", default=None, help="comma list of ROWSxCOLS, e.g. 4096x4096,8x64")
-    p.add_argument("--providers", default=",".join(PROVIDERS), help="comma list of fused, eager, compile")
+    p.add_argument("--ops", type=comma_list(OPS), default=list(OPS), help="comma list")
+    p.add_argument("--directions", type=comma_list(("fwd", "bwd", "fwdbwd")),
+                   default=["fwd", "bwd", "fwdbwd"])
+    p.add_argument("--dtypes", type=comma_list(DTYPES), help="default all; fp32 with --quick")
+    p.add_argument("--shapes", help="comma list of ROWSxCOLS, e.g. 4096x4096,8x64")
+    p.add_argument("--providers", type=comma_list(PROVIDERS), default=list(PROVIDERS))
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--quick", action="store_true", help="smoke run: small shapes, fp32, short timing")
     p.add_argument("--warmup-ms", type=int, default=25)
     p.add_argument("--rep-ms", type=int, default=100)
     p.add_argument("--compile-dynamic", action="store_true",
-                   help="torch.compile(dynamic=None, automatic dynamic shapes) instead of dynamic=False")
-    p.add_argument("--out", type=Path, default=None, help="default bench/results/<device-slug>/")
+                   help="torch.compile(dynamic=None: automatic dynamic shapes), not dynamic=False")
+    p.add_argument("--out", type=Path, help="default bench/results/<device-slug>/")
     args = p.parse_args(argv)
-    split = lambda s: [v.strip() for v in s.split(",") if v.strip()]
-    args.ops, args.directions, args.providers = split(args.ops), split(args.directions), split(args.providers)
-    for name, values, allowed in (("--ops", args.ops, OPS), ("--providers", args.providers, PROVIDERS),
-                                  ("--directions", args.directions, ("fwd", "bwd", "fwdbwd"))):
-        if not set(values) <= set(allowed):
-            p.error(f"{name}: {sorted(set(values) - set(allowed))} not among {list(allowed)}")
-    small = args.quick or args.device == "cpu"  # the GPU shapes would take minutes a row on a CPU
-    args.dtypes = split(args.dtypes) if args.dtypes else (["fp32"] if args.quick else list(DTYPES))
-    if not set(args.dtypes) <= set(DTYPES):
-        p.error(f"--dtypes: choose from {list(DTYPES)}")
-    args.shapes = ([tuple(int(v) for v in s.lower().split("x")) for s in split(args.shapes)]
-                   if args.shapes else (QUICK_SHAPES if small else GPU_SHAPES))
+    args.dtypes = args.dtypes or (["fp32"] if args.quick else list(DTYPES))
+    if args.shapes:
+        args.shapes = [tuple(int(v) for v in s.lower().split("x")) for s in args.shapes.split(",")]
+    else:  # the GPU shapes would take minutes a row on a CPU
+        args.shapes = QUICK_SHAPES if args.quick or args.device == "cpu" else GPU_SHAPES
     if args.quick:
         args.warmup_ms, args.rep_ms = min(args.warmup_ms, 5), min(args.rep_ms, 20)
     return args
@@ -400,6 +489,8 @@ def main(argv=None):
     args = parse_args(argv)
     device = torch.device(args.device)
     if device.type == "cuda":
+        if device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
         torch.cuda.set_device(device)
     # Timing backward alone needs retain_graph=True, which compiled backwards
     # that donate saved buffers refuse. Donation only lets the backward write

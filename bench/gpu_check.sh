@@ -2,7 +2,9 @@
 # Everything the GPU machine must show, in one go (see ../shared/GPU.md):
 #   bench/gpu_check.sh test    build with Meson, CUDA pytest suite,
 #                              compute-sanitizer, SASS and register report
-#   bench/gpu_check.sh bench   build, then the benchmark against the peers
+#   bench/gpu_check.sh bench [bench_ops.py flags]
+#                              build, then the benchmark against the peers
+#   bench/gpu_check.sh multi   build, then the 2-GPU tests (DDP, FSDP2)
 # Wheels the machine lacks (cffi, pycparser) come in .whl/ (carried).
 # Logs and data go to $OUT (default bench/results/local); a table prints last.
 set -uo pipefail
@@ -13,7 +15,7 @@ mkdir -p "$OUT" /tmp/logs
 export PYTHONUNBUFFERED=1
 
 if [ -d .whl ]; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
+    python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl 2>/dev/null || exit 1
     export PYTHONPATH=/tmp/site
 fi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee /tmp/logs/gpu.txt
@@ -69,9 +71,16 @@ PY
 fi
 
 if [ "$stage" = bench ]; then
-    python3 bench/bench_ops.py --out "$OUT" 2>&1 | tee /tmp/logs/bench.txt | tail -60
+    python3 bench/bench_ops.py --out "$OUT" "${@:2}" 2>&1 | tee /tmp/logs/bench.txt | tail -60
     status=${PIPESTATUS[0]}
     tar -czf "$OUT/gpu_bench_logs.tar.gz" -C /tmp logs
     exit "$status"
 fi
-echo "unknown stage $stage (test or bench)"; exit 2
+if [ "$stage" = multi ]; then
+    export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+    python3 -m pytest -q -rs -s tests/test_distributed.py tests/test_cuda.py 2>&1 | tee /tmp/logs/multi.txt | tail -30
+    status=${PIPESTATUS[0]}
+    tar -czf "$OUT/gpu_multi_logs.tar.gz" -C /tmp logs
+    exit "$status"
+fi
+echo "unknown stage $stage (test, bench or multi)"; exit 2
