@@ -137,13 +137,15 @@ if AVAILABLE:
     @custom_op("fused_ops_py::norm", mutates_args=())
     def norm(
         x: Tensor, residual: Optional[Tensor], weight: Optional[Tensor], bias: Optional[Tensor],
-        kind: int, eps: float, dropout_p: float, cols: int, seed_offset: Tensor,
+        kind: int, eps: float, dropout_p: float, cols: int, seed_offset: Optional[Tensor],
     ) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
         from . import normalization
 
+        if dropout_p > 0:
+            normalization.refuse_dropout_in_capture(x.device)
         y, residual_out, mean, rstd, _, _ = normalization._forward(
             kind, x, residual, weight, bias, eps, dropout_p, cols, save_stats=True,
-            seed_offset=tuple(seed_offset.tolist()),
+            seed_offset=tuple(seed_offset.tolist()) if seed_offset is not None else None,
         )
         return (y, residual_out if residual_out is not None else _empty(x),
                 mean if mean is not None else _empty(rstd), rstd)
@@ -170,12 +172,12 @@ if AVAILABLE:
     def norm_backward(
         dy: Tensor, dresidual_out: Optional[Tensor], h: Tensor, mean: Tensor, rstd: Tensor,
         weight: Optional[Tensor], bias: Optional[Tensor], kind: int, dropout_p: float, cols: int,
-        seed_offset: Tensor, x_dtype: torch.dtype, has_residual: bool,
+        seed_offset: Optional[Tensor], x_dtype: torch.dtype, has_residual: bool,
         want_x: bool, want_residual: bool, want_weight: bool, want_bias: bool,
     ) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
         from . import normalization
 
-        seed, offset = seed_offset.tolist()
+        seed, offset = seed_offset.tolist() if seed_offset is not None else (0, 0)
         grads = normalization._backward(
             dy, dresidual_out, h, mean if mean.numel() else None, rstd, weight, bias, kind,
             dropout_p, seed, offset, cols, x_dtype, has_residual,
@@ -231,7 +233,8 @@ if AVAILABLE:
 
 def norm_seed_offset(dropout_p):
     """The dropout stream of a compiled call: drawn from torch's CPU
-    generator as a tensor, so tracing keeps it a graph input."""
+    generator as a tensor, so tracing keeps it a graph input; None without
+    dropout (a CPU tensor in the graph would keep CUDA graphs away)."""
     if dropout_p > 0:
         return torch.randint(0, 2**62, (2,), dtype=torch.int64)
-    return torch.zeros(2, dtype=torch.int64)
+    return None

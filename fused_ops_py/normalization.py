@@ -22,18 +22,22 @@ def _stats_dtype(dtype):
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
+def refuse_dropout_in_capture(device):
+    """A seed captured in a CUDA graph would replay one mask forever."""
+    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        raise RuntimeError(
+            "fused-ops-py: dropout_p > 0 cannot run inside CUDA graph capture: every "
+            "replay would reuse one dropout mask. Capture with dropout_p=0, or run "
+            "the dropout step outside the graph"
+        )
+
+
 def _dropout_seed(device, rows, cols):
     """(seed, offset) for the Philox stream of a dropout over rows x cols,
     drawn from torch's default generator of the device: torch.manual_seed
     reproduces it, and the offset advances so that consecutive calls differ."""
     if device.type == "cuda":
-        if torch.cuda.is_current_stream_capturing():
-            # a captured seed would replay the same mask on every replay
-            raise RuntimeError(
-                "fused-ops-py: dropout_p > 0 cannot run inside CUDA graph capture: every "
-                "replay would reuse one dropout mask. Capture with dropout_p=0, or run "
-                "the dropout step outside the graph"
-            )
+        refuse_dropout_in_capture(device)
         generator = torch.cuda.default_generators[device.index]
         offset = generator.get_offset()
         counters = rows * 2 * ((cols + 7) // 8)

@@ -1,0 +1,1382 @@
+/* fuzz_ops.c: a libFuzzer target for the public C API (lib/fused_ops.h) on
+ * the CPU backend: "never crash, never corrupt". Built and run by
+ * tests/fuzz/run.sh (clang, -fsanitize=fuzzer,address,undefined).
+ *
+ * Each input decodes into one call: an op (the seven entry points, or one of
+ * the three *_workspace_bytes queries), its dtypes (invalid codes too), its
+ * shape (0, negative, huge), the row strides of its inputs (dense, padded,
+ * 0, overlapping, negative, at the library's overflow limit, raw), which
+ * optional operands are passed, how each address is made (an exact
+ * allocation, one aligned only to the element, misaligned, null, or a
+ * PROT_NONE guard page), and the scalars (device, scale, kind, eps,
+ * dropout_p, seed, offset, workspace_bytes). Element values come from the
+ * rest of the input, then from a PRNG it seeds: k/16 values, which every
+ * dtype holds exactly; with the "wild" flag also NaN, infinities, extremes
+ * and random bit patterns.
+ *
+ * A model of the header's contract, written here from lib/fused_ops.h, says
+ * whether the call must succeed, must fail, or may do either (where the
+ * header leaves it open). Every operand the call may touch is a malloc of
+ * exactly the bytes the contract gives it, so AddressSanitizer reports any
+ * access past it; an operand too big to allocate is only passed, as the guard
+ * page, to a call that must fail (or where it is empty). Then:
+ *  - a failure: the model allows it, the status is a documented code, there
+ *    is an error message, and no buffer changed;
+ *  - a success: the model allows it, no input changed, every output matches
+ *    a reference computed here in double (within the output dtype's
+ *    rounding), and a second identical call gives the same bits.
+ * Anything else prints the call and aborts, which libFuzzer reports.
+ */
+#define _DEFAULT_SOURCE /* MAP_ANONYMOUS */
+
+#include <float.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "fused_ops.h"
+#include "harness.h" /* get/put: an f16/bf16 codec independent of the library */
+
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+#define COUNT(array) (sizeof(array) / sizeof((array)[0]))
+
+enum { F32 = FO_DTYPE_F32, F16 = FO_DTYPE_F16, BF16 = FO_DTYPE_BF16, F64 = FO_DTYPE_F64 };
+
+/* Limits that keep one run fast; larger calls are skipped unless they must
+ * fail (then the guard page stands in for operands over MAX_BYTES). */
+#define MAX_BYTES ((int64_t)1 << 20) /* one operand */
+#define MAX_WORK ((int64_t)1 << 17)  /* rows x cols of one call */
+
+/* The CPU backend computes in double (lib/cpu_convert.h) whatever the dtype,
+ * so beyond the rounding of the output to its dtype, the references allow
+ * only double-precision error: SLACK per accumulated term, times the
+ * magnitude of the terms. An fp32-arithmetic CPU kernel, which the header
+ * would allow for sums and norms, would need these widened. */
+#define SLACK 0x1p-50
+
+/* ---- failing ------------------------------------------------------------ */
+
+static char call_text[4096]; /* the decoded call, printed with any failure */
+
+static void fail(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
+static void fail(const char *fmt, ...) {
+    va_list args;
+    va_start(args, fmt);
+    fprintf(stderr, "\nfuzz_ops: ");
+    vfprintf(stderr, fmt, args);
+    va_end(args);
+    fprintf(stderr, "\n  call: %s\n", call_text);
+    abort();
+}
+
+/* ---- reading the input -------------------------------------------------- */
+
+typedef struct input {
+    const uint8_t *p;
+    size_t left;
+    uint64_t rng; /* element values once the input is used up */
+} input;
+
+/* Fields of the call: 0 once the input is used up, so a short input decodes
+ * into a plain, valid call (0 is the common choice of every field). */
+static uint8_t u8(input *in) {
+    if (!in->left)
+        return 0;
+    in->left--;
+    return *in->p++;
+}
+static uint16_t u16(input *in) {
+    uint16_t lo = u8(in);
+    return (uint16_t)(lo | (uint16_t)u8(in) << 8);
+}
+static uint32_t u32(input *in) {
+    uint32_t lo = u16(in);
+    return lo | (uint32_t)u16(in) << 16;
+}
+static uint64_t u64(input *in) {
+    uint64_t lo = u32(in);
+    return lo | (uint64_t)u32(in) << 32;
+}
+/* Element data: the rest of the input, then the PRNG, so that a short input
+ * still fills large operands, deterministically. */
+static uint8_t data_u8(input *in) {
+    return in->left ? u8(in) : (uint8_t)rng_next(&in->rng);
+}
+static double bits_double(uint64_t bits) {
+    double d;
+    memcpy(&d, &bits, sizeof d);
+    return d;
+}
+
+/* ---- dtypes ------------------------------------------------------------- */
+
+static int dtype_ok(int dtype) { return dtype_size(dtype) != 0; }
+static int is_half(int dtype) { return dtype == F16 || dtype == BF16; }
+/* The header's rule for bias, param, residual and h dtypes: `dtype`, or
+ * float32 beside a half `dtype`. */
+static int companion_ok(int value, int dtype) {
+    return dtype_ok(value) && (value == dtype || (is_half(dtype) && value == F32));
+}
+static int stats_dtype(int dtype) { return dtype == F64 ? F64 : F32; }
+
+/* One unit in the last place, relative (the most a correctly rounded result
+ * may be off, with room for a double rounding through float), the smallest
+ * subnormal (the error allowed near 0) and the largest finite value. */
+static double ulp_rel(int dtype) {
+    switch (dtype) {
+    case F64: return 0x1p-52;
+    case F16: return 0x1p-10;
+    case BF16: return 0x1p-7;
+    default: return 0x1p-23;
+    }
+}
+static double tiniest(int dtype) {
+    switch (dtype) {
+    case F64: return 0x1p-1074;
+    case F16: return 0x1p-24;
+    case BF16: return 0x1p-133;
+    default: return 0x1p-149;
+    }
+}
+static double largest(int dtype) {
+    switch (dtype) {
+    case F64: return DBL_MAX;
+    case F16: return 65504.0;
+    case BF16: return 0x1.fep127;
+    default: return FLT_MAX;
+    }
+}
+/* The header's "arithmetic in fp32 (fp64 for fp64)" of the elementwise ops:
+ * an error of this, relative to the terms, is allowed before rounding. */
+static double arith_eps(int dtype) { return dtype == F64 ? 0x1p-52 : 0x1p-23; }
+
+/* ---- operands ----------------------------------------------------------- */
+
+enum role { IN, OUT, SCRATCH };
+enum addr_mode { EXACT, ELEMENT_ALIGNED, MISALIGNED, NULL_ADDR, GUARD };
+static const char *const mode_names[] = {"exact", "element-aligned", "misaligned", "null",
+                                         "guard"};
+/* Operand "dtypes" that are plain bytes: a relu mask, a workspace. */
+enum { MASK_BYTES = -1000, WORKSPACE_BYTES = -1001 };
+
+typedef struct operand {
+    const char *name;
+    int role;
+    int dtype;                  /* a dtype code (maybe invalid), or *_BYTES */
+    int64_t rows, cols, stride; /* stride of an IN operand; the others are dense */
+    int required;               /* a null address is wrong unless it is empty */
+    int passed;                 /* a non-zero address is passed */
+    int mode;
+    /* set by place() */
+    unsigned char *block, *data; /* the malloc, and where the operand starts in it */
+    size_t bytes;
+    unsigned char *saved; /* data as it was before the call */
+    uintptr_t address;
+} operand;
+
+static int64_t esize(const operand *o) {
+    if (o->dtype == MASK_BYTES || o->dtype == WORKSPACE_BYTES)
+        return 1;
+    return (int64_t)dtype_size(o->dtype);
+}
+
+static int is_empty(const operand *o) { return o->rows == 0 || o->cols == 0; }
+
+/* Elements the operand spans under the header's conventions; -1 when that
+ * is not an int64 (or the shape is negative, which must fail anyway). An
+ * input with a negative stride gets one row, so that a kernel reading the
+ * row before it hits the allocation's left redzone. */
+static int64_t span(const operand *o) {
+    int64_t rest, n;
+    if (o->rows < 0 || o->cols < 0)
+        return -1;
+    if (is_empty(o))
+        return 0;
+    int64_t stride = o->role == IN ? o->stride : o->cols;
+    if (o->rows == 1 || stride < 0)
+        return o->cols;
+    if (__builtin_mul_overflow(o->rows - 1, stride, &rest) ||
+        __builtin_add_overflow(rest, o->cols, &n))
+        return -1;
+    return n;
+}
+
+/* ---- the model of the contract ------------------------------------------ */
+
+enum { PASS, EITHER, FAIL };
+
+typedef struct verdict {
+    int level;
+    char why[200]; /* the first reason the call must fail */
+} verdict;
+
+static void must_fail(verdict *v, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void must_fail(verdict *v, const char *fmt, ...) {
+    if (v->level == FAIL)
+        return;
+    v->level = FAIL;
+    va_list args;
+    va_start(args, fmt);
+    vsnprintf(v->why, sizeof v->why, fmt, args);
+    va_end(args);
+}
+/* The header leaves the outcome open (an argument that the call ignores, or
+ * a size no allocation can have); a success must still compute right. */
+static void may_fail(verdict *v) {
+    if (v->level == PASS)
+        v->level = EITHER;
+}
+
+/* The header's conventions, for one operand: "An address may be 0 only where
+ * the function says it is optional, or when the operand is empty", strides
+ * ">= 0; ignored when rows <= 1", and aligned to the element size. */
+static void judge_operand(verdict *v, const operand *o) {
+    if (o->rows < 0 || o->cols < 0)
+        return; /* the shape is wrong: already a failure */
+    int empty = is_empty(o);
+    if (!o->passed) {
+        if (o->required && !empty)
+            must_fail(v, "%s is null", o->name);
+        return;
+    }
+    int64_t size = esize(o) ? esize(o) : 8, n = span(o);
+    if (n < 0 || n > INT64_MAX / size)
+        must_fail(v, "%s spans more than INT64_MAX bytes", o->name);
+    int misaligned = o->mode == MISALIGNED && size > 1;
+    int negative = o->role == IN && o->rows > 1 && o->stride < 0;
+    if (misaligned || negative) {
+        if (empty)
+            may_fail(v); /* an empty operand's address and stride are unused */
+        else
+            must_fail(v, "%s %s", o->name,
+                      misaligned ? "is misaligned" : "has a negative row stride");
+    }
+}
+
+/* ---- the call ------------------------------------------------------------ */
+
+enum op {
+    RELU_FORWARD,
+    RELU_BACKWARD,
+    SQUARE_FORWARD,
+    SQUARE_BACKWARD,
+    REDUCE_SUM,
+    NORM_FORWARD,
+    NORM_BACKWARD,
+    WORKSPACE_QUERY,
+    OP_COUNT
+};
+static const char *const op_names[] = {
+    "fo_bias_scale_relu_forward", "fo_bias_scale_relu_backward", "fo_square_forward",
+    "fo_square_backward",         "fo_reduce_sum",               "fo_norm_forward",
+    "fo_norm_backward",           "*_workspace_bytes",
+};
+
+/* Operand slots of each op, in the order of its arguments. */
+enum { RF_Y, RF_MASK, RF_X, RF_BIAS };
+enum { RB_DX, RB_DBIAS, RB_WS, RB_DY, RB_MASK };
+enum { SF_Y, SF_X };
+enum { SB_DX, SB_DY, SB_X };
+enum { RS_OUT, RS_WS, RS_X };
+enum { NF_Y, NF_ROUT, NF_MEAN, NF_RSTD, NF_X, NF_RES, NF_W, NF_B };
+enum { NB_DX, NB_DRES, NB_DW, NB_DB, NB_WS, NB_DY, NB_DROUT, NB_H, NB_MEAN, NB_RSTD, NB_W };
+#define MAX_OPERANDS 11
+
+typedef struct call {
+    int op;
+    int device_type, device_index;
+    uintptr_t stream;
+    int wild; /* inputs may hold NaN, infinities, extremes, random bits */
+    int dtype, bias_dtype, param_dtype, residual_dtype, h_dtype, kind;
+    float scale;
+    double eps, p;
+    uint64_t seed, offset;
+    int64_t rows, cols; /* reduce_sum: 1 x numel */
+    int64_t workspace_bytes;
+    operand o[MAX_OPERANDS];
+    int count;
+    verdict v;
+} call;
+
+/* ---- decoding ----------------------------------------------------------- */
+
+static int take_dtype(input *in) {
+    static const int invalid[] = {-1, 4, 5, 255, INT_MIN, INT_MAX, 1000, -4};
+    uint8_t b = u8(in);
+    return b < 224 ? b & 3 : invalid[b & 7];
+}
+
+/* Mostly what the header allows beside `dtype`, sometimes anything. */
+static int take_companion(input *in, int dtype) {
+    uint8_t b = u8(in);
+    if (b < 128)
+        return dtype;
+    if (b < 192)
+        return F32;
+    return take_dtype(in);
+}
+
+/* rows, cols or numel: mostly small, else an edge (CPU chunks are 256
+ * elements, mask bytes 8), huge (around the library's INT64_MAX / 16
+ * limit), negative, or raw. */
+static int64_t take_extent(input *in, int64_t small) {
+    static const int64_t edges[] = {0,  1,  2,   3,   7,   8,   9,   15,   16,   17,  31,
+                                    32, 33, 255, 256, 257, 511, 512, 513, 1023, 1024, 1025};
+    static const int64_t huge[] = {INT64_MAX,         INT64_MAX / 16,     INT64_MAX / 16 + 1,
+                                   INT64_MAX / 8,     INT64_MAX / 4 + 1,  (int64_t)1 << 31,
+                                   (int64_t)1 << 32,  (int64_t)1 << 40,   (int64_t)1 << 62,
+                                   INT32_MAX,         INT64_MIN,          -1};
+    uint8_t mode = u8(in);
+    uint16_t v = u16(in);
+    if (mode < 176)
+        return v % (small + 1);
+    if (mode < 224)
+        return edges[v % COUNT(edges)];
+    if (mode < 240)
+        return huge[v % COUNT(huge)];
+    if (mode < 248)
+        return -(int64_t)(v % 1024) - 1;
+    return (int64_t)u64(in);
+}
+
+static int64_t take_stride(input *in, int64_t rows, int64_t cols) {
+    uint8_t mode = u8(in), k = u8(in);
+    if (mode < 128 || cols < 0)
+        return cols; /* dense */
+    if (mode < 160)
+        return cols > INT64_MAX - 8 ? cols : cols + k % 9; /* padded rows */
+    if (mode < 176)
+        return 0; /* one row broadcast */
+    if (mode < 192)
+        return cols < 256 ? k % (cols + 1) : k; /* overlapping rows */
+    if (mode < 208)
+        return -(int64_t)(k % 8) - 1;
+    if (mode < 232) /* at the library's overflow limit */
+        return INT64_MAX / 16 / (rows > 1 ? rows : 1) + k % 3 - 1;
+    return (int64_t)u64(in);
+}
+
+static float take_scale(input *in) {
+    static const float table[] = {1.0f, 0.5f,   2.0f,   -1.0f,   0.0f,    -0.0f,
+                                  3.25f, 1e-3f, 1e-40f, 1e30f, FLT_MAX, -FLT_MAX};
+    static const float bad[] = {INFINITY, -INFINITY, NAN};
+    uint8_t b = u8(in);
+    if (b < 200)
+        return table[b % COUNT(table)];
+    if (b < 230)
+        return bad[b % COUNT(bad)];
+    uint32_t bits = u32(in);
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+static double take_eps(input *in) {
+    static const double table[] = {1e-5, 1e-6, 1e-12, 1.0,  0.25,
+                                   1e-300, 0x1p-1074, 1e300, DBL_MAX};
+    static const double bad[] = {0.0, -0.0, -1e-5, INFINITY, -INFINITY, NAN};
+    uint8_t b = u8(in);
+    if (b < 200)
+        return table[b % COUNT(table)];
+    if (b < 230)
+        return bad[b % COUNT(bad)];
+    return bits_double(u64(in));
+}
+
+static double take_dropout(input *in) {
+    static const double table[] = {0.1,  0.25,   0.5,        0.9,       0.999,
+                                   1e-300, 0x1p-32, 1 - 0x1p-53, -0.0};
+    static const double bad[] = {1.0, -0.1, 1.5, INFINITY, -INFINITY, NAN};
+    uint8_t b = u8(in);
+    if (b < 128)
+        return 0.0;
+    if (b < 192)
+        return table[b % COUNT(table)];
+    if (b < 216)
+        return u32(in) * 0x1p-32; /* a multiple of 2^-32 */
+    if (b < 232)
+        return bad[b % COUNT(bad)];
+    return bits_double(u64(in));
+}
+
+static int take_kind(input *in) {
+    uint8_t b = u8(in);
+    static const int invalid[] = {2, -1, 255, INT_MIN};
+    return b < 240 ? b & 1 : invalid[b & 3];
+}
+
+static int64_t take_workspace_bytes(input *in, int64_t needed) {
+    static const int64_t odd[] = {INT64_MIN, -1, INT64_MAX, (int64_t)1 << 40};
+    uint8_t b = u8(in);
+    if (b < 192)
+        return needed;
+    if (b < 216)
+        return needed > INT64_MAX - 64 ? needed : needed + b % 64;
+    if (b < 232)
+        return needed - 1 - b % 4; /* short by a few bytes (negative on the CPU) */
+    return odd[b % COUNT(odd)];
+}
+
+/* Adds operand `slot`: `passed` says whether the op's flags chose to pass it
+ * (always, for a required one); the address mode may still make it null. */
+static operand *add(call *c, int slot, const char *name, int role, int dtype, int64_t rows,
+                    int64_t cols, int required, int passed, input *in) {
+    operand *o = &c->o[slot];
+    uint8_t how = u8(in);
+    memset(o, 0, sizeof *o);
+    o->name = name;
+    o->role = role;
+    o->dtype = dtype;
+    o->rows = rows;
+    o->cols = cols;
+    o->required = required;
+    o->mode = how < 200 ? EXACT
+              : how < 214 ? ELEMENT_ALIGNED
+              : how < 228 ? MISALIGNED
+              : how < 242 ? NULL_ADDR
+                          : GUARD;
+    o->passed = passed && o->mode != NULL_ADDR;
+    o->stride = role == IN ? take_stride(in, rows, cols) : cols;
+    if (slot >= c->count)
+        c->count = slot + 1;
+    return o;
+}
+
+static int64_t mask_row_bytes(int64_t cols) {
+    return cols < 0 ? cols : cols / 8 + (cols % 8 != 0);
+}
+
+/* Checks shared by the seven entry points: device, shape and dtype. */
+static void judge_common(call *c) {
+    if (c->device_type != FO_DEVICE_CPU)
+        must_fail(&c->v, "device_type %d (a CPU-only build)", c->device_type);
+    if (c->rows < 0 || c->cols < 0)
+        must_fail(&c->v, "a negative size");
+    if (!dtype_ok(c->dtype))
+        must_fail(&c->v, "dtype %d", c->dtype);
+}
+
+/* Workspace: `needed` from the op's query (0 when the query fails: the call
+ * then fails too), `given` its workspace_bytes, `used` whether the op uses
+ * it with these flags (relu: a dbias; norm: a dweight or dbias). */
+static void add_workspace(call *c, int slot, int64_t needed, int used, input *in) {
+    c->workspace_bytes = take_workspace_bytes(in, needed);
+    operand *w = add(c, slot, "workspace", SCRATCH, WORKSPACE_BYTES, 1,
+                     c->workspace_bytes > 0 ? c->workspace_bytes : 0, used && needed > 0,
+                     1, in);
+    if (c->workspace_bytes < 0)
+        must_fail(&c->v, "workspace_bytes %" PRId64 " < 0", c->workspace_bytes);
+    else if (c->workspace_bytes < needed) {
+        if (used)
+            must_fail(&c->v, "workspace_bytes under the %" PRId64 " asked for", needed);
+        else
+            may_fail(&c->v);
+    }
+    (void)w;
+}
+
+static void decode_relu_forward(call *c, input *in) {
+    c->dtype = take_dtype(in);
+    c->bias_dtype = take_companion(in, c->dtype);
+    c->rows = take_extent(in, 17);
+    c->cols = take_extent(in, 300);
+    c->scale = take_scale(in);
+    uint8_t flags = u8(in);
+    add(c, RF_Y, "y", OUT, c->dtype, c->rows, c->cols, 1, 1, in);
+    add(c, RF_MASK, "mask", OUT, MASK_BYTES, c->rows, mask_row_bytes(c->cols), 0, flags & 1,
+        in);
+    add(c, RF_X, "x", IN, c->dtype, c->rows, c->cols, 1, 1, in);
+    operand *bias = add(c, RF_BIAS, "bias", IN, c->bias_dtype, 1, c->cols, 0, flags & 2, in);
+    judge_common(c);
+    if (!isfinite(c->scale))
+        must_fail(&c->v, "scale is not finite");
+    if (!companion_ok(c->bias_dtype, c->dtype)) {
+        if (bias->passed)
+            must_fail(&c->v, "bias_dtype %d", c->bias_dtype);
+        else
+            may_fail(&c->v); /* no bias: its dtype is unused */
+    }
+}
+
+static void decode_relu_backward(call *c, input *in) {
+    c->dtype = take_dtype(in);
+    c->bias_dtype = take_companion(in, c->dtype);
+    c->rows = take_extent(in, 17);
+    c->cols = take_extent(in, 300);
+    c->scale = take_scale(in);
+    uint8_t flags = u8(in);
+    int64_t needed = 0;
+    if (fo_bias_scale_relu_backward_workspace_bytes(c->device_type, c->rows, c->cols,
+                                                    c->dtype, &needed) != FO_OK)
+        needed = 0;
+    add(c, RB_DX, "dx", OUT, c->dtype, c->rows, c->cols, 0, flags & 1, in);
+    operand *dbias = add(c, RB_DBIAS, "dbias", OUT, c->bias_dtype, 1, c->cols, 0, flags & 2,
+                         in);
+    add_workspace(c, RB_WS, needed, dbias->passed, in);
+    add(c, RB_DY, "dy", IN, c->dtype, c->rows, c->cols, 1, 1, in);
+    operand *mask = add(c, RB_MASK, "mask", IN, MASK_BYTES, c->rows,
+                        mask_row_bytes(c->cols), 1, 1, in);
+    mask->stride = mask->cols; /* the forward pass wrote it dense */
+    judge_common(c);
+    if (!isfinite(c->scale))
+        must_fail(&c->v, "scale is not finite");
+    if (!companion_ok(c->bias_dtype, c->dtype)) {
+        if (dbias->passed)
+            must_fail(&c->v, "bias_dtype %d", c->bias_dtype);
+        else
+            may_fail(&c->v);
+    }
+}
+
+static void decode_square(call *c, input *in, int backward) {
+    c->dtype = take_dtype(in);
+    c->rows = take_extent(in, 17);
+    c->cols = take_extent(in, 300);
+    if (backward) {
+        add(c, SB_DX, "dx", OUT, c->dtype, c->rows, c->cols, 1, 1, in);
+        add(c, SB_DY, "dy", IN, c->dtype, c->rows, c->cols, 1, 1, in);
+        add(c, SB_X, "x", IN, c->dtype, c->rows, c->cols, 1, 1, in);
+    } else {
+        add(c, SF_Y, "y", OUT, c->dtype, c->rows, c->cols, 1, 1, in);
+        add(c, SF_X, "x", IN, c->dtype, c->rows, c->cols, 1, 1, in);
+    }
+    judge_common(c);
+}
+
+static void decode_reduce_sum(call *c, input *in) {
+    c->dtype = take_dtype(in);
+    c->rows = 1;
+    c->cols = take_extent(in, 3000); /* numel */
+    int64_t needed = 0;
+    if (fo_reduce_sum_workspace_bytes(c->device_type, c->cols, c->dtype, &needed) != FO_OK)
+        needed = 0;
+    add(c, RS_OUT, "out", OUT, c->dtype, 1, 1, 1, 1, in);
+    add_workspace(c, RS_WS, needed, 1, in);
+    add(c, RS_X, "x", IN, c->dtype, 1, c->cols, 1, 1, in);
+    c->o[RS_X].stride = c->cols;
+    judge_common(c);
+}
+
+static void judge_norm_scalars(call *c) {
+    judge_common(c);
+    if (c->kind != FO_NORM_LAYER && c->kind != FO_NORM_RMS)
+        must_fail(&c->v, "kind %d", c->kind);
+    if (!(c->p >= 0.0 && c->p < 1.0))
+        must_fail(&c->v, "dropout_p %g outside [0, 1)", c->p);
+}
+
+static void decode_norm_forward(call *c, input *in) {
+    c->dtype = take_dtype(in);
+    c->param_dtype = take_companion(in, c->dtype);
+    c->residual_dtype = take_companion(in, c->dtype);
+    c->kind = take_kind(in);
+    c->rows = take_extent(in, 17);
+    c->cols = take_extent(in, 300);
+    c->eps = take_eps(in);
+    c->p = take_dropout(in);
+    c->seed = u64(in);
+    c->offset = u64(in);
+    uint8_t flags = u8(in);
+    int residual = flags & 1;
+    /* residual_out goes with residual, but not always */
+    int residual_out = residual ^ ((flags & 0xC0) == 0xC0);
+    /* RMSNorm takes no bias: pass one only sometimes */
+    int bias = (flags & 4) && (c->kind == FO_NORM_LAYER || (flags & 8));
+    int stats = stats_dtype(c->dtype);
+    int h_dtype = residual ? c->residual_dtype : c->dtype;
+    add(c, NF_Y, "y", OUT, c->dtype, c->rows, c->cols, 1, 1, in);
+    operand *rout = add(c, NF_ROUT, "residual_out", OUT, h_dtype, c->rows, c->cols, 0,
+                        residual_out, in);
+    add(c, NF_MEAN, "mean", OUT, stats, c->rows, 1, 0, flags & 16, in);
+    add(c, NF_RSTD, "rstd", OUT, stats, c->rows, 1, 0, flags & 32, in);
+    add(c, NF_X, "x", IN, c->dtype, c->rows, c->cols, 1, 1, in);
+    operand *res = add(c, NF_RES, "residual", IN, c->residual_dtype, c->rows, c->cols, 0,
+                       residual, in);
+    operand *w = add(c, NF_W, "weight", IN, c->param_dtype, 1, c->cols, 0, flags & 2, in);
+    operand *b = add(c, NF_B, "bias", IN, c->param_dtype, 1, c->cols, 0, bias, in);
+    judge_norm_scalars(c);
+    if (!(isfinite(c->eps) && c->eps > 0.0))
+        must_fail(&c->v, "eps %g is not finite and > 0", c->eps);
+    if (c->kind == FO_NORM_RMS && b->passed)
+        must_fail(&c->v, "RMSNorm with a bias");
+    if (res->passed) {
+        if (!companion_ok(c->residual_dtype, c->dtype))
+            must_fail(&c->v, "residual_dtype %d", c->residual_dtype);
+        rout->required = 1; /* "required with residual" */
+    } else {
+        if (!companion_ok(c->residual_dtype, c->dtype))
+            may_fail(&c->v); /* unused without a residual */
+        if (rout->passed)
+            must_fail(&c->v, "residual_out without a residual");
+        if (c->p > 0.0)
+            must_fail(&c->v, "dropout_p > 0 without a residual");
+    }
+    if (!companion_ok(c->param_dtype, c->dtype)) {
+        if (w->passed || b->passed)
+            must_fail(&c->v, "param_dtype %d", c->param_dtype);
+        else
+            may_fail(&c->v);
+    }
+}
+
+static void decode_norm_backward(call *c, input *in) {
+    c->dtype = take_dtype(in);
+    c->param_dtype = take_companion(in, c->dtype);
+    c->h_dtype = take_companion(in, c->dtype);
+    c->kind = take_kind(in);
+    c->rows = take_extent(in, 17);
+    c->cols = take_extent(in, 300);
+    c->p = take_dropout(in);
+    c->seed = u64(in);
+    c->offset = u64(in);
+    uint8_t flags = u8(in);
+    int rms = c->kind == FO_NORM_RMS, stats = stats_dtype(c->dtype);
+    int64_t needed = 0;
+    if (fo_norm_backward_workspace_bytes(c->device_type, c->rows, c->cols, c->dtype,
+                                         &needed) != FO_OK)
+        needed = 0;
+    add(c, NB_DX, "dx", OUT, c->dtype, c->rows, c->cols, 0, flags & 1, in);
+    add(c, NB_DRES, "dresidual", OUT, c->h_dtype, c->rows, c->cols, 0, flags & 2, in);
+    operand *dw = add(c, NB_DW, "dweight", OUT, c->param_dtype, 1, c->cols, 0, flags & 4, in);
+    operand *db = add(c, NB_DB, "dbias", OUT, c->param_dtype, 1, c->cols, 0,
+                      (flags & 8) && (!rms || (flags & 128)), in);
+    add_workspace(c, NB_WS, needed, dw->passed || db->passed, in);
+    add(c, NB_DY, "dy", IN, c->dtype, c->rows, c->cols, 1, 1, in);
+    add(c, NB_DROUT, "dresidual_out", IN, c->h_dtype, c->rows, c->cols, 0, flags & 16, in);
+    add(c, NB_H, "h", IN, c->h_dtype, c->rows, c->cols, 1, 1, in);
+    /* mean: needed by LayerNorm, unused by RMSNorm */
+    add(c, NB_MEAN, "mean", IN, stats, c->rows, 1, !rms, !rms || (flags & 64), in);
+    add(c, NB_RSTD, "rstd", IN, stats, c->rows, 1, 1, 1, in);
+    operand *w = add(c, NB_W, "weight", IN, c->param_dtype, 1, c->cols, 0, flags & 32, in);
+    c->o[NB_MEAN].stride = c->o[NB_RSTD].stride = 1;
+    judge_norm_scalars(c);
+    if (!companion_ok(c->h_dtype, c->dtype))
+        must_fail(&c->v, "h_dtype %d", c->h_dtype);
+    if (rms && db->passed)
+        may_fail(&c->v); /* "dbias ... (optional, LayerNorm)" */
+    if (!companion_ok(c->param_dtype, c->dtype)) {
+        if (dw->passed || db->passed || w->passed)
+            must_fail(&c->v, "param_dtype %d", c->param_dtype);
+        else
+            may_fail(&c->v);
+    }
+}
+
+/* ---- calling -------------------------------------------------------------- */
+
+static int invoke(const call *c) {
+    const operand *o = c->o;
+    int dev = c->device_type, idx = c->device_index;
+    uintptr_t s = c->stream;
+    switch (c->op) {
+    case RELU_FORWARD:
+        return fo_bias_scale_relu_forward(dev, idx, s, o[RF_Y].address, o[RF_MASK].address,
+                                          o[RF_X].address, o[RF_X].stride,
+                                          o[RF_BIAS].address, c->rows, c->cols, c->dtype,
+                                          c->bias_dtype, c->scale);
+    case RELU_BACKWARD:
+        return fo_bias_scale_relu_backward(
+            dev, idx, s, o[RB_DX].address, o[RB_DBIAS].address, o[RB_WS].address,
+            c->workspace_bytes, o[RB_DY].address, o[RB_DY].stride, o[RB_MASK].address,
+            c->rows, c->cols, c->dtype, c->bias_dtype, c->scale);
+    case SQUARE_FORWARD:
+        return fo_square_forward(dev, idx, s, o[SF_Y].address, o[SF_X].address,
+                                 o[SF_X].stride, c->rows, c->cols, c->dtype);
+    case SQUARE_BACKWARD:
+        return fo_square_backward(dev, idx, s, o[SB_DX].address, o[SB_DY].address,
+                                  o[SB_DY].stride, o[SB_X].address, o[SB_X].stride, c->rows,
+                                  c->cols, c->dtype);
+    case REDUCE_SUM:
+        return fo_reduce_sum(dev, idx, s, o[RS_OUT].address, o[RS_WS].address,
+                             c->workspace_bytes, o[RS_X].address, c->cols, c->dtype);
+    case NORM_FORWARD:
+        return fo_norm_forward(dev, idx, s, o[NF_Y].address, o[NF_ROUT].address,
+                               o[NF_MEAN].address, o[NF_RSTD].address, o[NF_X].address,
+                               o[NF_X].stride, o[NF_RES].address, o[NF_RES].stride,
+                               c->residual_dtype, o[NF_W].address, o[NF_B].address,
+                               c->param_dtype, c->rows, c->cols, c->dtype, c->kind, c->eps,
+                               c->p, c->seed, c->offset);
+    case NORM_BACKWARD:
+        return fo_norm_backward(
+            dev, idx, s, o[NB_DX].address, o[NB_DRES].address, o[NB_DW].address,
+            o[NB_DB].address, o[NB_WS].address, c->workspace_bytes, o[NB_DY].address,
+            o[NB_DY].stride, o[NB_DROUT].address, o[NB_DROUT].stride, o[NB_H].address,
+            o[NB_H].stride, c->h_dtype, o[NB_MEAN].address, o[NB_RSTD].address,
+            o[NB_W].address, c->param_dtype, c->rows, c->cols, c->dtype, c->kind, c->p,
+            c->seed, c->offset);
+    default:
+        abort();
+    }
+}
+
+static int print_calls; /* FUZZ_PRINT_CALLS is set */
+
+/* A PROT_NONE mapping: any access by the library is a SEGV. */
+static unsigned char *guard_page;
+#define GUARD_SIZE ((size_t)1 << 16)
+
+/* Gives every passed operand an address: an exact allocation, or the guard
+ * page where the operand is empty or too big (the latter only in a call that
+ * must fail). @return 0 when the call cannot be made: an operand too big to
+ * allocate in a call that might succeed. */
+static int place(call *c) {
+    int64_t work;
+    if (c->v.level != FAIL && (__builtin_mul_overflow(c->rows, c->cols, &work) ||
+                               work > MAX_WORK))
+        return 0;
+    for (int i = 0; i < c->count; i++) {
+        operand *o = &c->o[i];
+        if (!o->passed)
+            continue;
+        int64_t size = esize(o) ? esize(o) : 8, n = span(o);
+        int fits = n >= 0 && n <= MAX_BYTES / size;
+        if (!fits && c->v.level != FAIL)
+            return 0;
+        if (!fits || (o->mode == GUARD && (n == 0 || c->v.level == FAIL))) {
+            o->address = (uintptr_t)guard_page + (o->mode == MISALIGNED && size > 1);
+            continue;
+        }
+        /* The operand ends exactly where its allocation does. One aligned only
+         * to its element (or misaligned) starts past a pad, so a read up to
+         * `pad` bytes before it goes unseen: the exact mode covers that. */
+        size_t pad = o->mode == ELEMENT_ALIGNED ? (size_t)size
+                     : o->mode == MISALIGNED && size > 1 ? 1
+                                                        : 0;
+        o->bytes = (size_t)(n * size);
+        o->block = malloc(pad + o->bytes);
+        if (!o->block && pad + o->bytes > 0) {
+            fprintf(stderr, "fuzz_ops: out of memory\n");
+            abort();
+        }
+        o->data = o->block ? o->block + pad : NULL;
+        o->address = o->data ? (uintptr_t)o->data : (uintptr_t)guard_page;
+    }
+    return 1;
+}
+
+static double special_value(int dtype, unsigned which) {
+    switch (which % 8) {
+    case 0: return INFINITY;
+    case 1: return -INFINITY;
+    case 2: return NAN;
+    case 3: return -0.0;
+    case 4: return largest(dtype);
+    case 5: return -largest(dtype);
+    case 6: return tiniest(dtype);
+    default: return 0x1p-14; /* float16's smallest normal */
+    }
+}
+
+/* Inputs from the data; outputs and workspaces get random bytes (so that an
+ * output never written is unlikely to match by chance). Then a copy of each
+ * for the "nothing changed" checks. */
+static void fill(call *c, input *in) {
+    for (int i = 0; i < c->count; i++) {
+        operand *o = &c->o[i];
+        if (!o->data)
+            continue;
+        int64_t n = (int64_t)o->bytes / (esize(o) ? esize(o) : 8);
+        for (int64_t e = 0; e < n; e++) {
+            if (o->role != IN || o->dtype == MASK_BYTES || !dtype_ok(o->dtype)) {
+                /* raw bytes: whole element, so no partial write is left over */
+                for (int64_t k = 0; k < (esize(o) ? esize(o) : 8); k++)
+                    o->data[e * (esize(o) ? esize(o) : 8) + k] =
+                        o->role == IN ? data_u8(in) : (uint8_t)rng_next(&in->rng);
+                continue;
+            }
+            /* Elements between rows (a stride over cols) are never read: they
+             * hold NaN, which any kernel that reads one carries to an output. */
+            if (o->rows > 1 && o->stride > o->cols && e % o->stride >= o->cols) {
+                put(o->data, e, o->dtype, NAN);
+                continue;
+            }
+            uint8_t b = data_u8(in);
+            if (c->wild && b >= 0xF8)
+                put(o->data, e, o->dtype, special_value(o->dtype, b));
+            else if (c->wild && b >= 0xF0)
+                put_bits(o->data, e, o->dtype, rng_next(&in->rng));
+            else
+                put(o->data, e, o->dtype, ((int)b - 128) / 16.0);
+        }
+        o->saved = malloc(o->bytes ? o->bytes : 1);
+        if (!o->saved)
+            abort();
+        memcpy(o->saved, o->data, o->bytes);
+    }
+}
+
+static void release(call *c) {
+    for (int i = 0; i < c->count; i++) {
+        free(c->o[i].block);
+        free(c->o[i].saved);
+    }
+}
+
+static void append(size_t *used, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void append(size_t *used, const char *fmt, ...) {
+    if (*used >= sizeof call_text)
+        return;
+    va_list args;
+    va_start(args, fmt);
+    int n = vsnprintf(call_text + *used, sizeof call_text - *used, fmt, args);
+    va_end(args);
+    if (n > 0)
+        *used += (size_t)n;
+}
+
+static void describe(const call *c) {
+    size_t used = 0;
+    append(&used,
+           "%s device %d/%d rows %" PRId64 " cols %" PRId64 " dtype %d bias_dtype %d "
+           "param_dtype %d residual_dtype %d h_dtype %d kind %d scale %a eps %a p %a "
+           "seed %" PRIu64 " offset %" PRIu64 " workspace_bytes %" PRId64 " wild %d; "
+           "model: %s%s",
+           op_names[c->op], c->device_type, c->device_index, c->rows, c->cols, c->dtype,
+           c->bias_dtype, c->param_dtype, c->residual_dtype, c->h_dtype, c->kind,
+           (double)c->scale, c->eps, c->p, c->seed, c->offset, c->workspace_bytes, c->wild,
+           c->v.level == PASS ? "must succeed" : c->v.level == FAIL ? "must fail: " : "either",
+           c->v.level == FAIL ? c->v.why : "");
+    for (int i = 0; i < c->count; i++) {
+        const operand *o = &c->o[i];
+        append(&used, "\n    %-13s %s", o->name, o->passed ? mode_names[o->mode] : "absent");
+        if (o->passed)
+            append(&used, " dtype %d %" PRId64 " x %" PRId64 " stride %" PRId64 " at %#" PRIxPTR,
+                   o->dtype, o->rows, o->cols, o->stride, o->address);
+    }
+}
+
+/* ---- checking values ------------------------------------------------------- */
+
+/* got (an element of `dtype`) against the exact `want`: within the output's
+ * rounding (one ulp) plus `slack`, the error the computation may add. */
+static void expect(const char *what, int64_t index, double got, double want, double slack,
+                   int dtype) {
+    if (isnan(want) || !isfinite(slack))
+        return; /* NaN or infinite terms: the header says nothing of the result */
+    double tol = ulp_rel(dtype) * fabs(want) + tiniest(dtype) + slack;
+    int ok;
+    if (isnan(got))
+        ok = 0;
+    else if (isinf(got)) /* overflow, when want is near or past the largest finite */
+        ok = !signbit(got) == !signbit(want) && fabs(want) + tol >= largest(dtype);
+    else
+        ok = fabs(got - want) <= tol;
+    if (!ok)
+        fail("%s[%" PRId64 "] (%s) is %.17g, want %.17g (tolerance %.3g)", what, index,
+             dtype_label(dtype), got, want, tol);
+}
+
+static double at(const operand *o, int64_t index, int dtype) {
+    return get(o->data, index, dtype);
+}
+
+static void check_relu_forward(const call *c) {
+    const operand *y = &c->o[RF_Y], *mask = &c->o[RF_MASK], *x = &c->o[RF_X],
+                  *bias = &c->o[RF_BIAS];
+    int64_t mrb = mask_row_bytes(c->cols);
+    for (int64_t r = 0; r < c->rows; r++)
+        for (int64_t col = 0; col < c->cols; col++) {
+            double xv = at(x, r * x->stride + col, c->dtype);
+            double b = bias->passed ? at(bias, col, c->bias_dtype) : 0.0;
+            double v = xv * c->scale + b;
+            double got = at(y, r * c->cols + col, c->dtype);
+            expect("y", r * c->cols + col, got, v < 0.0 ? 0.0 : v,
+                   arith_eps(c->dtype) * (fabs(xv * c->scale) + fabs(b)), c->dtype);
+            /* "1 where y > 0": y as stored */
+            if (mask->passed &&
+                ((mask->data[r * mrb + col / 8] >> (col % 8)) & 1) != (got > 0.0))
+                fail("mask bit (%" PRId64 ", %" PRId64 ") is wrong for y = %g", r, col, got);
+        }
+}
+
+static void check_relu_backward(const call *c) {
+    const operand *dx = &c->o[RB_DX], *dbias = &c->o[RB_DBIAS], *dy = &c->o[RB_DY],
+                  *mask = &c->o[RB_MASK];
+    int64_t mrb = mask_row_bytes(c->cols);
+    if (c->rows == 0 && !dbias->passed)
+        return; /* no element at all, however many columns */
+    for (int64_t col = 0; col < c->cols; col++) {
+        double sum = 0.0, magnitude = 0.0;
+        int known = 1;
+        for (int64_t r = 0; r < c->rows; r++) {
+            int m = (mask->data[r * mrb + col / 8] >> (col % 8)) & 1;
+            double g = at(dy, r * dy->stride + col, c->dtype);
+            if (!m && !isfinite(g)) { /* dy * scale * 0: 0 or NaN */
+                known = 0;
+                continue;
+            }
+            double want = m ? g * c->scale : 0.0;
+            if (dx->passed)
+                expect("dx", r * c->cols + col, at(dx, r * c->cols + col, c->dtype), want,
+                       arith_eps(c->dtype) * fabs(want), c->dtype);
+            if (m) {
+                sum += g;
+                magnitude += fabs(g);
+            }
+        }
+        if (dbias->passed && known)
+            expect("dbias", col, at(dbias, col, c->bias_dtype), sum,
+                   SLACK * (double)(c->rows + 1) * magnitude, c->bias_dtype);
+    }
+}
+
+static void check_square(const call *c, int backward) {
+    const operand *out = &c->o[backward ? SB_DX : SF_Y], *x = &c->o[backward ? SB_X : SF_X];
+    for (int64_t r = 0; r < c->rows; r++)
+        for (int64_t col = 0; col < c->cols; col++) {
+            double xv = at(x, r * x->stride + col, c->dtype), want = xv * xv;
+            if (backward) {
+                const operand *dy = &c->o[SB_DY];
+                want = 2.0 * xv * at(dy, r * dy->stride + col, c->dtype);
+            }
+            expect(backward ? "dx" : "y", r * c->cols + col, at(out, r * c->cols + col, c->dtype),
+                   want, arith_eps(c->dtype) * fabs(want), c->dtype);
+        }
+}
+
+static void check_reduce_sum(const call *c) {
+    const operand *x = &c->o[RS_X];
+    double sum = 0.0, magnitude = 0.0;
+    for (int64_t i = 0; i < c->cols; i++) {
+        double v = at(x, i, c->dtype);
+        sum += v;
+        magnitude += fabs(v);
+    }
+    expect("out", 0, at(&c->o[RS_OUT], 0, c->dtype), sum,
+           SLACK * (double)(c->cols + 1) * magnitude, c->dtype);
+}
+
+/* Philox4x32-10 (Salmon et al., SC'11), written here from the paper and
+ * checked against Random123's known answers at start-up: the reference for
+ * the dropout mask, independent of lib/philox.h. */
+static void philox4x32_10(const uint32_t counter[4], const uint32_t key[2], uint32_t out[4]) {
+    uint32_t x0 = counter[0], x1 = counter[1], x2 = counter[2], x3 = counter[3];
+    uint32_t k0 = key[0], k1 = key[1];
+    for (int round = 0; round < 10; round++) {
+        if (round > 0) {
+            k0 += 0x9E3779B9u;
+            k1 += 0xBB67AE85u;
+        }
+        uint64_t p0 = (uint64_t)0xD2511F53u * x0, p1 = (uint64_t)0xCD9E8D57u * x2;
+        uint32_t y0 = (uint32_t)(p1 >> 32) ^ x1 ^ k0, y2 = (uint32_t)(p0 >> 32) ^ x3 ^ k1;
+        x1 = (uint32_t)p1;
+        x3 = (uint32_t)p0;
+        x0 = y0;
+        x2 = y2;
+    }
+    out[0] = x0, out[1] = x1, out[2] = x2, out[3] = x3;
+}
+
+/* The header's mask: element (row, col) is kept when lane col % 4 of
+ * Philox4x32-10(key seed, counter offset + row * 2 * ceil(cols / 8) +
+ * col / 4) is at least p * 2^32 (an exact comparison in double). */
+static int kept(const call *c, int64_t row, int64_t col) {
+    if (c->p == 0.0)
+        return 1;
+    uint64_t counter = c->offset + (uint64_t)row * 2u * (uint64_t)((c->cols + 7) / 8) +
+                       (uint64_t)col / 4;
+    const uint32_t words[4] = {(uint32_t)counter, (uint32_t)(counter >> 32), 0, 0};
+    const uint32_t key[2] = {(uint32_t)c->seed, (uint32_t)(c->seed >> 32)};
+    uint32_t lanes[4];
+    philox4x32_10(words, key, lanes);
+    return (double)lanes[col % 4] >= c->p * 4294967296.0;
+}
+
+/* Values past this are left unchecked in the norms: squares of them may
+ * overflow, and then the header says nothing of the result. */
+#define NORM_RANGE 1e100
+
+static void check_norm_forward(const call *c) {
+    const operand *y = &c->o[NF_Y], *rout = &c->o[NF_ROUT], *mean = &c->o[NF_MEAN],
+                  *rstd = &c->o[NF_RSTD], *x = &c->o[NF_X], *res = &c->o[NF_RES],
+                  *w = &c->o[NF_W], *b = &c->o[NF_B];
+    const int64_t n = c->cols;
+    const int rms = c->kind == FO_NORM_RMS, stats = stats_dtype(c->dtype);
+    const int h_dtype = res->passed ? c->residual_dtype : c->dtype;
+    if (n == 0 || c->rows == 0)
+        return; /* (mean and rstd of no elements: the header does not say) */
+    double *h = malloc((size_t)n * sizeof *h);
+    if (!h)
+        abort();
+    for (int64_t r = 0; r < c->rows; r++) {
+        /* h = dropout(x) + residual, checked as residual_out holds it; the
+         * norm is then of h as stored ("norm(residual_out or x)") */
+        int usable = 1;
+        for (int64_t col = 0; col < n; col++) {
+            double xv = at(x, r * x->stride + col, c->dtype);
+            if (!res->passed) {
+                h[col] = xv;
+            } else {
+                int keep = kept(c, r, col);
+                double scaled = keep ? xv / (1.0 - c->p) : 0.0;
+                double rv = at(res, r * res->stride + col, h_dtype);
+                h[col] = at(rout, r * n + col, h_dtype);
+                if (keep || isfinite(xv)) /* else x * 0: 0 or NaN */
+                    expect("residual_out", r * n + col, h[col], scaled + rv,
+                           SLACK * (fabs(scaled) + fabs(rv)), h_dtype);
+            }
+            if (!(fabs(h[col]) < NORM_RANGE))
+                usable = 0;
+        }
+        if (!usable)
+            continue;
+        double sum = 0.0, max_h = 0.0;
+        for (int64_t col = 0; col < n; col++) {
+            sum += h[col];
+            max_h = fmax(max_h, fabs(h[col]));
+        }
+        double mu = rms ? 0.0 : sum / (double)n, variance = 0.0;
+        for (int64_t col = 0; col < n; col++)
+            variance += (h[col] - mu) * (h[col] - mu);
+        variance /= (double)n;
+        double rs = 1.0 / sqrt(variance + c->eps);
+        /* error bounds of the library's double arithmetic: of the mean, and
+         * relative, of rstd (an error in the variance over variance + eps) */
+        double mean_error = SLACK * (double)(n + 1) * max_h;
+        double spread = max_h + fabs(mu);
+        double rstd_error = SLACK * (double)(n + 1) * spread * spread / (variance + c->eps) + SLACK;
+        if (mean->passed) {
+            double got = at(mean, r, stats);
+            if (rms && got != 0.0)
+                fail("mean[%" PRId64 "] of RMSNorm is %g, the header says 0", r, got);
+            if (!rms)
+                expect("mean", r, got, mu, mean_error, stats);
+        }
+        if (rstd->passed)
+            expect("rstd", r, at(rstd, r, stats), rs, rs * rstd_error, stats);
+        for (int64_t col = 0; col < n; col++) {
+            double wv = w->passed ? at(w, col, c->param_dtype) : 1.0;
+            double bv = b->passed ? at(b, col, c->param_dtype) : 0.0;
+            if (!(fabs(wv) < NORM_RANGE && fabs(bv) < NORM_RANGE))
+                continue;
+            double xhat = (h[col] - mu) * rs;
+            double slack = (mean_error * rs + fabs(xhat) * rstd_error) * fabs(wv) +
+                           SLACK * (fabs(xhat * wv) + fabs(bv));
+            expect("y", r * n + col, at(y, r * n + col, c->dtype), xhat * wv + bv, slack,
+                   c->dtype);
+        }
+    }
+    free(h);
+}
+
+static void check_norm_backward(const call *c) {
+    const operand *dx = &c->o[NB_DX], *dres = &c->o[NB_DRES], *dw = &c->o[NB_DW],
+                  *db = &c->o[NB_DB], *dy = &c->o[NB_DY], *drout = &c->o[NB_DROUT],
+                  *h = &c->o[NB_H], *mean = &c->o[NB_MEAN], *rstd = &c->o[NB_RSTD],
+                  *w = &c->o[NB_W];
+    const int64_t n = c->cols;
+    const int rms = c->kind == FO_NORM_RMS, stats = stats_dtype(c->dtype);
+    if (n == 0 || (c->rows == 0 && !dw->passed && !db->passed))
+        return; /* no element at all, however many columns */
+    /* per column: xhat and dy * weight of this row; the sums for dweight and
+     * dbias over rows, with the magnitudes of their terms */
+    double *xhat = calloc((size_t)n, sizeof(double)), *wdy = calloc((size_t)n, sizeof(double));
+    double *dw_sum = calloc((size_t)n, sizeof(double)), *dw_mag = calloc((size_t)n, sizeof(double));
+    double *db_sum = calloc((size_t)n, sizeof(double)), *db_mag = calloc((size_t)n, sizeof(double));
+    char *unknown = calloc((size_t)n, 1);
+    if (!xhat || !wdy || !dw_sum || !dw_mag || !db_sum || !db_mag || !unknown)
+        abort();
+    for (int64_t r = 0; r < c->rows; r++) {
+        double mu = rms ? 0.0 : at(mean, r, stats), rs = at(rstd, r, stats);
+        int usable = fabs(mu) < NORM_RANGE && fabs(rs) < NORM_RANGE;
+        double s1 = 0.0, s2 = 0.0, a1 = 0.0, a2 = 0.0;
+        for (int64_t col = 0; col < n; col++) {
+            double g = at(dy, r * dy->stride + col, c->dtype);
+            double hv = at(h, r * h->stride + col, c->h_dtype);
+            double wv = w->passed ? at(w, col, c->param_dtype) : 1.0;
+            if (!(usable && fabs(g) < NORM_RANGE && fabs(hv) < NORM_RANGE &&
+                  fabs(wv) < NORM_RANGE)) {
+                usable = 0;
+                unknown[col] = 1;
+                continue;
+            }
+            xhat[col] = (hv - mu) * rs;
+            wdy[col] = g * wv;
+            dw_sum[col] += g * xhat[col];
+            dw_mag[col] += fabs(g * xhat[col]);
+            db_sum[col] += g;
+            db_mag[col] += fabs(g);
+            s1 += wdy[col];
+            s2 += wdy[col] * xhat[col];
+            a1 += fabs(wdy[col]);
+            a2 += fabs(wdy[col] * xhat[col]);
+        }
+        if (!usable) {
+            memset(unknown, 1, (size_t)n);
+            continue;
+        }
+        /* dh = rstd * (wdy - mean(wdy) - xhat * mean(wdy * xhat)) (LayerNorm;
+         * RMSNorm drops the mean(wdy) term), plus dresidual_out */
+        double m1 = rms ? 0.0 : s1 / (double)n, m2 = s2 / (double)n;
+        for (int64_t col = 0; col < n; col++) {
+            double carried = drout->passed ? at(drout, r * drout->stride + col, c->h_dtype) : 0.0;
+            if (!(fabs(carried) < NORM_RANGE))
+                continue;
+            double dh = rs * (wdy[col] - m1 - xhat[col] * m2) + carried;
+            double slack = SLACK * (double)(n + 4) *
+                           (fabs(rs) * (fabs(wdy[col]) + a1 / (double)n +
+                                        fabs(xhat[col]) * a2 / (double)n) +
+                            fabs(carried));
+            if (dres->passed)
+                expect("dresidual", r * n + col, at(dres, r * n + col, c->h_dtype), dh, slack,
+                       c->h_dtype);
+            if (dx->passed) {
+                int keep = kept(c, r, col);
+                double want = keep ? dh / (1.0 - c->p) : 0.0;
+                expect("dx", r * n + col, at(dx, r * n + col, c->dtype), want,
+                       keep ? slack / (1.0 - c->p) + SLACK * fabs(want) : 0.0, c->dtype);
+            }
+        }
+    }
+    for (int64_t col = 0; col < n; col++) {
+        if (unknown[col])
+            continue;
+        if (dw->passed)
+            expect("dweight", col, at(dw, col, c->param_dtype), dw_sum[col],
+                   SLACK * (double)(c->rows + 1) * dw_mag[col], c->param_dtype);
+        if (db->passed)
+            expect("dbias", col, at(db, col, c->param_dtype), db_sum[col],
+                   SLACK * (double)(c->rows + 1) * db_mag[col], c->param_dtype);
+    }
+    free(xhat), free(wdy), free(dw_sum), free(dw_mag), free(db_sum), free(db_mag);
+    free(unknown);
+}
+
+static void check_values(const call *c) {
+    if (c->cols == 0)
+        return; /* nothing to check, however many rows there are */
+    switch (c->op) {
+    case RELU_FORWARD: check_relu_forward(c); break;
+    case RELU_BACKWARD: check_relu_backward(c); break;
+    case SQUARE_FORWARD: check_square(c, 0); break;
+    case SQUARE_BACKWARD: check_square(c, 1); break;
+    case REDUCE_SUM: check_reduce_sum(c); break;
+    case NORM_FORWARD: check_norm_forward(c); break;
+    case NORM_BACKWARD: check_norm_backward(c); break;
+    default: abort();
+    }
+}
+
+/* The status of a failing call: a documented code, never a CUDA one for the
+ * CPU, and a message saying why. */
+static void check_failure(const call *c, int status) {
+    if (status < FO_ERR_INVALID_ARGUMENT || status > FO_ERR_WORKSPACE_TOO_SMALL)
+        fail("status %d is not a documented fo_status", status);
+    if (c->device_type == FO_DEVICE_CPU &&
+        (status == FO_ERR_CUDA_NOT_BUILT || status == FO_ERR_CUDA_RUNTIME))
+        fail("status %d (%s) for a CPU call", status, fo_status_string(status));
+    const char *message = fo_last_error();
+    if (!message || !message[0])
+        fail("status %d but fo_last_error() is empty", status);
+}
+
+/* ---- known library bugs ----------------------------------------------------
+ * Calls that would hit a library bug already found and reported are skipped,
+ * so that a run keeps looking for new ones instead of finding the same one
+ * again. Build with -DFUZZ_STRICT (tests/fuzz/run.sh: FUZZ_STRICT=1) to make
+ * them anyway, e.g. to check a fix; delete an entry once its bug is fixed. */
+static const char *known_bug(const call *c) {
+#ifndef FUZZ_STRICT
+    /* lib/bias_scale_relu.c, cpu_backward: with rows == 0 it still walks
+     * every 256-column chunk of `cols` when dx is given (the early return
+     * only tests cols == 0 and !dx && !dbias): an empty call that never
+     * ends for cols near INT64_MAX / 16. */
+    if (c->op == RELU_BACKWARD && c->v.level != FAIL && c->rows == 0 &&
+        c->o[RB_DX].passed && c->cols > ((int64_t)1 << 32))
+        return "relu backward, rows 0, huge cols: a near-endless loop";
+    /* lib/checks.c, fo_check_shape: the "overflows 64-bit byte offsets" test
+     * is rows > INT64_MAX / 16 / cols, which rows == 0 always passes, and the
+     * 1 x cols operands (bias, dbias, weight, dweight) get no test of their
+     * own (fo_check_operand skips its stride test for one row). So rows 0
+     * with cols past INT64_MAX / 16 is accepted; the backward passes then
+     * write cols elements of dbias / dweight at byte offsets past INT64_MAX. */
+    if ((c->op == RELU_FORWARD || c->op == RELU_BACKWARD || c->op == NORM_FORWARD ||
+         c->op == NORM_BACKWARD) &&
+        c->rows == 0 && c->cols > INT64_MAX / 16)
+        return "rows 0, cols over INT64_MAX / 16: accepted";
+#else
+    (void)c;
+#endif
+    return NULL;
+}
+
+static void run_call(call *c, input *in) {
+    if (known_bug(c))
+        return;
+    if (!place(c)) {
+        release(c); /* what place() allocated before it gave up */
+        return;
+    }
+    fill(c, in);
+    describe(c);
+    /* FUZZ_PRINT_CALLS=1: each call before it runs, to see what a timeout or
+     * a crash inside the library was doing */
+    if (print_calls)
+        fprintf(stderr, "fuzz_ops: %s\n", call_text);
+    int status = invoke(c);
+    if (status != FO_OK) {
+        if (c->v.level == PASS)
+            fail("a call the header allows failed: status %d (%s): %s", status,
+                 fo_status_string(status), fo_last_error());
+        check_failure(c, status);
+        for (int i = 0; i < c->count; i++)
+            if (c->o[i].data && memcmp(c->o[i].data, c->o[i].saved, c->o[i].bytes) != 0)
+                fail("%s changed, but the call failed (status %d: %s)", c->o[i].name, status,
+                     fo_last_error());
+        release(c);
+        return;
+    }
+    if (c->v.level == FAIL)
+        fail("a call the header forbids succeeded (%s)", c->v.why);
+    for (int i = 0; i < c->count; i++)
+        if (c->o[i].role == IN && c->o[i].data &&
+            memcmp(c->o[i].data, c->o[i].saved, c->o[i].bytes) != 0)
+            fail("input %s changed", c->o[i].name);
+    check_values(c);
+    /* "the same bits on every run": again, from the same starting bytes */
+    unsigned char *first[MAX_OPERANDS] = {0};
+    for (int i = 0; i < c->count; i++) {
+        operand *o = &c->o[i];
+        if (o->role != OUT || !o->data)
+            continue;
+        first[i] = malloc(o->bytes ? o->bytes : 1);
+        if (!first[i])
+            abort();
+        memcpy(first[i], o->data, o->bytes);
+        memcpy(o->data, o->saved, o->bytes);
+    }
+    status = invoke(c);
+    if (status != FO_OK)
+        fail("the same call failed the second time: status %d", status);
+    for (int i = 0; i < c->count; i++) {
+        if (first[i] && memcmp(first[i], c->o[i].data, c->o[i].bytes) != 0)
+            fail("%s differs between two identical calls", c->o[i].name);
+        free(first[i]);
+    }
+    release(c);
+}
+
+/* The three *_workspace_bytes queries: a valid query succeeds with a size
+ * >= 0; an invalid one fails and leaves *bytes alone. */
+static void run_query(call *c, input *in) {
+    int which = u8(in) % 3;
+    c->rows = take_extent(in, 17);
+    c->cols = which == 1 ? 1 : take_extent(in, 300);
+    c->dtype = take_dtype(in);
+    int null_bytes = u8(in) >= 240;
+    int64_t numel = c->rows; /* fo_reduce_sum_workspace_bytes takes numel */
+    if (c->device_type != FO_DEVICE_CPU)
+        must_fail(&c->v, "device_type %d (a CPU-only build)", c->device_type);
+    if (c->rows < 0 || c->cols < 0)
+        must_fail(&c->v, "a negative size");
+    if (!dtype_ok(c->dtype))
+        must_fail(&c->v, "dtype %d", c->dtype);
+    if (null_bytes)
+        must_fail(&c->v, "bytes is a null pointer");
+    int64_t elements;
+    if (c->v.level != FAIL && (__builtin_mul_overflow(c->rows, c->cols, &elements) ||
+                               elements > INT64_MAX / 16))
+        may_fail(&c->v); /* a size no operand can have */
+    static const char *const names[] = {"fo_bias_scale_relu_backward_workspace_bytes",
+                                        "fo_reduce_sum_workspace_bytes",
+                                        "fo_norm_backward_workspace_bytes"};
+    snprintf(call_text, sizeof call_text,
+             "%s device %d rows/numel %" PRId64 " cols %" PRId64 " dtype %d bytes %s; model: %s%s",
+             names[which], c->device_type, c->rows, c->cols, c->dtype,
+             null_bytes ? "null" : "given",
+             c->v.level == PASS ? "must succeed" : c->v.level == FAIL ? "must fail: " : "either",
+             c->v.why);
+    if (print_calls)
+        fprintf(stderr, "fuzz_ops: %s\n", call_text);
+    int64_t *bytes = null_bytes ? NULL : malloc(sizeof *bytes);
+    const int64_t canary = (int64_t)0x5A5A5A5A5A5A5A5A;
+    if (bytes)
+        *bytes = canary;
+    int status = which == 0 ? fo_bias_scale_relu_backward_workspace_bytes(
+                                  c->device_type, c->rows, c->cols, c->dtype, bytes)
+                 : which == 1 ? fo_reduce_sum_workspace_bytes(c->device_type, numel, c->dtype,
+                                                              bytes)
+                              : fo_norm_backward_workspace_bytes(c->device_type, c->rows,
+                                                                 c->cols, c->dtype, bytes);
+    if (status != FO_OK) {
+        if (c->v.level == PASS)
+            fail("a valid query failed: status %d: %s", status, fo_last_error());
+        check_failure(c, status);
+        if (bytes && *bytes != canary)
+            fail("a failing query wrote *bytes = %" PRId64, *bytes);
+    } else {
+        if (c->v.level == FAIL)
+            fail("a query the header forbids succeeded (%s)", c->v.why);
+        if (*bytes < 0 || *bytes == canary)
+            fail("the query gave *bytes = %" PRId64, *bytes);
+    }
+    free(bytes);
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+    (void)argc, (void)argv;
+    /* The target links lib/cuda_stubs.c: every CUDA call must be refused. */
+    if (fo_cuda_built() != 0) {
+        fprintf(stderr, "fuzz_ops: expects a CPU-only library\n");
+        abort();
+    }
+    /* Random123's kat_vectors for philox4x32_10: counter, key, result. */
+    static const uint32_t kat[3][10] = {
+        {0, 0, 0, 0, 0, 0, 0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8},
+        {0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0x408f276d,
+         0x41c83b0e, 0xa20bc7c6, 0x6d5451fd},
+        {0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344, 0xa4093822, 0x299f31d0, 0xd16cfe09,
+         0x94fdcceb, 0x5001e420, 0x24126ea1},
+    };
+    for (size_t i = 0; i < COUNT(kat); i++) {
+        uint32_t out[4];
+        philox4x32_10(kat[i], kat[i] + 4, out);
+        if (memcmp(out, kat[i] + 6, sizeof out) != 0) {
+            fprintf(stderr, "fuzz_ops: the reference Philox fails known answer %zu\n", i);
+            abort();
+        }
+    }
+    print_calls = getenv("FUZZ_PRINT_CALLS") != NULL;
+    guard_page = mmap(NULL, GUARD_SIZE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (guard_page == MAP_FAILED) {
+        perror("fuzz_ops: mmap");
+        abort();
+    }
+    return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    input in = {data, size, 0};
+    call c;
+    memset(&c, 0, sizeof c);
+    c.op = u8(&in) % OP_COUNT;
+    c.wild = u8(&in) & 1;
+    in.rng = u32(&in) * UINT64_C(0x9E3779B97F4A7C15) + 1;
+    uint8_t device = u8(&in);
+    c.device_type = device < 232 ? FO_DEVICE_CPU
+                    : device < 248 ? FO_DEVICE_CUDA
+                                   : (int)u32(&in);
+    c.device_index = (int)u32(&in); /* ignored on the CPU: anything goes */
+    c.stream = (uintptr_t)u64(&in);
+    switch (c.op) {
+    case RELU_FORWARD: decode_relu_forward(&c, &in); break;
+    case RELU_BACKWARD: decode_relu_backward(&c, &in); break;
+    case SQUARE_FORWARD: decode_square(&c, &in, 0); break;
+    case SQUARE_BACKWARD: decode_square(&c, &in, 1); break;
+    case REDUCE_SUM: decode_reduce_sum(&c, &in); break;
+    case NORM_FORWARD: decode_norm_forward(&c, &in); break;
+    case NORM_BACKWARD: decode_norm_backward(&c, &in); break;
+    default: run_query(&c, &in); return 0;
+    }
+    for (int i = 0; i < c.count; i++)
+        judge_operand(&c.v, &c.o[i]);
+    run_call(&c, &in);
+    return 0;
+}
