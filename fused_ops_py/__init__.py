@@ -6,6 +6,7 @@ from importlib import metadata as _metadata
 from . import _ffi
 from .functional import fused_bias_scale_relu, reduce_sum, relu, square
 from .modules import FusedBiasScaleReLU, FusedLayerNorm, FusedRMSNorm
+from .patching import patch
 from .normalization import (
     fused_add_layer_norm,
     fused_add_rms_norm,
@@ -35,6 +36,7 @@ __all__ = [
     "fused_layer_norm",
     "fused_rms_norm",
     "library_path",
+    "patch",
     "reduce_sum",
     "relu",
     "square",
