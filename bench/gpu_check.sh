@@ -78,7 +78,7 @@ if [ "$stage" = bench ]; then
 fi
 if [ "$stage" = multi ]; then
     export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-    python3 -m pytest -q -rs -s tests/test_distributed.py tests/test_cuda.py 2>&1 | tee /tmp/logs/multi.txt | tail -30
+    python3 -m pytest -q -rs -s tests/test_distributed.py tests/test_cuda.py tests/test_compile.py tests/test_patching.py 2>&1 | tee /tmp/logs/multi.txt | tail -30
     status=${PIPESTATUS[0]}
     tar -czf "$OUT/gpu_multi_logs.tar.gz" -C /tmp logs
     exit "$status"
