@@ -158,6 +158,7 @@ def test_compile_reduce_overhead_mode():
     model = torch.nn.Sequential(torch.nn.Linear(64, 64), fo.FusedLayerNorm(64), fo.FusedBiasScaleReLU(64)).cuda()
     compiled = torch.compile(model, mode="reduce-overhead", fullgraph=True)
     for step in range(4):
+        torch.compiler.cudagraph_mark_step_begin()  # a new training step: outputs may be reused
         x = random((32, 64), torch.float32, "cuda", seed=step).requires_grad_()
         out = compiled(x)
         out.sum().backward()

@@ -28,7 +28,7 @@ def make_model(fused, device):
 
 def train(model, rank, wrap):
     model = wrap(model)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     generator = torch.Generator().manual_seed(100 + rank)  # each rank its own batch
     losses = []
     for _ in range(STEPS):
@@ -89,5 +89,5 @@ def test_training_step_matches_torch_modules(strategy):
         loss_diff, grad_diff, fused_losses, torch_losses = results[rank]
         print(f"{strategy} rank {rank}: fused losses {fused_losses} torch losses {torch_losses}; "
               f"max loss diff {loss_diff:.2e}, max relative grad diff {grad_diff:.2e}")
-        assert loss_diff < 1e-4
+        assert loss_diff <= 1e-5 * max(abs(v) for v in torch_losses)
         assert grad_diff < 1e-3

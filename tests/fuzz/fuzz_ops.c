@@ -936,8 +936,19 @@ static void check_square(const call *c, int backward) {
                 const operand *dy = &c->o[SB_DY];
                 want = 2.0 * xv * at(dy, r * dy->stride + col, c->dtype);
             }
-            expect(backward ? "dx" : "y", r * c->cols + col, at(out, r * c->cols + col, c->dtype),
-                   want, arith_eps(c->dtype) * fabs(want), c->dtype);
+            int64_t i = r * c->cols + col;
+            expect(backward ? "dx" : "y", i, at(out, i, c->dtype), want,
+                   arith_eps(c->dtype) * fabs(want), c->dtype);
+            /* Sharper: want is exact in double (float64: rounded as fp64
+             * arithmetic rounds it), and for the halves usually exact in float
+             * too; then no double rounding can occur and the output must be
+             * want correctly rounded, to the bit (to nearest, ties to even). */
+            if ((c->dtype == F32 || c->dtype == F64 || (double)(float)want == want) &&
+                !same_value(get_bits(out->data, i, c->dtype), round_bits(want, c->dtype),
+                            c->dtype))
+                fail("%s[%" PRId64 "] (%s) has bits %#" PRIx64 ", want %.17g rounded: %#" PRIx64,
+                     backward ? "dx" : "y", i, dtype_label(c->dtype),
+                     get_bits(out->data, i, c->dtype), want, round_bits(want, c->dtype));
         }
 }
 
