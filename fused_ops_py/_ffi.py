@@ -92,6 +92,28 @@ _EXCEPTIONS = {
 }
 
 
+# FUSED_OPS_PY_SYNC=1: synchronize after every launch, so that an
+# asynchronous CUDA fault is reported by the op that caused it (slow: debug only).
+SYNC = os.environ.get("FUSED_OPS_PY_SYNC", "0") not in ("", "0")
+
+
+def call(function, *args) -> None:
+    """Run an op entry point (device_type and device_index first) and raise
+    on failure; with FUSED_OPS_PY_SYNC=1 also wait for the GPU and name the
+    op if its kernels faulted."""
+    check(function(*args))
+    if SYNC and args[0] == lib.FO_DEVICE_CUDA:
+        import torch
+
+        try:
+            torch.cuda.synchronize(args[1])
+        except RuntimeError as error:
+            raise RuntimeError(
+                f"{function.__name__}: the kernels it launched on cuda:{args[1]} failed "
+                f"(found by FUSED_OPS_PY_SYNC=1): {error}"
+            ) from None
+
+
 def check(status: int) -> None:
     """Raise the exception a non-zero status stands for, with the library's
     message (it names the op and the offending values)."""

@@ -6,7 +6,7 @@ import torch
 
 from . import _args, _ops
 from ._args import DTYPE_CODES, address, as_rows, device_args
-from ._ffi import check, lib
+from ._ffi import call, lib
 
 
 def _wants_grad(*tensors):
@@ -28,12 +28,11 @@ def _bias_scale_relu_forward(x, bias, scale, want_mask):
     if want_mask:
         mask = torch.empty((rows, (cols + 7) // 8), dtype=torch.uint8, device=x.device)
     bias_dtype = bias.dtype if bias is not None else x.dtype
-    check(
-        lib.fo_bias_scale_relu_forward(
-            *device_args(x), y.data_ptr(), address(mask),
-            rows_view.data_ptr(), row_stride, address(bias),
-            rows, cols, DTYPE_CODES[x.dtype], DTYPE_CODES[bias_dtype], scale,
-        )
+    call(
+        lib.fo_bias_scale_relu_forward,
+        *device_args(x), y.data_ptr(), address(mask),
+        rows_view.data_ptr(), row_stride, address(bias),
+        rows, cols, DTYPE_CODES[x.dtype], DTYPE_CODES[bias_dtype], scale,
     )
     return y, mask
 
@@ -50,14 +49,13 @@ def _bias_scale_relu_backward(dy, mask, scale, want_dx, bias_dtype):
             lib.fo_bias_scale_relu_backward_workspace_bytes, device[0], rows, cols,
             DTYPE_CODES[dy.dtype], like=dy,
         )
-    check(
-        lib.fo_bias_scale_relu_backward(
-            *device, address(dx), address(dbias), address(scratch),
-            0 if scratch is None else scratch.numel(),
-            dy_view.data_ptr(), row_stride, mask.data_ptr(),
-            rows, cols, DTYPE_CODES[dy.dtype],
-            DTYPE_CODES[bias_dtype if bias_dtype is not None else dy.dtype], scale,
-        )
+    call(
+        lib.fo_bias_scale_relu_backward,
+        *device, address(dx), address(dbias), address(scratch),
+        0 if scratch is None else scratch.numel(),
+        dy_view.data_ptr(), row_stride, mask.data_ptr(),
+        rows, cols, DTYPE_CODES[dy.dtype],
+        DTYPE_CODES[bias_dtype if bias_dtype is not None else dy.dtype], scale,
     )
     return dx, dbias
 
@@ -128,11 +126,10 @@ def relu(x):
 def _square_forward(x):
     rows_view, rows, cols, row_stride = as_rows(x)
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    check(
-        lib.fo_square_forward(
-            *device_args(x), y.data_ptr(), rows_view.data_ptr(), row_stride,
-            rows, cols, DTYPE_CODES[x.dtype],
-        )
+    call(
+        lib.fo_square_forward,
+        *device_args(x), y.data_ptr(), rows_view.data_ptr(), row_stride,
+        rows, cols, DTYPE_CODES[x.dtype],
     )
     return y
 
@@ -141,11 +138,10 @@ def _square_backward(dy, x):
     x_view, rows, cols, x_stride = as_rows(x)
     dy_view, _, _, dy_stride = as_rows(dy)
     dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    check(
-        lib.fo_square_backward(
-            *device_args(x), dx.data_ptr(), dy_view.data_ptr(), dy_stride,
-            x_view.data_ptr(), x_stride, rows, cols, DTYPE_CODES[x.dtype],
-        )
+    call(
+        lib.fo_square_backward,
+        *device_args(x), dx.data_ptr(), dy_view.data_ptr(), dy_stride,
+        x_view.data_ptr(), x_stride, rows, cols, DTYPE_CODES[x.dtype],
     )
     return dx
 
@@ -181,11 +177,10 @@ def _reduce_sum(x):
     device = device_args(x)
     code = DTYPE_CODES[x.dtype]
     scratch = _args.workspace(lib.fo_reduce_sum_workspace_bytes, device[0], x.numel(), code, like=x)
-    check(
-        lib.fo_reduce_sum(
-            *device, out.data_ptr(), address(scratch),
-            0 if scratch is None else scratch.numel(), dense.data_ptr(), x.numel(), code,
-        )
+    call(
+        lib.fo_reduce_sum,
+        *device, out.data_ptr(), address(scratch),
+        0 if scratch is None else scratch.numel(), dense.data_ptr(), x.numel(), code,
     )
     return out
 

@@ -13,7 +13,7 @@ import torch
 
 from . import _args, _ops
 from ._args import DTYPE_CODES, address, as_rows, device_args
-from ._ffi import check, lib
+from ._ffi import call, lib
 
 LAYER, RMS = lib.FO_NORM_LAYER, lib.FO_NORM_RMS
 
@@ -69,13 +69,12 @@ def _forward(kind, x, residual, weight, bias, eps, dropout_p, cols, save_stats, 
         seed, offset = seed_offset if seed_offset is not None else _dropout_seed(x.device, rows, cols)
     param = weight if weight is not None else bias
     param_dtype = param.dtype if param is not None else x.dtype
-    check(
-        lib.fo_norm_forward(
-            *device, y.data_ptr(), address(residual_out), address(mean), address(rstd),
-            x_view.data_ptr(), x_stride, address(residual_view), residual_stride,
-            DTYPE_CODES[residual_dtype], address(weight), address(bias), DTYPE_CODES[param_dtype],
-            rows, cols, DTYPE_CODES[x.dtype], kind, eps, dropout_p, seed, offset,
-        )
+    call(
+        lib.fo_norm_forward,
+        *device, y.data_ptr(), address(residual_out), address(mean), address(rstd),
+        x_view.data_ptr(), x_stride, address(residual_view), residual_stride,
+        DTYPE_CODES[residual_dtype], address(weight), address(bias), DTYPE_CODES[param_dtype],
+        rows, cols, DTYPE_CODES[x.dtype], kind, eps, dropout_p, seed, offset,
     )
     return y, residual_out, mean, rstd, seed, offset
 
@@ -140,15 +139,14 @@ def _backward(dy, dresidual_out, h, mean, rstd, weight, bias, kind, dropout_p, s
         scratch = _args.workspace(
             lib.fo_norm_backward_workspace_bytes, device[0], rows, cols, DTYPE_CODES[x_dtype], like=h
         )
-    check(
-        lib.fo_norm_backward(
-            *device, address(dx), address(dresidual), address(dweight), address(dbias),
-            address(scratch), 0 if scratch is None else scratch.numel(),
-            dy_view.data_ptr(), dy_stride, address(dro_view), dro_stride,
-            h_view.data_ptr(), h_stride, DTYPE_CODES[h.dtype],
-            address(mean), rstd.data_ptr(), address(weight), DTYPE_CODES[param_dtype],
-            rows, cols, DTYPE_CODES[x_dtype], kind, dropout_p, seed, offset,
-        )
+    call(
+        lib.fo_norm_backward,
+        *device, address(dx), address(dresidual), address(dweight), address(dbias),
+        address(scratch), 0 if scratch is None else scratch.numel(),
+        dy_view.data_ptr(), dy_stride, address(dro_view), dro_stride,
+        h_view.data_ptr(), h_stride, DTYPE_CODES[h.dtype],
+        address(mean), rstd.data_ptr(), address(weight), DTYPE_CODES[param_dtype],
+        rows, cols, DTYPE_CODES[x_dtype], kind, dropout_p, seed, offset,
     )
     if shared:
         dx = dresidual

@@ -1,0 +1,35 @@
+"""FUSED_OPS_PY_SYNC=1: every CUDA launch is followed by a synchronize, so
+an asynchronous fault is reported by the op that caused it."""
+
+import os
+import subprocess
+import sys
+
+from conftest import requires_gpu
+
+
+def run(code, **env):
+    return subprocess.run([sys.executable, "-c", code], env=dict(os.environ, **env),
+                          capture_output=True, text=True)
+
+
+def test_sync_variable_is_read():
+    code = "from fused_ops_py import _ffi; print(_ffi.SYNC)"
+    assert run(code, FUSED_OPS_PY_SYNC="1").stdout.strip() == "True"
+    assert run(code, FUSED_OPS_PY_SYNC="0").stdout.strip() == "False"
+
+
+@requires_gpu()
+def test_sync_names_the_op_whose_kernel_faulted():
+    # A mask address far outside any allocation makes the backward kernel
+    # fault asynchronously; with the variable set, the error names the op.
+    code = (
+        "import torch\n"
+        "from fused_ops_py._ffi import call, lib\n"
+        "dy = torch.ones(64, 64, device='cuda'); dx = torch.empty_like(dy)\n"
+        "call(lib.fo_bias_scale_relu_backward, lib.FO_DEVICE_CUDA, 0, 0, dx.data_ptr(), 0, 0, 0,\n"
+        "     dy.data_ptr(), 64, 16, 64, 64, lib.FO_DTYPE_F32, lib.FO_DTYPE_F32, 1.0)\n"
+    )
+    result = run(code, FUSED_OPS_PY_SYNC="1")
+    assert result.returncode != 0
+    assert "fo_bias_scale_relu_backward: the kernels it launched on cuda:0 failed" in result.stderr
