@@ -33,3 +33,21 @@ def test_sync_names_the_op_whose_kernel_faulted():
     result = run(code, FUSED_OPS_PY_SYNC="1")
     assert result.returncode != 0
     assert "fo_bias_scale_relu_backward: the kernels it launched on cuda:0 failed" in result.stderr
+
+
+@requires_gpu()
+def test_gpu_the_library_was_not_built_for():
+    # bench/gpu_check.sh builds a library for an architecture list without
+    # this GPU's and no PTX, and names it here
+    import pytest
+    import torch
+
+    path = os.environ.get("FO_TEST_OTHER_ARCH_LIBRARY")
+    if not path:
+        pytest.skip("FO_TEST_OTHER_ARCH_LIBRARY names no library built for other GPUs")
+    major, minor = torch.cuda.get_device_capability(0)
+    code = "import torch, fused_ops_py as fo; fo.relu(torch.ones(8, device='cuda'))"
+    result = run(code, FUSED_OPS_PY_LIBRARY=path)
+    assert result.returncode != 0
+    assert f"this GPU is sm_{major}{minor}" in result.stderr
+    assert "rebuild with -Dgpu_archs=" in result.stderr

@@ -7,6 +7,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <cassert>
 #include <cstdint>
 #include <type_traits>
 
@@ -14,9 +15,38 @@
 
 namespace fo {
 
-// Turns a CUDA error into a status and a message naming the op.
+#ifndef FO_CUDA_ARCHS
+#define FO_CUDA_ARCHS ""
+#endif
+
+// Turns a CUDA error into a status and a message naming the op, and, for
+// the two failures a user can fix, what to do.
 inline int cuda_status(const char *op, cudaError_t error) {
     if (error == cudaSuccess) return FO_OK;
+    if (error == cudaErrorNoKernelImageForDevice ||
+        error == cudaErrorUnsupportedPtxVersion) {
+        int device = 0, major = 0, minor = 0;
+        cudaGetDevice(&device);
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+        cudaGetLastError();  // these queries must not leave an error behind
+        return fo_fail(FO_ERR_CUDA_RUNTIME,
+                       "%s: this GPU is sm_%d%d but the library holds code for "
+                       "'%s' only (%s); rebuild with -Dgpu_archs=...,%d%d "
+                       "(pip install . -Csetup-args=-Dgpu_archs=%d%d)",
+                       op, major, minor, FO_CUDA_ARCHS, cudaGetErrorName(error),
+                       major, minor, major, minor);
+    }
+    if (error == cudaErrorInsufficientDriver) {
+        int driver = 0;
+        cudaDriverGetVersion(&driver);
+        return fo_fail(FO_ERR_CUDA_RUNTIME,
+                       "%s: the NVIDIA driver supports CUDA %d.%d but this "
+                       "library was built with the CUDA %d.%d runtime; update "
+                       "the driver, or build with an older CUDA toolkit",
+                       op, driver / 1000, driver % 1000 / 10,
+                       CUDART_VERSION / 1000, CUDART_VERSION % 1000 / 10);
+    }
     return fo_fail(FO_ERR_CUDA_RUNTIME, "%s: CUDA error %s: %s", op,
                    cudaGetErrorName(error), cudaGetErrorString(error));
 }
@@ -105,6 +135,7 @@ __device__ __forceinline__ void load_chunk(acc_t<T> (&out)[kChunk],
 #pragma unroll
         for (int i = 0; i < kChunk; i++) out[i] = to_acc(raw[i]);
     } else {
+        assert(n > 0 && n <= kChunk);  // debug builds: a chunk is 1..8 elements
 #pragma unroll
         for (int i = 0; i < kChunk; i++)
             out[i] = i < n ? to_acc(p[i]) : acc_t<T>(0);
