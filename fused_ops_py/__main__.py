@@ -1,6 +1,7 @@
-"""python -m fused_ops_py          the environment report a bug report needs
-python -m fused_ops_py demo     train a small model with the fused ops and
-                                compare it with the same model in plain torch"""
+"""python -m fused_ops_py            the environment report a bug report needs
+python -m fused_ops_py demo       train a small model with the fused ops and
+                                  compare it with the same model in plain torch
+python -m fused_ops_py selftest   every op once on every device against torch"""
 
 import platform
 import sys
@@ -45,6 +46,10 @@ def main(argv):
         from fused_ops_py.demo import main as demo
 
         return demo()
+    if argv[1:2] == ["selftest"]:
+        from fused_ops_py.selftest import main as selftest
+
+        return selftest()
     if argv[1:]:
         print(__doc__)
         return 2

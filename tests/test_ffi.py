@@ -110,3 +110,13 @@ def test_env_report_runs_and_names_the_library(tmp_path):
     assert result.returncode == 0, result.stderr
     for word in ["library path", fused_ops_py.library_path(), "ABI version", "torch", "CUDA built in"]:
         assert word in result.stdout
+
+
+def test_selftest_passes_on_every_device(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "fused_ops_py", "selftest"], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = [l for l in result.stdout.splitlines() if l.startswith(("ok", "FAIL"))]
+    assert len(lines) >= 8 and all(l.startswith("ok") for l in lines)
+    assert "all ops agree with torch" in result.stdout
