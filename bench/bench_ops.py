@@ -46,14 +46,16 @@ OPS = {  # the directions each op is timed in
     "layer_norm": ("fwd", "bwd", "fwdbwd"),
     "rms_norm": ("fwd", "bwd", "fwdbwd"),
     "add_rms_norm": ("fwd", "bwd", "fwdbwd"),
+    "swiglu": ("fwd", "bwd", "fwdbwd"),
 }
 NORMS = ("layer_norm", "rms_norm", "add_rms_norm")
 EPS = 1e-5
 try:  # Liger-Kernel: Triton norms, a peer where it has the op
     from liger_kernel.ops.layer_norm import LigerLayerNormFunction
     from liger_kernel.ops.rms_norm import LigerRMSNormFunction
+    from liger_kernel.ops.swiglu import LigerSiLUMulFunction
 except ImportError:
-    LigerLayerNormFunction = LigerRMSNormFunction = None
+    LigerLayerNormFunction = LigerRMSNormFunction = LigerSiLUMulFunction = None
 PROVIDERS = ("fused", "eager", "compile") + (("liger",) if LigerLayerNormFunction else ())
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 GPU_SHAPES = [(4096, 4096), (16384, 4096), (16384, 8192), (65536, 1024), (4096, 65536), (8, 64)]
@@ -98,11 +100,16 @@ def eager_add_rms_norm(x, r, w):
     return torch.nn.functional.rms_norm(x + r, x.shape[-1:], w, EPS)
 
 
-EAGER = {"bias_scale_relu": eager_bias_scale_relu, "relu": eager_relu,
+def eager_swiglu(gate, up):
+    return torch.nn.functional.silu(gate) * up
+
+
+EAGER = {"swiglu": eager_swiglu, "bias_scale_relu": eager_bias_scale_relu, "relu": eager_relu,
          "square": eager_square, "reduce_sum": eager_reduce_sum,
          "layer_norm": eager_layer_norm, "rms_norm": eager_rms_norm,
          "add_rms_norm": eager_add_rms_norm}
-FUSED = {"bias_scale_relu": lambda x, b: fo.fused_bias_scale_relu(x, b, SCALE),
+FUSED = {"swiglu": fo.fused_swiglu,
+         "bias_scale_relu": lambda x, b: fo.fused_bias_scale_relu(x, b, SCALE),
          "relu": fo.relu, "square": fo.square, "reduce_sum": fo.reduce_sum,
          "layer_norm": lambda x, w, b: fo.fused_layer_norm(x, w, b, EPS),
          "rms_norm": lambda x, w: fo.fused_rms_norm(x, w, EPS),
@@ -111,7 +118,8 @@ LIGER = {}
 if LigerLayerNormFunction:
     LIGER = {"layer_norm": lambda x, w, b: LigerLayerNormFunction.apply(x, w, b, EPS),
              # offset 0, llama casting (fp32 compute), not in place
-             "rms_norm": lambda x, w: LigerRMSNormFunction.apply(x, w, EPS, 0.0, "llama", False)}
+             "rms_norm": lambda x, w: LigerRMSNormFunction.apply(x, w, EPS, 0.0, "llama", False),
+             "swiglu": LigerSiLUMulFunction.apply}
 _compiled = {}
 
 
@@ -144,6 +152,8 @@ def min_bytes(op, direction, rows, cols, itemsize):
     rate over the same bytes as the peers: a plain time ratio between
     providers, which may pass the copy ceiling for fused bwd."""
     e = rows * cols * itemsize
+    if op == "swiglu":  # fwd: gate, up in, y out; bwd: dy, gate, up in, two grads out
+        return {"fwd": 3 * e, "bwd": 5 * e, "fwdbwd": 8 * e}[direction]
     if op in NORMS:
         # fwd: x (+ residual) in, y (+ residual_out) out, params, and the
         # per-row fp32 statistics backward needs; bwd: dy and x in, dx out
@@ -270,6 +280,8 @@ def check(got, ref, op, inputs, dy, dtype):
         scales.append(ref[1].abs().float())
         if op == "bias_scale_relu":
             scales.append(dy.abs().float().sum(0))
+        if op == "swiglu":  # dup, elementwise like dgate
+            scales.append(ref[2].abs().float())
     ok, max_abs, max_rel = True, 0.0, 0.0
     for g, r, s in zip(got, ref, scales):
         diff = (g.float() - r.float()).abs()
@@ -294,6 +306,9 @@ def make_inputs(op, m, n, dtype, device):
     x = torch.randn(m, n, dtype=dtype, device=device, generator=gen).requires_grad_()
     b = torch.randn(n, dtype=dtype, device=device, generator=gen).requires_grad_()
     dy = torch.randn(m, n, dtype=dtype, device=device, generator=gen)
+    if op == "swiglu":
+        up = torch.randn(m, n, dtype=dtype, device=device, generator=gen).requires_grad_()
+        return (x, up), dy
     if op in NORMS:
         w = (1 + 0.1 * torch.randn(n, dtype=dtype, device=device, generator=gen)).requires_grad_()
         if op == "layer_norm":

@@ -4,7 +4,7 @@ with cffi, so one wheel works with every torch and every CPython."""
 from importlib import metadata as _metadata
 
 from . import _ffi
-from .functional import fused_bias_scale_relu, reduce_sum, relu, square
+from .functional import fused_bias_scale_relu, fused_swiglu, reduce_sum, relu, square
 from .modules import FusedBiasScaleReLU, FusedLayerNorm, FusedRMSNorm
 from .patching import patch
 from .normalization import (
@@ -35,6 +35,7 @@ __all__ = [
     "fused_bias_scale_relu",
     "fused_layer_norm",
     "fused_rms_norm",
+    "fused_swiglu",
     "library_path",
     "patch",
     "reduce_sum",

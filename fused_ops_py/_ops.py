@@ -132,6 +132,37 @@ if AVAILABLE:
 
     reduce_sum.register_autograd(_reduce_sum_grad, setup_context=_reduce_sum_setup)
 
+    # swiglu ------------------------------------------------------------------
+
+    @custom_op("fused_ops_py::swiglu", mutates_args=())
+    def swiglu(gate: Tensor, up: Tensor) -> Tensor:
+        from . import functional
+
+        return functional._swiglu_forward(gate, up)
+
+    @swiglu.register_fake
+    def _(gate, up):
+        torch._check(gate.shape == up.shape, lambda: "gate and up differ in shape")
+        return gate.new_empty(gate.shape)
+
+    @custom_op("fused_ops_py::swiglu_backward", mutates_args=())
+    def swiglu_backward(dy: Tensor, gate: Tensor, up: Tensor) -> Tuple[Tensor, Tensor]:
+        from . import functional
+
+        return functional._swiglu_backward(dy, gate, up, True, True)
+
+    @swiglu_backward.register_fake
+    def _(dy, gate, up):
+        return gate.new_empty(gate.shape), gate.new_empty(gate.shape)
+
+    def _swiglu_setup(ctx, inputs, output):
+        ctx.save_for_backward(*inputs)
+
+    def _swiglu_grad(ctx, dy):
+        return torch.ops.fused_ops_py.swiglu_backward(dy, *ctx.saved_tensors)
+
+    swiglu.register_autograd(_swiglu_grad, setup_context=_swiglu_setup)
+
     # the norm family -----------------------------------------------------------
 
     @custom_op("fused_ops_py::norm", mutates_args=())

@@ -206,3 +206,69 @@ def reduce_sum(x):
     if _wants_grad(x):
         return ReduceSumFunction.apply(x)
     return _reduce_sum(x)
+
+
+# swiglu ---------------------------------------------------------------------
+# Backward needs gate and up themselves, so forward saves those (the
+# caller's own tensors: no extra memory) and not its output.
+
+
+def _check_swiglu(fn, gate, up):
+    _args.check_tensor(fn, "gate", gate)
+    _args.check_tensor(fn, "up", up)
+    _args.check_same_device(fn, "up", up, gate)
+    if up.dtype != gate.dtype:
+        raise TypeError(f"{fn}: up has dtype {up.dtype} but gate has dtype {gate.dtype}; they must match")
+    if up.shape != gate.shape:
+        raise ValueError(f"{fn}: up has shape {tuple(up.shape)} but gate has shape {tuple(gate.shape)}; they must match")
+
+
+def _swiglu_forward(gate, up):
+    gate_view, rows, cols, gate_stride = as_rows(gate)
+    up_view, _, _, up_stride = as_rows(up)
+    y = torch.empty(gate.shape, dtype=gate.dtype, device=gate.device)
+    call(
+        lib.fo_swiglu_forward,
+        *device_args(gate), y.data_ptr(), gate_view.data_ptr(), gate_stride,
+        up_view.data_ptr(), up_stride, rows, cols, DTYPE_CODES[gate.dtype],
+    )
+    return y
+
+
+def _swiglu_backward(dy, gate, up, want_gate, want_up):
+    """(dgate or None, dup or None)."""
+    gate_view, rows, cols, gate_stride = as_rows(gate)
+    up_view, _, _, up_stride = as_rows(up)
+    dy_view, _, _, dy_stride = as_rows(dy)
+    dgate = torch.empty(gate.shape, dtype=gate.dtype, device=gate.device) if want_gate else None
+    dup = torch.empty(gate.shape, dtype=gate.dtype, device=gate.device) if want_up else None
+    call(
+        lib.fo_swiglu_backward,
+        *device_args(gate), address(dgate), address(dup), dy_view.data_ptr(), dy_stride,
+        gate_view.data_ptr(), gate_stride, up_view.data_ptr(), up_stride,
+        rows, cols, DTYPE_CODES[gate.dtype],
+    )
+    return dgate, dup
+
+
+class SwiGLUFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, gate, up):
+        ctx.save_for_backward(gate, up)
+        return _swiglu_forward(gate, up)
+
+    @staticmethod
+    def backward(ctx, dy):
+        gate, up = ctx.saved_tensors
+        return _swiglu_backward(dy, gate, up, *ctx.needs_input_grad)
+
+
+def fused_swiglu(gate, up):
+    """silu(gate) * up, elementwise (the gated MLP of Llama-style models);
+    gate and up have one shape and dtype. Gradients flow to both."""
+    _check_swiglu("fused_swiglu", gate, up)
+    if _ops.compiling():
+        return torch.ops.fused_ops_py.swiglu(gate, up)
+    if _wants_grad(gate, up):
+        return SwiGLUFunction.apply(gate, up)
+    return _swiglu_forward(gate, up)

@@ -18,6 +18,7 @@ def _cases():
          lambda x, r, w, b: torch.relu(x * 0.5 + b)),
         ("relu", lambda x, r, w, b: fo.relu(x), lambda x, r, w, b: torch.relu(x)),
         ("square", lambda x, r, w, b: fo.square(x), lambda x, r, w, b: x * x),
+        ("fused_swiglu", lambda x, r, w, b: fo.fused_swiglu(x, r), lambda x, r, w, b: F.silu(x) * r),
         ("reduce_sum", lambda x, r, w, b: fo.reduce_sum(x), lambda x, r, w, b: x.sum()),
         ("fused_layer_norm", lambda x, r, w, b: fo.fused_layer_norm(x, w, b),
          lambda x, r, w, b: F.layer_norm(x, x.shape[-1:], w, b)),

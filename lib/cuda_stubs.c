@@ -58,4 +58,9 @@ int64_t fo_cuda_norm_workspace_bytes(int64_t rows, int64_t cols, int dtype) {
     return 0;
 }
 
+int fo_cuda_swiglu(int device_index, uintptr_t stream, const fo_swiglu_args *a) {
+    (void)device_index, (void)stream, (void)a;
+    return not_built();
+}
+
 int fo_cuda_runtime_version_built(void) { return 0; }

@@ -249,6 +249,29 @@ FO_API int fo_norm_backward(
     int64_t rows, int64_t cols, int dtype, int kind,
     double dropout_p, uint64_t seed, uint64_t offset);
 
+/*
+ * SwiGLU: y = silu(gate) * up = gate / (1 + exp(-gate)) * up, elementwise.
+ *   y: dense; gate and up: rows x cols with their row strides; one dtype.
+ */
+FO_API int fo_swiglu_forward(
+    int device_type, int device_index, uintptr_t stream,
+    uintptr_t y, uintptr_t gate, int64_t gate_row_stride,
+    uintptr_t up, int64_t up_row_stride,
+    int64_t rows, int64_t cols, int dtype);
+
+/*
+ * Gradients of fo_swiglu_forward from its inputs (saved by the caller):
+ *   dgate = dy * up * s * (1 + gate * (1 - s)) with s = sigmoid(gate)
+ *   dup   = dy * silu(gate)
+ * dgate and dup are dense and each optional (0 = not wanted).
+ */
+FO_API int fo_swiglu_backward(
+    int device_type, int device_index, uintptr_t stream,
+    uintptr_t dgate, uintptr_t dup, uintptr_t dy, int64_t dy_row_stride,
+    uintptr_t gate, int64_t gate_row_stride,
+    uintptr_t up, int64_t up_row_stride,
+    int64_t rows, int64_t cols, int dtype);
+
 /* FO_CDEF_END */
 
 #ifdef __cplusplus

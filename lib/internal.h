@@ -108,6 +108,19 @@ typedef struct fo_norm_backward_args {
     uint64_t seed, offset;
 } fo_norm_backward_args;
 
+typedef struct fo_swiglu_args {
+    void *y_or_dgate; /* y (forward) or dgate (backward, optional) */
+    void *dup;        /* backward only, optional */
+    const void *dy;   /* 0 for the forward pass */
+    int64_t dy_row_stride;
+    const void *gate;
+    int64_t gate_row_stride;
+    const void *up;
+    int64_t up_row_stride;
+    int64_t rows, cols;
+    int dtype;
+} fo_swiglu_args;
+
 /* Statistics are fp32, fp64 for fp64 data. */
 static inline int fo_stats_dtype(int dtype) {
     return dtype == FO_DTYPE_F64 ? FO_DTYPE_F64 : FO_DTYPE_F32;
@@ -132,6 +145,7 @@ int fo_cuda_norm_forward(int device_index, uintptr_t stream,
 int fo_cuda_norm_backward(int device_index, uintptr_t stream,
                           const fo_norm_backward_args *a);
 int64_t fo_cuda_norm_workspace_bytes(int64_t rows, int64_t cols, int dtype);
+int fo_cuda_swiglu(int device_index, uintptr_t stream, const fo_swiglu_args *a);
 int fo_cuda_runtime_version_built(void);
 
 #ifdef __cplusplus

@@ -26,6 +26,7 @@ FUNCTIONS = {
     "fused_rms_norm": lambda x, r, w, b: fo.fused_rms_norm(x, w),
     "fused_add_layer_norm": lambda x, r, w, b: torch.cat(fo.fused_add_layer_norm(x, r, w, b)),
     "fused_add_rms_norm": lambda x, r, w, b: torch.cat(fo.fused_add_rms_norm(x, r, w)),
+    "fused_swiglu": lambda x, r, w, b: fo.fused_swiglu(x, r),
 }
 
 
@@ -88,6 +89,7 @@ def opcheck_samples(device):
         (ops.bias_scale_relu, (x, None, 1.0, True)),
         (ops.bias_scale_relu, (x.detach(), None, 1.0, False)),  # inference: no mask
         (ops.square, (x,)),
+        (ops.swiglu, (x, residual)),
         (ops.reduce_sum, (x,)),
         (ops.norm, (x, None, weight, bias, fo.normalization.LAYER, 1e-5, 0.0, 24, none)),
         (ops.norm, (x, residual, weight, None, fo.normalization.RMS, 1e-6, 0.0, 24, none)),

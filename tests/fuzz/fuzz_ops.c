@@ -187,6 +187,10 @@ static int64_t esize(const operand *o) {
     return (int64_t)dtype_size(o->dtype);
 }
 
+/* Bytes to allocate per element: an unknown dtype (the call must fail) gets
+ * the largest size, so a library that used it anyway still stays inside. */
+static int64_t alloc_size(const operand *o) { return esize(o) ? esize(o) : 8; }
+
 static int is_empty(const operand *o) { return o->rows == 0 || o->cols == 0; }
 
 /* Elements the operand spans under the header's conventions; -1 when that
@@ -246,7 +250,7 @@ static void judge_operand(verdict *v, const operand *o) {
             must_fail(v, "%s is null", o->name);
         return;
     }
-    int64_t size = esize(o) ? esize(o) : 8, n = span(o);
+    int64_t size = alloc_size(o), n = span(o);
     if (n < 0 || n > INT64_MAX / size)
         must_fail(v, "%s spans more than INT64_MAX bytes", o->name);
     int misaligned = o->mode == MISALIGNED && size > 1;
@@ -468,9 +472,8 @@ static void judge_common(call *c) {
  * it with these flags (relu: a dbias; norm: a dweight or dbias). */
 static void add_workspace(call *c, int slot, int64_t needed, int used, input *in) {
     c->workspace_bytes = take_workspace_bytes(in, needed);
-    operand *w = add(c, slot, "workspace", SCRATCH, WORKSPACE_BYTES, 1,
-                     c->workspace_bytes > 0 ? c->workspace_bytes : 0, used && needed > 0,
-                     1, in);
+    add(c, slot, "workspace", SCRATCH, WORKSPACE_BYTES, 1,
+        c->workspace_bytes > 0 ? c->workspace_bytes : 0, used && needed > 0, 1, in);
     if (c->workspace_bytes < 0)
         must_fail(&c->v, "workspace_bytes %" PRId64 " < 0", c->workspace_bytes);
     else if (c->workspace_bytes < needed) {
@@ -479,7 +482,6 @@ static void add_workspace(call *c, int slot, int64_t needed, int used, input *in
         else
             may_fail(&c->v);
     }
-    (void)w;
 }
 
 static void decode_relu_forward(call *c, input *in) {
@@ -735,7 +737,7 @@ static int place(call *c) {
         operand *o = &c->o[i];
         if (!o->passed)
             continue;
-        int64_t size = esize(o) ? esize(o) : 8, n = span(o);
+        int64_t size = alloc_size(o), n = span(o);
         int fits = n >= 0 && n <= MAX_BYTES / size;
         if (!fits && c->v.level != FAIL)
             return 0;
@@ -774,6 +776,26 @@ static double special_value(int dtype, unsigned which) {
     }
 }
 
+/* The elements of an input of a known dtype. */
+static void fill_values(operand *o, input *in, int wild) {
+    int64_t n = (int64_t)o->bytes / alloc_size(o);
+    for (int64_t e = 0; e < n; e++) {
+        /* Elements between rows (a stride over cols) are never read: they
+         * hold NaN, which any kernel that reads one carries to an output. */
+        if (o->rows > 1 && o->stride > o->cols && e % o->stride >= o->cols) {
+            put(o->data, e, o->dtype, NAN);
+            continue;
+        }
+        uint8_t b = data_u8(in);
+        if (wild && b >= 0xF8)
+            put(o->data, e, o->dtype, special_value(o->dtype, b));
+        else if (wild && b >= 0xF0)
+            put_bits(o->data, e, o->dtype, rng_next(&in->rng));
+        else
+            put(o->data, e, o->dtype, ((int)b - 128) / 16.0);
+    }
+}
+
 /* Inputs from the data; outputs and workspaces get random bytes (so that an
  * output never written is unlikely to match by chance). Then a copy of each
  * for the "nothing changed" checks. */
@@ -782,28 +804,12 @@ static void fill(call *c, input *in) {
         operand *o = &c->o[i];
         if (!o->data)
             continue;
-        int64_t n = (int64_t)o->bytes / (esize(o) ? esize(o) : 8);
-        for (int64_t e = 0; e < n; e++) {
-            if (o->role != IN || o->dtype == MASK_BYTES || !dtype_ok(o->dtype)) {
-                /* raw bytes: whole element, so no partial write is left over */
-                for (int64_t k = 0; k < (esize(o) ? esize(o) : 8); k++)
-                    o->data[e * (esize(o) ? esize(o) : 8) + k] =
-                        o->role == IN ? data_u8(in) : (uint8_t)rng_next(&in->rng);
-                continue;
-            }
-            /* Elements between rows (a stride over cols) are never read: they
-             * hold NaN, which any kernel that reads one carries to an output. */
-            if (o->rows > 1 && o->stride > o->cols && e % o->stride >= o->cols) {
-                put(o->data, e, o->dtype, NAN);
-                continue;
-            }
-            uint8_t b = data_u8(in);
-            if (c->wild && b >= 0xF8)
-                put(o->data, e, o->dtype, special_value(o->dtype, b));
-            else if (c->wild && b >= 0xF0)
-                put_bits(o->data, e, o->dtype, rng_next(&in->rng));
-            else
-                put(o->data, e, o->dtype, ((int)b - 128) / 16.0);
+        if (o->role != IN || o->dtype == MASK_BYTES || !dtype_ok(o->dtype)) {
+            /* raw bytes: a mask, an output, a workspace, an unknown dtype */
+            for (size_t k = 0; k < o->bytes; k++)
+                o->data[k] = o->role == IN ? data_u8(in) : (uint8_t)rng_next(&in->rng);
+        } else {
+            fill_values(o, in, c->wild);
         }
         o->saved = malloc(o->bytes ? o->bytes : 1);
         if (!o->saved)

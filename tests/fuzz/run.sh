@@ -10,6 +10,13 @@
 #   tests/fuzz/run.sh                    build, then fuzz for 60 s
 #   FUZZ_SECONDS=300 tests/fuzz/run.sh   longer
 #   tests/fuzz/run.sh CRASH_FILE...      build, then run those inputs once
+#   FUZZ_STRICT=1 tests/fuzz/run.sh ...  also make the calls that hit the
+#                                        known library bugs listed in
+#                                        fuzz_ops.c (known_bug), e.g. to
+#                                        check a fix
+#   FUZZ_PRINT_CALLS=1                   print each decoded call before it
+#                                        runs (for a timeout or a crash
+#                                        inside the library)
 #
 # CC (default clang) must support -fsanitize=fuzzer (Debian: clang and
 # libclang-rt-14-dev or newer). FUZZ_BUILD picks the build folder
@@ -21,13 +28,17 @@ CC="${CC:-clang}"
 OUT="${FUZZ_BUILD:-build/fuzz}"
 SECONDS_TO_FUZZ="${FUZZ_SECONDS:-60}"
 mkdir -p "$OUT"
+defines=()
+if [ "${FUZZ_STRICT:-0}" = 1 ]; then
+    defines+=(-DFUZZ_STRICT)
+fi
 
 # -fno-sanitize-recover=all: a UBSan report aborts like an ASan one, so
 # libFuzzer counts it as a finding. -O1 -g: fast enough, with usable stacks.
 "$CC" -std=c11 -g -O1 -fno-omit-frame-pointer \
     -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
     -Wall -Wextra \
-    -Ilib -Itests/c \
+    -Ilib -Itests/c "${defines[@]}" \
     lib/*.c tests/c/harness.c tests/fuzz/fuzz_ops.c \
     -lm -pthread -o "$OUT/fuzz_ops"
 

@@ -1,0 +1,82 @@
+// swiglu.cu: y = silu(gate) * up and its gradients on CUDA, one kernel for
+// both passes, in 8-element chunks (16-byte accesses when aligned).
+#include "common.cuh"
+
+namespace fo {
+namespace {
+
+template <typename A>
+__device__ __forceinline__ A sigmoid(A v) {
+    return A(1) / (A(1) + exp(-v));
+}
+
+template <typename T, bool VEC, bool BACKWARD>
+__global__ void swiglu_kernel(fo_swiglu_args a) {
+    using A = acc_t<T>;
+    const T *gate = static_cast<const T *>(a.gate);
+    const T *up = static_cast<const T *>(a.up);
+    const T *dy = static_cast<const T *>(a.dy);
+    const int64_t cols = a.cols, chunks = chunks_per_row(cols);
+    for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < chunks;
+         c += int64_t(gridDim.x) * blockDim.x) {
+        const int64_t col = c * kChunk;
+        const int n = int(cols - col < kChunk ? cols - col : kChunk);
+        for (int64_t r = blockIdx.y * int64_t(blockDim.y) + threadIdx.y;
+             r < a.rows; r += int64_t(gridDim.y) * blockDim.y) {
+            A g[kChunk], u[kChunk], first[kChunk];
+            load_chunk<T, VEC>(g, gate + r * a.gate_row_stride + col, n);
+            load_chunk<T, VEC>(u, up + r * a.up_row_stride + col, n);
+            if constexpr (!BACKWARD) {
+#pragma unroll
+                for (int i = 0; i < kChunk; i++) first[i] = g[i] * sigmoid(g[i]) * u[i];
+                store_chunk<T, VEC>(static_cast<T *>(a.y_or_dgate) + r * cols + col, first, n);
+            } else {
+                A d[kChunk], second[kChunk];
+                load_chunk<T, VEC>(d, dy + r * a.dy_row_stride + col, n);
+#pragma unroll
+                for (int i = 0; i < kChunk; i++) {
+                    const A s = sigmoid(g[i]);
+                    first[i] = d[i] * u[i] * s * (A(1) + g[i] * (A(1) - s));
+                    second[i] = d[i] * g[i] * s;
+                }
+                if (a.y_or_dgate)
+                    store_chunk<T, VEC>(static_cast<T *>(a.y_or_dgate) + r * cols + col, first, n);
+                if (a.dup)
+                    store_chunk<T, VEC>(static_cast<T *>(a.dup) + r * cols + col, second, n);
+            }
+        }
+    }
+}
+
+}  // namespace
+}  // namespace fo
+
+using namespace fo;
+
+extern "C" int fo_cuda_swiglu(int device_index, uintptr_t stream,
+                              const fo_swiglu_args *in) {
+    const bool backward = in->dy != nullptr;
+    return launch_on(backward ? "fo_swiglu_backward" : "fo_swiglu_forward",
+                     device_index, [&] {
+        fo_swiglu_args a = *in;
+        // dense operands are one long row: the whole grid spreads over it
+        if (a.rows > 1 && a.gate_row_stride == a.cols && a.up_row_stride == a.cols &&
+            (!backward || a.dy_row_stride == a.cols)) {
+            a.cols *= a.rows;
+            a.gate_row_stride = a.up_row_stride = a.dy_row_stride = a.cols;
+            a.rows = 1;
+        }
+        dispatch_dtype(a.dtype, [&](auto tag) {
+            using T = decltype(tag);
+            const bool vec = a.cols % kChunk == 0 && aligned16(a.y_or_dgate) &&
+                             aligned16(a.dup) && aligned16(a.dy) && aligned16(a.gate) &&
+                             aligned16(a.up) && stride_aligned16<T>(a.gate_row_stride, a.rows) &&
+                             stride_aligned16<T>(a.up_row_stride, a.rows) &&
+                             stride_aligned16<T>(a.dy_row_stride, a.rows);
+            const RowGeometry g = row_geometry(a.rows, a.cols);
+            auto kernel = backward ? (vec ? swiglu_kernel<T, true, true> : swiglu_kernel<T, false, true>)
+                                   : (vec ? swiglu_kernel<T, true, false> : swiglu_kernel<T, false, false>);
+            kernel<<<g.grid, g.block, 0, cudaStream_t(stream)>>>(a);
+        });
+    });
+}

@@ -1,0 +1,67 @@
+"""fused_swiglu against torch in float64 (the op docs/adding-an-op.md adds)."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import fused_ops_py as fo
+from conftest import SHAPES, assert_close, random
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_forward_and_gradients(shape, dtype, device):
+    gate = random(shape, dtype, device, seed=1).requires_grad_()
+    up = random(shape, dtype, device, seed=2).requires_grad_()
+    y = fo.fused_swiglu(gate, up)
+    g64, u64 = (t.detach().double().requires_grad_() for t in (gate, up))
+    expected = F.silu(g64) * u64
+    assert y.shape == gate.shape and y.dtype == dtype
+    assert_close(y, expected, dtype)
+    dy = random(shape, dtype, device, seed=3)
+    y.backward(dy)
+    expected.backward(dy.double())
+    assert_close(gate.grad, g64.grad, dtype)
+    assert_close(up.grad, u64.grad, dtype)
+
+
+@pytest.mark.parametrize("offset", [0, 1], ids=["aligned", "misaligned"])
+def test_strided_inputs_and_odd_gradients(offset, device):
+    wide = random((12, 80), torch.bfloat16, device, seed=4)
+    gate = wide[:, offset:offset + 64].requires_grad_()
+    up = random((64, 12), torch.bfloat16, device, seed=5).t().requires_grad_()
+    y = fo.fused_swiglu(gate, up)
+    expected = F.silu(gate.detach().double()) * up.detach().double()
+    assert_close(y, expected, torch.bfloat16)
+    y.sum().backward()  # a stride-0 gradient
+    s = torch.sigmoid(gate.detach().double())
+    assert_close(up.grad, gate.detach().double() * s, torch.bfloat16)
+
+
+def test_gradient_only_where_wanted(device):
+    gate = random((4, 8), torch.float32, device, seed=6)
+    up = random((4, 8), torch.float32, device, seed=7).requires_grad_()
+    fo.fused_swiglu(gate, up).sum().backward()
+    assert gate.grad is None
+    assert_close(up.grad, F.silu(gate.double()), torch.float32)
+
+
+def test_gradcheck_float64(device):
+    gate = random((3, 9), torch.float64, device, seed=8).requires_grad_()
+    up = random((3, 9), torch.float64, device, seed=9).requires_grad_()
+    assert torch.autograd.gradcheck(fo.fused_swiglu, (gate, up))
+
+
+@pytest.mark.parametrize(
+    "call, exception, words",
+    [
+        (lambda: fo.fused_swiglu(torch.ones(3, 4), torch.ones(3, 5)), ValueError, ["fused_swiglu", "(3, 5)", "(3, 4)"]),
+        (lambda: fo.fused_swiglu(torch.ones(3), torch.ones(3).double()), TypeError, ["up", "torch.float64"]),
+        (lambda: fo.fused_swiglu(torch.ones(3, dtype=torch.int32), torch.ones(3)), TypeError, ["gate", "int32"]),
+        (lambda: fo.fused_swiglu(torch.ones(3), [1.0]), TypeError, ["up", "list"]),
+    ],
+)
+def test_bad_input(call, exception, words):
+    with pytest.raises(exception) as info:
+        call()
+    for word in words:
+        assert word in str(info.value)
