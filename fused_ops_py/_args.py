@@ -65,9 +65,11 @@ def check_tensor(fn, name, value):
         raise ValueError(f"{fn}: {name} is on device {value.device}; only cpu and cuda are supported")
 
 
-def check_same_device(fn, name, value, x):
+def check_same_device(fn, name, value, x, x_name="x"):
     if value.device != x.device:
-        raise ValueError(f"{fn}: {name} is on {value.device} but x is on {x.device}; move them to one device")
+        raise ValueError(
+            f"{fn}: {name} is on {value.device} but {x_name} is on {x.device}; move them to one device"
+        )
 
 
 def check_param_dtype(fn, name, value, x):

@@ -216,7 +216,7 @@ def reduce_sum(x):
 def _check_swiglu(fn, gate, up):
     _args.check_tensor(fn, "gate", gate)
     _args.check_tensor(fn, "up", up)
-    _args.check_same_device(fn, "up", up, gate)
+    _args.check_same_device(fn, "up", up, gate, "gate")
     if up.dtype != gate.dtype:
         raise TypeError(f"{fn}: up has dtype {up.dtype} but gate has dtype {gate.dtype}; they must match")
     if up.shape != gate.shape:

@@ -14,40 +14,74 @@ def still_works():
     assert torch.equal(fo.relu(x), torch.tensor([[0.0, 2.0]]))
 
 
-X = torch.randn(4, 8)
-B = torch.randn(8)
+def cases(d):
+    """(call, exception, words the message must contain) on device d."""
+    X, B = torch.randn(4, 8, device=d), torch.randn(8, device=d)
+    W, R = torch.randn(8, device=d), torch.randn(4, 8, device=d)
+    return [
+        (lambda: fo.relu([1.0, 2.0]), TypeError, ["relu", "x", "list"]),
+        (lambda: fo.relu(torch.ones(3, dtype=torch.int32, device=d)), TypeError, ["relu", "x", "torch.int32"]),
+        (lambda: fo.square(torch.ones(3, dtype=torch.bool, device=d)), TypeError, ["square", "x", "torch.bool"]),
+        (lambda: fo.reduce_sum(torch.ones(3, dtype=torch.complex64, device=d)), TypeError, ["reduce_sum", "complex64"]),
+        (lambda: fo.square(torch.ones(3, dtype=torch.int64, device=d)), TypeError, ["square", "int64"]),
+        (lambda: fo.relu(torch.ones(3, dtype=torch.uint8, device=d)), TypeError, ["relu", "uint8"]),
+        (lambda: fo.fused_bias_scale_relu(X, torch.randn(7, device=d)), ValueError, ["fused_bias_scale_relu", "bias", "(7,)", "(8,)"]),
+        (lambda: fo.fused_bias_scale_relu(X, torch.randn(2, 8, device=d)), ValueError, ["bias", "(2, 8)"]),
+        (lambda: fo.fused_bias_scale_relu(X, B.double()), TypeError, ["bias", "torch.float64", "torch.float32"]),
+        (lambda: fo.fused_bias_scale_relu(X.half(), B.bfloat16()), TypeError, ["bias", "torch.bfloat16"]),
+        (lambda: fo.fused_bias_scale_relu(X, B.int()), TypeError, ["bias", "torch.int32"]),
+        (lambda: fo.fused_bias_scale_relu(X, "bias"), TypeError, ["bias", "str"]),
+        (lambda: fo.fused_bias_scale_relu(X, B, float("nan")), ValueError, ["scale", "nan"]),
+        (lambda: fo.fused_bias_scale_relu(X, B, float("inf")), ValueError, ["scale", "inf"]),
+        (lambda: fo.fused_bias_scale_relu(X, B, "2"), TypeError, ["scale", "str"]),
+        (lambda: fo.fused_bias_scale_relu(X, B, torch.tensor(2.0)), TypeError, ["scale", "Tensor"]),
+        (lambda: fo.fused_bias_scale_relu(torch.tensor(1.0, device=d), torch.ones(1, device=d)), ValueError, ["x is 0-d"]),
+        (lambda: fo.FusedBiasScaleReLU(8).to(d)(torch.randn(3, 5, device=d)), ValueError, ["bias", "(8,)", "(5,)"]),
+        (lambda: fo.relu(torch.randn(3, device="meta")), ValueError, ["relu", "meta"]),
+        (lambda: fo.fused_layer_norm(X, torch.randn(7, device=d)), ValueError, ["fused_layer_norm", "(7,)", "(4, 8)"]),
+        (lambda: fo.fused_layer_norm(X, W, torch.randn(9, device=d)), ValueError, ["bias", "(9,)", "(8,)"]),
+        (lambda: fo.fused_layer_norm(X, normalized_shape=(3, 8)), ValueError, ["(3, 8)", "(4, 8)"]),
+        (lambda: fo.fused_layer_norm(X, eps=0.0), ValueError, ["eps=0.0"]),
+        (lambda: fo.fused_layer_norm(X, eps=-1e-5), ValueError, ["eps=-1e-05"]),
+        (lambda: fo.fused_rms_norm(X, eps=float("nan")), ValueError, ["eps=nan"]),
+        (lambda: fo.fused_rms_norm(X, eps=float("inf")), ValueError, ["eps=inf"]),
+        (lambda: fo.fused_layer_norm(X, W.double()), TypeError, ["weight", "torch.float64"]),
+        (lambda: fo.fused_layer_norm(X.half(), W.float(), W.half()), TypeError, ["bias", "torch.float16"]),
+        (lambda: fo.fused_layer_norm(X.int()), TypeError, ["x", "torch.int32"]),
+        (lambda: fo.fused_rms_norm(X.to(torch.complex64)), TypeError, ["x", "complex64"]),
+        (lambda: fo.fused_rms_norm(torch.tensor(1.0, device=d)), ValueError, ["fused_rms_norm", "()"]),
+        (lambda: fo.fused_add_layer_norm(X, torch.randn(4, 9, device=d)), ValueError, ["residual", "(4, 9)", "(4, 8)"]),
+        (lambda: fo.fused_add_layer_norm(X, R.double()), TypeError, ["residual", "torch.float64"]),
+        (lambda: fo.fused_add_layer_norm(X, R, dropout_p=1.0), ValueError, ["dropout_p=1.0", "[0, 1)"]),
+        (lambda: fo.fused_add_rms_norm(X, R, dropout_p=-0.1), ValueError, ["dropout_p=-0.1"]),
+        (lambda: fo.fused_add_rms_norm(X, R, dropout_p=float("nan")), ValueError, ["dropout_p=nan"]),
+        (lambda: fo.fused_add_rms_norm(X, R, dropout_p="0.1"), TypeError, ["dropout_p", "str"]),
+        (lambda: fo.FusedLayerNorm(8).to(d)(torch.randn(3, 5, device=d)), ValueError, ["(8,)", "(3, 5)"]),
+        (lambda: fo.FusedRMSNorm(8, eps=0.0).to(d)(X), ValueError, ["eps=0.0"]),
+        (lambda: fo.fused_swiglu(X, torch.randn(4, 9, device=d)), ValueError, ["fused_swiglu", "(4, 9)"]),
+        (lambda: fo.fused_swiglu(X, R.half()), TypeError, ["up", "torch.float16"]),
+        (lambda: fo.fused_swiglu(X.int(), R), TypeError, ["gate", "int32"]),
+    ]
 
-CASES = [
-    # (call, exception, words the message must contain)
-    (lambda: fo.relu([1.0, 2.0]), TypeError, ["relu", "x", "list"]),
-    (lambda: fo.relu(torch.ones(3, dtype=torch.int32)), TypeError, ["relu", "x", "torch.int32"]),
-    (lambda: fo.square(torch.ones(3, dtype=torch.bool)), TypeError, ["square", "x", "torch.bool"]),
-    (lambda: fo.reduce_sum(torch.ones(3, dtype=torch.complex64)), TypeError, ["reduce_sum", "complex64"]),
-    (lambda: fo.square(torch.ones(3, dtype=torch.int64)), TypeError, ["square", "int64"]),
-    (lambda: fo.fused_bias_scale_relu(X, torch.randn(7)), ValueError, ["fused_bias_scale_relu", "bias", "(7,)", "(8,)"]),
-    (lambda: fo.fused_bias_scale_relu(X, torch.randn(2, 8)), ValueError, ["bias", "(2, 8)"]),
-    (lambda: fo.fused_bias_scale_relu(X, B.double()), TypeError, ["bias", "torch.float64", "torch.float32"]),
-    (lambda: fo.fused_bias_scale_relu(X.half(), B.bfloat16()), TypeError, ["bias", "torch.bfloat16"]),
-    (lambda: fo.fused_bias_scale_relu(X, B.int()), TypeError, ["bias", "torch.int32"]),
-    (lambda: fo.fused_bias_scale_relu(X, "bias"), TypeError, ["bias", "str"]),
-    (lambda: fo.fused_bias_scale_relu(X, B, float("nan")), ValueError, ["scale", "nan"]),
-    (lambda: fo.fused_bias_scale_relu(X, B, float("inf")), ValueError, ["scale", "inf"]),
-    (lambda: fo.fused_bias_scale_relu(X, B, "2"), TypeError, ["scale", "str"]),
-    (lambda: fo.fused_bias_scale_relu(X, B, torch.tensor(2.0)), TypeError, ["scale", "Tensor"]),
-    (lambda: fo.fused_bias_scale_relu(torch.tensor(1.0), torch.ones(1)), ValueError, ["x is 0-d"]),
-    (lambda: fo.FusedBiasScaleReLU(8)(torch.randn(3, 5)), ValueError, ["bias", "(8,)", "(5,)"]),
-    (lambda: fo.relu(torch.randn(3, device="meta")), ValueError, ["relu", "meta"]),
-]
+
+CASE_COUNT = len(cases("cpu"))
 
 
-@pytest.mark.parametrize("case", range(len(CASES)))
-def test_bad_input(case):
-    call, exception, words = CASES[case]
+def test_the_matrix_has_at_least_40_cases():
+    assert CASE_COUNT >= 40
+
+
+@pytest.mark.parametrize("case", range(CASE_COUNT))
+def test_bad_input(case, device):
+    call, exception, words = cases(device)[case]
     with pytest.raises(exception) as info:
         call()
     for word in words:
         assert word in str(info.value), (word, str(info.value))
     still_works()
+    if device.type == "cuda":  # the CUDA context is healthy too
+        torch.testing.assert_close(fo.relu(torch.tensor([-1.0, 2.0], device=device)).cpu(),
+                                   torch.tensor([0.0, 2.0]))
 
 
 @pytest.mark.parametrize(
@@ -74,9 +108,23 @@ def test_library_statuses_become_exceptions(call, exception, words):
 
 
 @requires_gpu()
-def test_bias_on_another_device():
+def test_operands_on_another_device():
+    X, B = torch.randn(4, 8), torch.randn(8)
     with pytest.raises(ValueError, match="bias is on cuda:0 but x is on cpu"):
         fo.fused_bias_scale_relu(X, B.cuda())
     with pytest.raises(ValueError, match="bias is on cpu but x is on cuda:0"):
         fo.fused_bias_scale_relu(X.cuda(), B)
+    with pytest.raises(ValueError, match="weight is on cuda:0 but x is on cpu"):
+        fo.fused_layer_norm(X, B.cuda())
+    with pytest.raises(ValueError, match="residual is on cpu but x is on cuda:0"):
+        fo.fused_add_rms_norm(X.cuda(), X)
+    with pytest.raises(ValueError, match="up is on cpu but gate is on cuda:0"):
+        fo.fused_swiglu(X.cuda(), X)
+    still_works()
+
+
+@requires_gpu(2)
+def test_weight_on_another_gpu():
+    with pytest.raises(ValueError, match="weight is on cuda:1 but x is on cuda:0"):
+        fo.fused_rms_norm(torch.randn(4, 8, device="cuda:0"), torch.randn(8, device="cuda:1"))
     still_works()

@@ -2,7 +2,7 @@
  * the CPU backend: "never crash, never corrupt". Built and run by
  * tests/fuzz/run.sh (clang, -fsanitize=fuzzer,address,undefined).
  *
- * Each input decodes into one call: an op (the seven entry points, or one of
+ * Each input decodes into one call: an op (the nine entry points, or one of
  * the three *_workspace_bytes queries), its dtypes (invalid codes too), its
  * shape (0, negative, huge), the row strides of its inputs (dense, padded,
  * 0, overlapping, negative, at the library's overflow limit, raw), which
@@ -275,12 +275,15 @@ enum op {
     NORM_FORWARD,
     NORM_BACKWARD,
     WORKSPACE_QUERY,
+    SWIGLU_FORWARD,
+    SWIGLU_BACKWARD,
     OP_COUNT
 };
 static const char *const op_names[] = {
     "fo_bias_scale_relu_forward", "fo_bias_scale_relu_backward", "fo_square_forward",
     "fo_square_backward",         "fo_reduce_sum",               "fo_norm_forward",
-    "fo_norm_backward",           "*_workspace_bytes",
+    "fo_norm_backward",           "*_workspace_bytes",           "fo_swiglu_forward",
+    "fo_swiglu_backward",
 };
 
 /* Operand slots of each op, in the order of its arguments. */
@@ -291,6 +294,8 @@ enum { SB_DX, SB_DY, SB_X };
 enum { RS_OUT, RS_WS, RS_X };
 enum { NF_Y, NF_ROUT, NF_MEAN, NF_RSTD, NF_X, NF_RES, NF_W, NF_B };
 enum { NB_DX, NB_DRES, NB_DW, NB_DB, NB_WS, NB_DY, NB_DROUT, NB_H, NB_MEAN, NB_RSTD, NB_W };
+enum { GF_Y, GF_GATE, GF_UP };
+enum { GB_DGATE, GB_DUP, GB_DY, GB_GATE, GB_UP };
 #define MAX_OPERANDS 11
 
 typedef struct call {
@@ -457,7 +462,7 @@ static int64_t mask_row_bytes(int64_t cols) {
     return cols < 0 ? cols : cols / 8 + (cols % 8 != 0);
 }
 
-/* Checks shared by the seven entry points: device, shape and dtype. */
+/* Checks shared by the nine entry points: device, shape and dtype. */
 static void judge_common(call *c) {
     if (c->device_type != FO_DEVICE_CPU)
         must_fail(&c->v, "device_type %d (a CPU-only build)", c->device_type);
@@ -563,6 +568,26 @@ static void decode_reduce_sum(call *c, input *in) {
     add_workspace(c, RS_WS, needed, 1, in);
     add(c, RS_X, "x", IN, c->dtype, 1, c->cols, 1, 1, in);
     c->o[RS_X].stride = c->cols;
+    judge_common(c);
+}
+
+static void decode_swiglu(call *c, input *in, int backward) {
+    c->dtype = take_dtype(in);
+    c->rows = take_extent(in, 17);
+    c->cols = take_extent(in, 300);
+    uint8_t flags = u8(in);
+    if (backward) {
+        /* dgate and dup are each optional */
+        add(c, GB_DGATE, "dgate", OUT, c->dtype, c->rows, c->cols, 0, !(flags & 1), in);
+        add(c, GB_DUP, "dup", OUT, c->dtype, c->rows, c->cols, 0, !(flags & 2), in);
+        add(c, GB_DY, "dy", IN, c->dtype, c->rows, c->cols, 1, 1, in);
+        add(c, GB_GATE, "gate", IN, c->dtype, c->rows, c->cols, 1, 1, in);
+        add(c, GB_UP, "up", IN, c->dtype, c->rows, c->cols, 1, 1, in);
+    } else {
+        add(c, GF_Y, "y", OUT, c->dtype, c->rows, c->cols, 1, 1, in);
+        add(c, GF_GATE, "gate", IN, c->dtype, c->rows, c->cols, 1, 1, in);
+        add(c, GF_UP, "up", IN, c->dtype, c->rows, c->cols, 1, 1, in);
+    }
     judge_common(c);
 }
 
@@ -713,6 +738,15 @@ static int invoke(const call *c) {
             o[NB_H].stride, c->h_dtype, o[NB_MEAN].address, o[NB_RSTD].address,
             o[NB_W].address, c->param_dtype, c->rows, c->cols, c->dtype, c->kind, c->p,
             c->seed, c->offset);
+    case SWIGLU_FORWARD:
+        return fo_swiglu_forward(dev, idx, s, o[GF_Y].address, o[GF_GATE].address,
+                                 o[GF_GATE].stride, o[GF_UP].address, o[GF_UP].stride,
+                                 c->rows, c->cols, c->dtype);
+    case SWIGLU_BACKWARD:
+        return fo_swiglu_backward(dev, idx, s, o[GB_DGATE].address, o[GB_DUP].address,
+                                  o[GB_DY].address, o[GB_DY].stride, o[GB_GATE].address,
+                                  o[GB_GATE].stride, o[GB_UP].address, o[GB_UP].stride,
+                                  c->rows, c->cols, c->dtype);
     default:
         abort();
     }
@@ -1166,6 +1200,39 @@ static void check_norm_backward(const call *c) {
     free(unknown);
 }
 
+/* y = gate * s * up with s = sigmoid(gate); dgate = dy * up * s * (1 + gate
+ * * (1 - s)); dup = dy * gate * s. The header names no arithmetic precision;
+ * the slack is that of double (exp's error moves s by at most its relative
+ * error, and 1 - s is off by at most 2^-53 absolutely). */
+static void check_swiglu(const call *c, int backward) {
+    const operand *gate = &c->o[backward ? GB_GATE : GF_GATE],
+                  *up = &c->o[backward ? GB_UP : GF_UP];
+    for (int64_t r = 0; r < c->rows; r++)
+        for (int64_t col = 0; col < c->cols; col++) {
+            int64_t i = r * c->cols + col;
+            double g = at(gate, r * gate->stride + col, c->dtype);
+            double u = at(up, r * up->stride + col, c->dtype);
+            double sig = 1.0 / (1.0 + exp(-g));
+            if (!backward) {
+                double want = g * sig * u;
+                expect("y", i, at(&c->o[GF_Y], i, c->dtype), want, SLACK * fabs(want),
+                       c->dtype);
+                continue;
+            }
+            const operand *dy = &c->o[GB_DY], *dgate = &c->o[GB_DGATE], *dup = &c->o[GB_DUP];
+            double d = at(dy, r * dy->stride + col, c->dtype);
+            if (dgate->passed) {
+                double scale = d * u * sig;
+                expect("dgate", i, at(dgate, i, c->dtype), scale * (1.0 + g * (1.0 - sig)),
+                       SLACK * fabs(scale) * (2.0 + 2.0 * fabs(g)), c->dtype);
+            }
+            if (dup->passed) {
+                double want = d * g * sig;
+                expect("dup", i, at(dup, i, c->dtype), want, SLACK * fabs(want), c->dtype);
+            }
+        }
+}
+
 static void check_values(const call *c) {
     if (c->cols == 0)
         return; /* nothing to check, however many rows there are */
@@ -1177,6 +1244,8 @@ static void check_values(const call *c) {
     case REDUCE_SUM: check_reduce_sum(c); break;
     case NORM_FORWARD: check_norm_forward(c); break;
     case NORM_BACKWARD: check_norm_backward(c); break;
+    case SWIGLU_FORWARD: check_swiglu(c, 0); break;
+    case SWIGLU_BACKWARD: check_swiglu(c, 1); break;
     default: abort();
     }
 }
@@ -1390,6 +1459,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     case REDUCE_SUM: decode_reduce_sum(&c, &in); break;
     case NORM_FORWARD: decode_norm_forward(&c, &in); break;
     case NORM_BACKWARD: decode_norm_backward(&c, &in); break;
+    case SWIGLU_FORWARD: decode_swiglu(&c, &in, 0); break;
+    case SWIGLU_BACKWARD: decode_swiglu(&c, &in, 1); break;
     default: run_query(&c, &in); return 0;
     }
     for (int i = 0; i < c.count; i++)
