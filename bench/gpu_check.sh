@@ -35,13 +35,16 @@ if [ "$stage" = test ]; then
         meson setup build/gpu80 -Dcuda=enabled -Dgpu_archs=80 -Dgpu_ptx=false >>/tmp/logs/meson.txt 2>&1
     fi
     ninja -C build/gpu80 >>/tmp/logs/meson.txt 2>&1 && export FO_TEST_OTHER_ARCH_LIBRARY="$PWD/build/gpu80/libfused_ops.so"
+    # a CPU-only build, for the library-swap tests
+    [ -f build/gpucpu/build.ninja ] || meson setup build/gpucpu -Dcuda=disabled >>/tmp/logs/meson.txt 2>&1
+    ninja -C build/gpucpu >>/tmp/logs/meson.txt 2>&1 && export FO_TEST_CPU_ONLY_LIBRARY="$PWD/build/gpucpu/libfused_ops.so"
     echo "== pytest (CPU and CUDA)"
     python3 -m pytest -q -rs tests 2>&1 | tee /tmp/logs/pytest.txt | tail -15
     pytest_status=${PIPESTATUS[0]}
 
     # sanitizers see torch's caching allocator as one big buffer; turn it off
     export PYTORCH_NO_CUDA_MEMORY_CACHING=1
-    subset=(tests/test_cuda.py tests/test_bias_scale_relu.py tests/test_square.py tests/test_reduce_sum.py tests/test_norms.py)
+    subset=(tests/test_cuda.py tests/test_bias_scale_relu.py tests/test_square.py tests/test_reduce_sum.py tests/test_norms.py tests/test_swiglu.py)
     filter="cuda and not gradcheck and not 2_to_the_31"
     for tool in memcheck racecheck initcheck synccheck; do
         echo "== compute-sanitizer --tool $tool"
