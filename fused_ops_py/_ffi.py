@@ -107,7 +107,7 @@ def call(function, *args) -> None:
 
         try:
             torch.cuda.synchronize(args[1])
-        except RuntimeError as error:
+        except Exception as error:  # torch >= 2.8 raises torch.AcceleratorError
             raise RuntimeError(
                 f"{function.__name__}: the kernels it launched on cuda:{args[1]} failed "
                 f"(found by FUSED_OPS_PY_SYNC=1): {error}"
