@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Benchmark fused_ops_py against eager PyTorch, torch.compile and (for the
-norms, when importable) Liger-Kernel.
+norms and SwiGLU, when importable) Liger-Kernel.
 
 For every op x direction x shape x dtype x provider it checks the provider's
 outputs against eager, then times it and writes one row to CSV and JSON plus a

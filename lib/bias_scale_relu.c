@@ -22,7 +22,7 @@ static int fo_check_mask(const char *op, uintptr_t mask, int64_t rows,
 /* Checks shared by forward and backward, before anything runs. */
 static int check_common(const char *op, int device_type, int device_index,
                         int64_t rows, int64_t cols, int dtype, int bias_dtype,
-                        float scale) {
+                        double scale) {
     int status;
     if ((status = fo_check_device(op, device_type, device_index)) ||
         (status = fo_check_shape(op, rows, cols)) ||
@@ -109,7 +109,7 @@ int fo_bias_scale_relu_forward(int device_type, int device_index,
                                uintptr_t stream, uintptr_t y, uintptr_t mask,
                                uintptr_t x, int64_t x_row_stride,
                                uintptr_t bias, int64_t rows, int64_t cols,
-                               int dtype, int bias_dtype, float scale) {
+                               int dtype, int bias_dtype, double scale) {
     static const char op[] = "fo_bias_scale_relu_forward";
     int status;
     if ((status = check_common(op, device_type, device_index, rows, cols,
@@ -154,7 +154,7 @@ int fo_bias_scale_relu_backward(int device_type, int device_index,
                                 uintptr_t workspace, int64_t workspace_bytes,
                                 uintptr_t dy, int64_t dy_row_stride,
                                 uintptr_t mask, int64_t rows, int64_t cols,
-                                int dtype, int bias_dtype, float scale) {
+                                int dtype, int bias_dtype, double scale) {
     static const char op[] = "fo_bias_scale_relu_backward";
     int status;
     if ((status = check_common(op, device_type, device_index, rows, cols,

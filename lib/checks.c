@@ -60,7 +60,7 @@ int fo_check_shape(const char *op, int64_t rows, int64_t cols) {
                        "%s: rows=%" PRId64 " and cols=%" PRId64
                        " must be >= 0",
                        op, rows, cols);
-    if (cols > 0 && rows > INT64_MAX / 16 / cols)
+    if (cols > INT64_MAX / 16 || (cols > 0 && rows > INT64_MAX / 16 / cols))
         return fo_fail(FO_ERR_INVALID_ARGUMENT,
                        "%s: rows=%" PRId64 " x cols=%" PRId64
                        " overflows 64-bit byte offsets",

@@ -111,14 +111,14 @@ FO_API int fo_cuda_runtime_version(void);
  *   x:     input, rows x cols with row stride x_row_stride, dtype `dtype`.
  *   bias:  optional (0 = none), cols elements of bias_dtype, which is either
  *          `dtype` or FO_DTYPE_F32 (fp32 bias with fp16/bf16 x).
- *   scale: any finite float.
+ *   scale: any finite number (applied in the compute precision).
  * Arithmetic is in fp32 (fp64 for fp64). With bias 0 and scale 1 this is relu.
  */
 FO_API int fo_bias_scale_relu_forward(
     int device_type, int device_index, uintptr_t stream,
     uintptr_t y, uintptr_t mask,
     uintptr_t x, int64_t x_row_stride, uintptr_t bias,
-    int64_t rows, int64_t cols, int dtype, int bias_dtype, float scale);
+    int64_t rows, int64_t cols, int dtype, int bias_dtype, double scale);
 
 /* Bytes of workspace fo_bias_scale_relu_backward needs on `device_type` for
  * a bias gradient of `cols` entries over `rows` rows of `dtype` (0 when none
@@ -140,7 +140,7 @@ FO_API int fo_bias_scale_relu_backward(
     int device_type, int device_index, uintptr_t stream,
     uintptr_t dx, uintptr_t dbias, uintptr_t workspace, int64_t workspace_bytes,
     uintptr_t dy, int64_t dy_row_stride, uintptr_t mask,
-    int64_t rows, int64_t cols, int dtype, int bias_dtype, float scale);
+    int64_t rows, int64_t cols, int dtype, int bias_dtype, double scale);
 
 /* y = x * x, elementwise. y dense; x with row stride x_row_stride. */
 FO_API int fo_square_forward(

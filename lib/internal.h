@@ -40,7 +40,7 @@ typedef struct fo_bias_scale_relu_forward_args {
     const void *bias; /* optional */
     int64_t rows, cols;
     int dtype, bias_dtype;
-    float scale;
+    double scale;
 } fo_bias_scale_relu_forward_args;
 
 typedef struct fo_bias_scale_relu_backward_args {
@@ -52,7 +52,7 @@ typedef struct fo_bias_scale_relu_backward_args {
     const unsigned char *mask;
     int64_t rows, cols;
     int dtype, bias_dtype;
-    float scale;
+    double scale;
 } fo_bias_scale_relu_backward_args;
 
 typedef struct fo_square_args {

@@ -12,7 +12,7 @@ template <typename T, typename B, bool VEC>
 __global__ void bias_scale_relu_forward_kernel(
     T *__restrict__ y, uint8_t *__restrict__ mask, const T *__restrict__ x,
     int64_t x_row_stride, const B *__restrict__ bias, int64_t rows,
-    int64_t cols, float scale) {
+    int64_t cols, double scale) {
     using A = acc_t<T>;
     const int64_t chunks = chunks_per_row(cols);
     for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < chunks;
@@ -51,7 +51,7 @@ __global__ void bias_scale_relu_backward_kernel(
     T *__restrict__ dx, acc_t<T> *__restrict__ partials,
     const T *__restrict__ dy, int64_t dy_row_stride,
     const uint8_t *__restrict__ mask, int64_t rows, int64_t cols,
-    float scale) {
+    double scale) {
     using A = acc_t<T>;
     __shared__ A column_sums[kThreads * kChunk];
     const int64_t chunks = chunks_per_row(cols);
