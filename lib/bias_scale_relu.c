@@ -176,7 +176,8 @@ int fo_bias_scale_relu_backward(int device_type, int device_index,
         (void *)dx,  (void *)dbias, (void *)workspace, (const void *)dy,
         dy_row_stride, (const unsigned char *)mask, rows, cols, dtype,
         bias_dtype, scale};
-    if (cols == 0 || (!dx && !dbias))
+    /* nothing to write: no rows and no bias gradient (zeros) to give */
+    if (cols == 0 || (!dx && !dbias) || (rows == 0 && !dbias))
         return FO_OK;
     if (device_type == FO_DEVICE_CUDA)
         return fo_cuda_bias_scale_relu_backward(device_index, stream, &a);

@@ -201,7 +201,8 @@ enum fo_norm_kind {
  *                 1 - p and scaled by 1 / (1 - p). The mask is a pure function
  *                 of (seed, offset, row, col): element (row, col) is kept when
  *                 lane col % 4 of Philox4x32-10(key seed, counter offset +
- *                 row * 2 * ceil(cols / 8) + col / 4) is at least p * 2^32
+ *                 row * 2 * ceil(cols / 8) + col / 4) is at least
+ *                 floor(p * 2^32)
  *                 (lib/philox.h). The same three give the same mask on the
  *                 CPU and on the GPU, and backward regenerates it instead of
  *                 storing it.

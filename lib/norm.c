@@ -358,7 +358,8 @@ int fo_norm_backward(int device_type, int device_index, uintptr_t stream,
         (const void *)h, h_row_stride, h_dtype, (const void *)mean,
         (const void *)rstd, (const void *)weight, param_dtype, rows, cols,
         dtype, kind, dropout_p, seed, offset};
-    if (cols == 0 || (!dx && !dresidual && !dweight && !dbias))
+    if (cols == 0 || (!dx && !dresidual && !dweight && !dbias) ||
+        (rows == 0 && !dweight && !dbias))
         return FO_OK;
     if (device_type == FO_DEVICE_CUDA)
         return fo_cuda_norm_backward(device_index, stream, &a);

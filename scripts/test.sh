@@ -11,6 +11,53 @@ meson setup build/cpu -Dcuda=disabled --wipe >/dev/null 2>&1 || meson setup buil
 ninja -C build/cpu
 meson test -C build/cpu --print-errorlogs
 
+echo "== C tests under AddressSanitizer + UndefinedBehaviorSanitizer (CPU-only build)"
+# Meson's b_sanitize instruments the library and the tests alike.
+# -fno-sanitize-recover=all makes a UBSan report abort the test (by default it
+# prints and goes on, and the test would pass); b_lundef=false because a
+# sanitized shared library leaves the runtime's symbols to the executable
+# (clang does not link it into shared libraries). debugoptimized: -O2 -g,
+# for readable stacks. The Python tests do not run under ASan.
+meson setup build/asan -Dcuda=disabled -Dbuildtype=debugoptimized \
+    -Db_sanitize=address,undefined -Db_lundef=false -Dc_args=-fno-sanitize-recover=all \
+    --wipe >/dev/null 2>&1 ||
+    meson setup build/asan -Dcuda=disabled -Dbuildtype=debugoptimized \
+        -Db_sanitize=address,undefined -Db_lundef=false -Dc_args=-fno-sanitize-recover=all >/dev/null
+ninja -C build/asan
+ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    meson test -C build/asan --print-errorlogs
+
+echo "== fuzzing the C API for 60 s (tests/fuzz/run.sh: clang, libFuzzer, ASan, UBSan)"
+# Whether clang can build a libFuzzer target (clang plus its runtime library).
+fuzzer_clang_works() {
+    local dir
+    dir="$(mktemp -d)"
+    printf '%s\n' '#include <stddef.h>' '#include <stdint.h>' \
+        'int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n) { (void)d; (void)n; return 0; }' \
+        >"$dir/t.c"
+    clang -fsanitize=fuzzer,address,undefined "$dir/t.c" -o "$dir/t" >/dev/null 2>&1
+    local status=$?
+    rm -rf "$dir"
+    return $status
+}
+if ! fuzzer_clang_works; then
+    if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
+        echo "-- installing clang and its runtime libraries (apt-get)"
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang >/dev/null
+        # libFuzzer and the sanitizer runtimes: libclang-rt-N-dev for clang N
+        # (only a Recommends of clang, so not always installed with it)
+        clang_major="$(clang -dumpversion | cut -d. -f1)"
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "libclang-rt-$clang_major-dev" >/dev/null
+    fi
+fi
+if fuzzer_clang_works; then
+    FUZZ_SECONDS=60 tests/fuzz/run.sh
+else
+    echo "-- SKIPPED: clang with -fsanitize=fuzzer is not available and cannot be installed" \
+        "here (not root, or no apt-get); install clang and libclang-rt-N-dev to fuzz"
+fi
+
 if command -v nvcc >/dev/null; then
     echo "== C tests, CUDA build (the CUDA paths must fail cleanly without a GPU)"
     meson setup build/cuda -Dcuda=enabled --wipe >/dev/null 2>&1 || meson setup build/cuda -Dcuda=enabled >/dev/null
@@ -24,7 +71,12 @@ python -m pip wheel -q --no-deps -w dist .
 python scripts/check_wheel_tag.py dist/fused_ops_py-*.whl
 python -m pip install -q --no-deps --force-reinstall dist/fused_ops_py-*.whl
 
+# the library-swap tests load this CPU-only build in a subprocess
+export FO_TEST_CPU_ONLY_LIBRARY="$PWD/build/cpu/libfused_ops.so"
 echo "== pytest, installed wheel"
 pytest -q tests
 echo "== pytest, CPU-only library via FUSED_OPS_PY_LIBRARY"
 FUSED_OPS_PY_LIBRARY="$PWD/build/cpu/libfused_ops.so" pytest -q tests
+
+echo "== the same wheel on the oldest torch tested (scripts/test_old_torch.sh)"
+scripts/test_old_torch.sh
