@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Every test: the C tests of a CPU-only build and (with nvcc) of a CUDA build,
-# the wheel and its tag, then pytest against the installed wheel and again
-# against the CPU-only library swapped in with $FUSED_OPS_PY_LIBRARY.
+# Every test: the C tests of a CPU-only build, the same under ASan + UBSan, a
+# 60 s fuzz of the C API, the C tests of a CUDA build (with nvcc), the wheel
+# and its tag, pytest against the installed wheel, again against the CPU-only
+# library swapped in with $FUSED_OPS_PY_LIBRARY, and the same wheel on the
+# oldest torch tested.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup_env.sh
