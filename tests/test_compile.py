@@ -160,7 +160,11 @@ def test_compile_reduce_overhead_mode():
     model = torch.nn.Sequential(torch.nn.Linear(64, 64), fo.FusedLayerNorm(64), fo.FusedBiasScaleReLU(64)).cuda()
     compiled = torch.compile(model, mode="reduce-overhead", fullgraph=True)
     for step in range(4):
-        torch.compiler.cudagraph_mark_step_begin()  # a new training step: outputs may be reused
+        # a training step as torch documents it for CUDA graphs: gradients
+        # from the last replay are dropped, not accumulated into (they live
+        # in memory the next replay reuses)
+        model.zero_grad(set_to_none=True)
+        torch.compiler.cudagraph_mark_step_begin()
         x = random((32, 64), torch.float32, "cuda", seed=step).requires_grad_()
         out = compiled(x)
         out.sum().backward()
