@@ -40,8 +40,11 @@ def as_rows(tensor, cols=None):
     contiguous copy otherwise (a transposed last dimension, an expanded one)."""
     if cols is None:
         cols = tensor.shape[-1] if tensor.dim() else 1
-    rows = tensor.numel() // cols if cols else math.prod(tensor.shape[:-1])
-    if tensor.numel() == 0:
+    numel = tensor.numel()
+    rows = numel // cols if cols else math.prod(tensor.shape[:-1])
+    if tensor.is_contiguous():  # the common case: no view needed (1 us)
+        return tensor, rows, cols, cols
+    if numel == 0:
         return tensor, rows, cols, cols
     view = tensor.reshape(rows, cols)
     if cols > 1 and view.stride(1) != 1:
