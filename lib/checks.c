@@ -113,3 +113,18 @@ int fo_check_workspace(const char *op, uintptr_t workspace, int64_t given,
                        op, needed);
     return FO_OK;
 }
+
+int fo_workspace_query(const char *op, int device_type, int64_t rows,
+                       int64_t cols, int dtype, int64_t *bytes,
+                       int64_t (*cuda_bytes)(int64_t, int64_t, int)) {
+    int status;
+    if (!bytes)
+        return fo_fail(FO_ERR_INVALID_ARGUMENT, "%s: bytes is a null pointer",
+                       op);
+    if ((status = fo_check_device(op, device_type, 0)) ||
+        (status = fo_check_shape(op, rows, cols)) ||
+        (status = fo_check_dtype(op, "dtype", dtype)))
+        return status;
+    *bytes = device_type == FO_DEVICE_CUDA ? cuda_bytes(rows, cols, dtype) : 0;
+    return FO_OK;
+}

@@ -30,6 +30,12 @@ int fo_check_operand(const char *op, const char *name, uintptr_t address,
 int fo_check_workspace(const char *op, uintptr_t workspace, int64_t given,
                        int64_t needed);
 
+/* The body of every *_workspace_bytes query: checks, then the CUDA size
+ * (cuda_bytes) or 0 on the CPU. */
+int fo_workspace_query(const char *op, int device_type, int64_t rows,
+                       int64_t cols, int dtype, int64_t *bytes,
+                       int64_t (*cuda_bytes)(int64_t, int64_t, int));
+
 /* Arguments of each op, as the C entry point validated them; the CPU and CUDA
  * implementations take the same struct so a signature is written once. */
 typedef struct fo_bias_scale_relu_forward_args {

@@ -289,18 +289,8 @@ int fo_norm_forward(int device_type, int device_index, uintptr_t stream,
 int fo_norm_backward_workspace_bytes(int device_type, int64_t rows,
                                      int64_t cols, int dtype, int64_t *bytes) {
     static const char op[] = "fo_norm_backward_workspace_bytes";
-    int status;
-    if (!bytes)
-        return fo_fail(FO_ERR_INVALID_ARGUMENT, "%s: bytes is a null pointer",
-                       op);
-    if ((status = fo_check_device(op, device_type, 0)) ||
-        (status = fo_check_shape(op, rows, cols)) ||
-        (status = fo_check_dtype(op, "dtype", dtype)))
-        return status;
-    *bytes = device_type == FO_DEVICE_CUDA
-                 ? fo_cuda_norm_workspace_bytes(rows, cols, dtype)
-                 : 0;
-    return FO_OK;
+    return fo_workspace_query(op, device_type, rows, cols, dtype, bytes,
+                              fo_cuda_norm_workspace_bytes);
 }
 
 int fo_norm_backward(int device_type, int device_index, uintptr_t stream,
