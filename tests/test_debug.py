@@ -4,13 +4,16 @@ an asynchronous fault is reported by the op that caused it."""
 import os
 import subprocess
 import sys
+import tempfile
 
 from conftest import requires_gpu
 
 
 def run(code, **env):
+    # from a neutral directory: `python -c` puts the working directory first
+    # on sys.path, and the source tree's package has no library beside it
     return subprocess.run([sys.executable, "-c", code], env=dict(os.environ, **env),
-                          capture_output=True, text=True)
+                          capture_output=True, text=True, cwd=tempfile.gettempdir())
 
 
 def test_sync_variable_is_read():

@@ -4,6 +4,7 @@ import gc
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 
 import pytest
@@ -143,7 +144,9 @@ def test_no_leak_over_many_calls(calls, device):
 
 def subprocess_with_library(code, path):
     env = dict(os.environ, FUSED_OPS_PY_LIBRARY=str(path))
-    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    # from a neutral directory, so the installed package is the one imported
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          cwd=tempfile.gettempdir())
 
 
 def cpu_only_library():
