@@ -52,6 +52,13 @@ def as_rows(tensor, cols=None):
     return view, rows, cols, view.stride(0)
 
 
+def dense_like(tensor, dtype=None):
+    """A new dense tensor of tensor's shape and device (and dtype unless
+    given): outputs are always dense. empty_like is 1.5 us cheaper a call
+    than torch.empty(shape, dtype=, device=)."""
+    return torch.empty_like(tensor, dtype=dtype, memory_format=torch.contiguous_format)
+
+
 def address(tensor):
     return 0 if tensor is None else tensor.data_ptr()
 

@@ -5,7 +5,7 @@ saved state) when no gradient is wanted."""
 import torch
 
 from . import _args, _ops
-from ._args import DTYPE_CODES, address, as_rows, device_args
+from ._args import DTYPE_CODES, address, as_rows, dense_like, device_args
 from ._ffi import call, lib
 
 
@@ -23,7 +23,7 @@ def _wants_grad(*tensors):
 
 def _bias_scale_relu_forward(x, bias, scale, want_mask):
     rows_view, rows, cols, row_stride = as_rows(x)
-    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    y = dense_like(x)
     mask = None
     if want_mask:
         mask = torch.empty((rows, (cols + 7) // 8), dtype=torch.uint8, device=x.device)
@@ -41,7 +41,7 @@ def _bias_scale_relu_backward(dy, mask, scale, want_dx, bias_dtype):
     """(dx or None, dbias or None); bias_dtype None means no bias gradient."""
     dy_view, rows, cols, row_stride = as_rows(dy)
     device = device_args(dy)
-    dx = torch.empty(dy.shape, dtype=dy.dtype, device=dy.device) if want_dx else None
+    dx = dense_like(dy) if want_dx else None
     dbias = scratch = None
     if bias_dtype is not None:
         dbias = torch.empty(cols, dtype=bias_dtype, device=dy.device)
@@ -125,7 +125,7 @@ def relu(x):
 
 def _square_forward(x):
     rows_view, rows, cols, row_stride = as_rows(x)
-    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    y = dense_like(x)
     call(
         lib.fo_square_forward,
         *device_args(x), y.data_ptr(), rows_view.data_ptr(), row_stride,
@@ -137,7 +137,7 @@ def _square_forward(x):
 def _square_backward(dy, x):
     x_view, rows, cols, x_stride = as_rows(x)
     dy_view, _, _, dy_stride = as_rows(dy)
-    dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    dx = dense_like(x)
     call(
         lib.fo_square_backward,
         *device_args(x), dx.data_ptr(), dy_view.data_ptr(), dy_stride,
@@ -226,7 +226,7 @@ def _check_swiglu(fn, gate, up):
 def _swiglu_forward(gate, up):
     gate_view, rows, cols, gate_stride = as_rows(gate)
     up_view, _, _, up_stride = as_rows(up)
-    y = torch.empty(gate.shape, dtype=gate.dtype, device=gate.device)
+    y = dense_like(gate)
     call(
         lib.fo_swiglu_forward,
         *device_args(gate), y.data_ptr(), gate_view.data_ptr(), gate_stride,
@@ -240,8 +240,8 @@ def _swiglu_backward(dy, gate, up, want_gate, want_up):
     gate_view, rows, cols, gate_stride = as_rows(gate)
     up_view, _, _, up_stride = as_rows(up)
     dy_view, _, _, dy_stride = as_rows(dy)
-    dgate = torch.empty(gate.shape, dtype=gate.dtype, device=gate.device) if want_gate else None
-    dup = torch.empty(gate.shape, dtype=gate.dtype, device=gate.device) if want_up else None
+    dgate = dense_like(gate) if want_gate else None
+    dup = dense_like(gate) if want_up else None
     call(
         lib.fo_swiglu_backward,
         *device_args(gate), address(dgate), address(dup), dy_view.data_ptr(), dy_stride,

@@ -12,7 +12,7 @@ import math
 import torch
 
 from . import _args, _ops
-from ._args import DTYPE_CODES, address, as_rows, device_args
+from ._args import DTYPE_CODES, address, as_rows, dense_like, device_args
 from ._ffi import call, lib
 
 LAYER, RMS = lib.FO_NORM_LAYER, lib.FO_NORM_RMS
@@ -52,13 +52,13 @@ def _forward(kind, x, residual, weight, bias, eps, dropout_p, cols, save_stats, 
     The dropout stream is seed_offset when given, else drawn from torch."""
     x_view, rows, cols, x_stride = as_rows(x, cols)
     device = device_args(x)
-    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    y = dense_like(x)
     residual_out = residual_view = None
     residual_stride, residual_dtype = 0, x.dtype
     if residual is not None:
         residual_view, _, _, residual_stride = as_rows(residual, cols)
         residual_dtype = residual.dtype
-        residual_out = torch.empty(residual.shape, dtype=residual.dtype, device=x.device)
+        residual_out = dense_like(residual)
     mean = rstd = None
     if save_stats:
         stats = _stats_dtype(x.dtype)
@@ -126,15 +126,15 @@ def _backward(dy, dresidual_out, h, mean, rstd, weight, bias, kind, dropout_p, s
     shared = share_dx and has_residual and dropout_p == 0 and h.dtype == x_dtype and want_x
     dx = dresidual = dweight = dbias = scratch = None
     if want_x and not shared:
-        dx = torch.empty(h.shape, dtype=x_dtype, device=h.device)
+        dx = dense_like(h, x_dtype)
     if has_residual and (want_residual or shared):
-        dresidual = torch.empty(h.shape, dtype=h.dtype, device=h.device)
+        dresidual = dense_like(h)
     param = weight if weight is not None else bias
     param_dtype = param.dtype if param is not None else x_dtype
     if weight is not None and want_weight:
-        dweight = torch.empty(weight.shape, dtype=weight.dtype, device=h.device)
+        dweight = dense_like(weight)
     if bias is not None and want_bias:
-        dbias = torch.empty(bias.shape, dtype=bias.dtype, device=h.device)
+        dbias = dense_like(bias)
     if dweight is not None or dbias is not None:
         scratch = _args.workspace(
             lib.fo_norm_backward_workspace_bytes, device[0], rows, cols, DTYPE_CODES[x_dtype], like=h
