@@ -32,6 +32,12 @@ def device_args(tensor):
     return lib.FO_DEVICE_CPU, 0, 0
 
 
+def row_count(tensor, cols):
+    """Rows of tensor seen as rows x cols (the fake implementations under
+    torch.compile count them the same way)."""
+    return tensor.numel() // cols if cols else math.prod(tensor.shape[:-1])
+
+
 def as_rows(tensor, cols=None):
     """View tensor as rows x cols (cols defaults to its last dimension; a
     normalization passes the product of its normalized dimensions) whose rows
@@ -40,8 +46,8 @@ def as_rows(tensor, cols=None):
     contiguous copy otherwise (a transposed last dimension, an expanded one)."""
     if cols is None:
         cols = tensor.shape[-1] if tensor.dim() else 1
+    rows = row_count(tensor, cols)
     numel = tensor.numel()
-    rows = numel // cols if cols else math.prod(tensor.shape[:-1])
     if tensor.is_contiguous():  # the common case: no view needed (1 us)
         return tensor, rows, cols, cols
     if numel == 0:

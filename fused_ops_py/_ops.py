@@ -29,7 +29,9 @@ def _empty(like):
 
 
 def _rows(x, cols):
-    return x.numel() // cols if cols else 0
+    from ._args import row_count
+
+    return row_count(x, cols)
 
 
 if AVAILABLE:
@@ -46,7 +48,7 @@ if AVAILABLE:
 
     @bias_scale_relu.register_fake
     def _(x, bias, scale, want_mask):
-        cols = x.shape[-1]
+        cols = x.shape[-1] if x.dim() else 1
         if bias is not None:
             torch._check(bias.shape == (cols,), lambda: f"bias shape {bias.shape} != ({cols},)")
             torch._check(bias.device == x.device, lambda: "bias and x on different devices")

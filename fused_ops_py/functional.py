@@ -23,6 +23,8 @@ def _wants_grad(*tensors):
 
 def _bias_scale_relu_forward(x, bias, scale, want_mask):
     rows_view, rows, cols, row_stride = as_rows(x)
+    if bias is not None:
+        bias = bias.contiguous()  # the library reads cols dense elements
     y = dense_like(x)
     mask = None
     if want_mask:

@@ -51,6 +51,9 @@ def _forward(kind, x, residual, weight, bias, eps, dropout_p, cols, save_stats, 
     """(y, residual_out or None, mean or None, rstd or None, seed, offset).
     The dropout stream is seed_offset when given, else drawn from torch."""
     x_view, rows, cols, x_stride = as_rows(x, cols)
+    # the library reads parameters as cols dense elements
+    weight = weight.contiguous() if weight is not None else None
+    bias = bias.contiguous() if bias is not None else None
     device = device_args(x)
     y = dense_like(x)
     residual_out = residual_view = None
@@ -113,6 +116,7 @@ def _backward(dy, dresidual_out, h, mean, rstd, weight, bias, kind, dropout_p, s
     """(dx, dresidual, dweight, dbias), None where not wanted. share_dx lets
     dx be the very tensor dresidual is when their values agree."""
     want_x, want_residual, want_weight, want_bias = wanted
+    weight_dense = weight.contiguous() if weight is not None else None
     if dy is None:  # only residual_out was used
         dy = torch.zeros(h.shape, dtype=x_dtype, device=h.device)
     dy_view, rows, cols, dy_stride = as_rows(dy, cols)
@@ -145,7 +149,7 @@ def _backward(dy, dresidual_out, h, mean, rstd, weight, bias, kind, dropout_p, s
         address(scratch), 0 if scratch is None else scratch.numel(),
         dy_view.data_ptr(), dy_stride, address(dro_view), dro_stride,
         h_view.data_ptr(), h_stride, DTYPE_CODES[h.dtype],
-        address(mean), rstd.data_ptr(), address(weight), DTYPE_CODES[param_dtype],
+        address(mean), rstd.data_ptr(), address(weight_dense), DTYPE_CODES[param_dtype],
         rows, cols, DTYPE_CODES[x_dtype], kind, dropout_p, seed, offset,
     )
     if shared:

@@ -61,15 +61,16 @@ static void cpu_forward(const fo_bias_scale_relu_forward_args *a) {
             fo_cpu_store(a->y, r * a->cols + c0, y, n, a->dtype);
             if (!a->mask)
                 continue;
-            /* the mask says where the y as stored is > 0: a tiny positive
-             * value rounded to 0 in its dtype passes no gradient */
+            /* the mask says where the y as stored is not <= 0: a tiny
+             * positive value rounded to 0 passes no gradient, and NaN passes
+             * it, as torch's threshold_backward does */
             fo_cpu_load(y, a->y, r * a->cols + c0, n, a->dtype);
             /* c0 is a multiple of 8, so every mask byte lies in one chunk */
             unsigned char *mask = a->mask + r * mask_row_bytes + c0 / 8;
             for (int64_t i = 0; i < n; i += 8) {
                 unsigned bits = 0;
                 for (int64_t b = 0; b < 8 && i + b < n; b++)
-                    bits |= (unsigned)(y[i + b] > 0.0) << b;
+                    bits |= (unsigned)!(y[i + b] <= 0.0) << b;
                 mask[i / 8] = (unsigned char)bits;
             }
         }

@@ -106,7 +106,8 @@ FO_API int fo_cuda_runtime_version(void);
  * relu(x * scale + bias), row-wise: y[r, c] = max(x[r, c] * scale + bias[c], 0).
  *   y:     output, rows x cols, dense, dtype `dtype`.
  *   mask:  optional output (0 = not wanted) for the backward pass: one bit
- *          per element, 1 where y > 0, bit (c % 8) of byte
+ *          per element, 1 where the stored y is not <= 0 (y > 0, or NaN:
+ *          torch's relu backward passes the gradient there too), bit (c % 8) of byte
  *          mask[r * ((cols + 7) / 8) + c / 8]; (cols + 7) / 8 bytes a row.
  *   x:     input, rows x cols with row stride x_row_stride, dtype `dtype`.
  *   bias:  optional (0 = none), cols elements of bias_dtype, which is either

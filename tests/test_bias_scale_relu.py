@@ -173,3 +173,19 @@ def test_values_that_round_to_zero_pass_no_gradient(device):
         assert (y == 0).all()
         y.backward(torch.ones_like(y))
         assert (x.grad == 0).all()
+
+
+def test_non_contiguous_bias_is_read_by_its_strides(device):
+    x = random((5, 8), torch.float32, device, seed=30)
+    wide = random((16,), torch.float32, device, seed=31)
+    for bias in (wide[::2], torch.tensor([0.5], device=device).expand(8)):
+        expected = torch.relu(x.double() * 1.5 + bias.double())
+        assert_close(fo.fused_bias_scale_relu(x, bias, 1.5), expected, torch.float32)
+
+
+def test_nan_passes_its_gradient_as_in_torch(device):
+    x = torch.tensor([[float("nan"), 1.0, -1.0, 0.0]], device=device, requires_grad=True)
+    fo.relu(x).sum().backward()
+    reference = x.detach().clone().requires_grad_()
+    torch.relu(reference).sum().backward()
+    torch.testing.assert_close(x.grad, reference.grad)

@@ -194,3 +194,14 @@ def test_autocast_keeps_the_input_dtype(cast, device):
     assert r_ours.dtype == cast
     if expected_rms is not None:
         torch.testing.assert_close(r_ours.float(), expected_rms, atol=2e-2, rtol=2e-2)
+
+
+def test_compile_on_0d_and_empty_tensors(device):
+    torch._dynamo.reset()
+    for x in (torch.tensor(-1.5, device=device), torch.randn(3, 0, device=device)):
+        compiled = torch.compile(lambda t: fo.relu(t) + fo.square(t), fullgraph=True)
+        torch.testing.assert_close(compiled(x), torch.relu(x) + x * x)
+    x = torch.tensor(2.0, device=device, requires_grad=True)
+    torch.library.opcheck(torch.ops.fused_ops_py.bias_scale_relu, (x, None, 1.0, True))
+    empty = torch.randn(3, 0, device=device, requires_grad=True)
+    torch.library.opcheck(torch.ops.fused_ops_py.bias_scale_relu, (empty, None, 1.0, True))

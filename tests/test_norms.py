@@ -379,3 +379,19 @@ def test_tensors_on_different_devices_are_refused():
         fo.fused_layer_norm(X, W.cuda())
     with pytest.raises(ValueError, match="residual is on cpu but x is on cuda:0"):
         fo.fused_add_rms_norm(X.cuda(), X)
+
+
+def test_non_contiguous_parameters_are_read_by_their_strides(device):
+    x = random((3, 4, 8), torch.float32, device, seed=60).requires_grad_()
+    weight = random((16,), torch.float32, device, seed=61)[::2].requires_grad_()
+    bias = random((8, 4), torch.float32, device, seed=62).t()  # (4, 8), transposed
+    y = fo.fused_layer_norm(x, weight, None)
+    expected = F.layer_norm(x.detach().double(), (8,), weight.detach().double())
+    assert_close(y, expected, torch.float32)
+    y.sum().backward()
+    assert weight.grad.shape == (8,)
+    y2 = fo.fused_layer_norm(x.detach(), None, bias, normalized_shape=(4, 8))
+    assert_close(y2, F.layer_norm(x.detach().double(), (4, 8), None, bias.double()), torch.float32)
+    assert_close(fo.fused_rms_norm(x.detach(), weight.detach()),
+                 rms_norm_reference(x.detach().double(), (8,), weight.detach().double(), 1.1920928955078125e-07),
+                 torch.float32)

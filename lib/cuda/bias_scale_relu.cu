@@ -34,9 +34,10 @@ __global__ void bias_scale_relu_forward_kernel(
             for (int i = 0; i < kChunk; i++) {
                 A t = v[i] * A(scale) + b[i];
                 // NaN passes through, as in torch; the mask bit says where
-                // y as stored is > 0 (a tiny value may round to 0)
+                // y as stored is not <= 0 (a tiny value may round to 0; NaN
+                // passes the gradient, as torch's threshold_backward does)
                 v[i] = A(to_acc(from_acc<T>(t < A(0) ? A(0) : t)));
-                bits |= unsigned(v[i] > A(0)) << i;
+                bits |= unsigned(!(v[i] <= A(0))) << i;
             }
             store_chunk<T, VEC>(y + r * cols + col, v, n);
             if (mask) mask[r * chunks + c] = uint8_t(bits);

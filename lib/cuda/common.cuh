@@ -79,6 +79,9 @@ template <typename Launch>
 int launch_on(const char *op, int device_index, Launch &&launch) {
     DeviceGuard guard(device_index);
     if (guard.error() != cudaSuccess) return cuda_status(op, guard.error());
+    // an error someone else left pending is theirs, not this op's (a sticky
+    // error comes back at once and is reported below all the same)
+    cudaGetLastError();
     launch();
     return cuda_status(op, cudaGetLastError());
 }

@@ -18,11 +18,15 @@ struct RowBlocks {
 };
 
 constexpr int64_t kMaxRowGroups = 65535;
+// At most 512 threads a row: with __launch_bounds__(kMaxRowThreads) every
+// instantiation (fp64, the unaligned path, debug builds) gets the registers
+// it needs; 1024 threads of more than 64 registers would not launch.
+constexpr int kMaxRowThreads = 512;
 
 inline RowBlocks row_blocks(int64_t rows, int64_t cols) {
     int64_t chunks = chunks_per_row(cols);
     int tx = 32;
-    while (tx < 1024 && tx < chunks) tx *= 2;
+    while (tx < kMaxRowThreads && tx < chunks) tx *= 2;
     int ty = tx >= kThreads ? 1 : kThreads / tx;
     int64_t groups = (rows + ty - 1) / ty;
     if (groups > kMaxRowGroups) groups = kMaxRowGroups;
@@ -35,7 +39,7 @@ inline RowBlocks row_blocks(int64_t rows, int64_t cols) {
 // agree), then the warps' sums in order. Every thread of the block calls it.
 template <typename A>
 __device__ A row_sum(A v) {
-    __shared__ A warp_sums[32][33];
+    __shared__ A warp_sums[8][kMaxRowThreads / 32];  // ty <= 8 (tx >= 32)
 #pragma unroll
     for (int offset = 16; offset > 0; offset /= 2)
         v += __shfl_xor_sync(0xffffffffu, v, offset);
@@ -80,7 +84,7 @@ __device__ __forceinline__ void load_params(A (&out)[kChunk],
 
 // T: x and y; R: residual, residual_out (T or float); P: weight, bias.
 template <typename T, typename R, typename P, bool VEC>
-__global__ void norm_forward_kernel(fo_norm_forward_args a) {
+__global__ void __launch_bounds__(kMaxRowThreads) norm_forward_kernel(fo_norm_forward_args a) {
     using A = acc_t<T>;
     const T *x = static_cast<const T *>(a.x);
     const R *residual = static_cast<const R *>(a.residual);
@@ -171,7 +175,7 @@ __global__ void norm_forward_kernel(fo_norm_forward_args a) {
 
 // T: dy, dx; H: h, dresidual_out, dresidual (T or float); P: weight.
 template <typename T, typename H, typename P, bool VEC>
-__global__ void norm_backward_rows_kernel(fo_norm_backward_args a) {
+__global__ void __launch_bounds__(kMaxRowThreads) norm_backward_rows_kernel(fo_norm_backward_args a) {
     using A = acc_t<T>;
     const T *dy = static_cast<const T *>(a.dy);
     const H *h = static_cast<const H *>(a.h);

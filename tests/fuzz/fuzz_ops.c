@@ -933,9 +933,9 @@ static void check_relu_forward(const call *c) {
             double got = at(y, r * c->cols + col, c->dtype);
             expect("y", r * c->cols + col, got, v < 0.0 ? 0.0 : v,
                    arith_eps(c->dtype) * (fabs(xv * c->scale) + fabs(b)), c->dtype);
-            /* "1 where y > 0": y as stored */
+            /* "1 where the stored y is not <= 0" (NaN included) */
             if (mask->passed &&
-                ((mask->data[r * mrb + col / 8] >> (col % 8)) & 1) != (got > 0.0))
+                ((mask->data[r * mrb + col / 8] >> (col % 8)) & 1) != !(got <= 0.0))
                 fail("mask bit (%" PRId64 ", %" PRId64 ") is wrong for y = %g", r, col, got);
         }
 }
