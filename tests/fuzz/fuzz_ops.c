@@ -60,6 +60,11 @@ enum { F32 = FO_DTYPE_F32, F16 = FO_DTYPE_F16, BF16 = FO_DTYPE_BF16, F64 = FO_DT
  * magnitude of the terms. An fp32-arithmetic CPU kernel, which the header
  * would allow for sums and norms, would need these widened. */
 #define SLACK 0x1p-50
+/* Relative slack says nothing near 0: a double product that lands among the
+ * subnormals is off by up to this absolutely, and the library may scale such
+ * an intermediate afterwards (dy * (h - mean) is multiplied by rstd), so the
+ * references allow UNDERFLOW per term times the factor applied after it. */
+#define UNDERFLOW 0x1p-1074
 
 /* ---- failing ------------------------------------------------------------ */
 
@@ -1113,7 +1118,7 @@ static void check_norm_forward(const call *c) {
                 continue;
             double xhat = (h[col] - mu) * rs;
             double slack = (mean_error * rs + fabs(xhat) * rstd_error) * fabs(wv) +
-                           SLACK * (fabs(xhat * wv) + fabs(bv));
+                           SLACK * (fabs(xhat * wv) + fabs(bv)) + UNDERFLOW * (2.0 + fabs(wv));
             expect("y", r * n + col, at(y, r * n + col, c->dtype), xhat * wv + bv, slack,
                    c->dtype);
         }
@@ -1135,8 +1140,9 @@ static void check_norm_backward(const call *c) {
     double *xhat = calloc((size_t)n, sizeof(double)), *wdy = calloc((size_t)n, sizeof(double));
     double *dw_sum = calloc((size_t)n, sizeof(double)), *dw_mag = calloc((size_t)n, sizeof(double));
     double *db_sum = calloc((size_t)n, sizeof(double)), *db_mag = calloc((size_t)n, sizeof(double));
+    double *dw_under = calloc((size_t)n, sizeof(double));
     char *unknown = calloc((size_t)n, 1);
-    if (!xhat || !wdy || !dw_sum || !dw_mag || !db_sum || !db_mag || !unknown)
+    if (!xhat || !wdy || !dw_sum || !dw_mag || !db_sum || !db_mag || !dw_under || !unknown)
         abort();
     for (int64_t r = 0; r < c->rows; r++) {
         double mu = rms ? 0.0 : at(mean, r, stats), rs = at(rstd, r, stats);
@@ -1156,6 +1162,7 @@ static void check_norm_backward(const call *c) {
             wdy[col] = g * wv;
             dw_sum[col] += g * xhat[col];
             dw_mag[col] += fabs(g * xhat[col]);
+            dw_under[col] += UNDERFLOW * (2.0 + fabs(rs));
             db_sum[col] += g;
             db_mag[col] += fabs(g);
             s1 += wdy[col];
@@ -1178,7 +1185,9 @@ static void check_norm_backward(const call *c) {
             double slack = SLACK * (double)(n + 4) *
                            (fabs(rs) * (fabs(wdy[col]) + a1 / (double)n +
                                         fabs(xhat[col]) * a2 / (double)n) +
-                            fabs(carried));
+                            fabs(carried)) +
+                           (double)(n + 4) * UNDERFLOW * (2.0 + fabs(rs)) *
+                               (1.0 + fabs(xhat[col]));
             if (dres->passed)
                 expect("dresidual", r * n + col, at(dres, r * n + col, c->h_dtype), dh, slack,
                        c->h_dtype);
@@ -1195,12 +1204,12 @@ static void check_norm_backward(const call *c) {
             continue;
         if (dw->passed)
             expect("dweight", col, at(dw, col, c->param_dtype), dw_sum[col],
-                   SLACK * (double)(c->rows + 1) * dw_mag[col], c->param_dtype);
+                   SLACK * (double)(c->rows + 1) * dw_mag[col] + dw_under[col], c->param_dtype);
         if (db->passed)
             expect("dbias", col, at(db, col, c->param_dtype), db_sum[col],
                    SLACK * (double)(c->rows + 1) * db_mag[col], c->param_dtype);
     }
-    free(xhat), free(wdy), free(dw_sum), free(dw_mag), free(db_sum), free(db_mag);
+    free(xhat), free(wdy), free(dw_sum), free(dw_mag), free(db_sum), free(db_mag), free(dw_under);
     free(unknown);
 }
 

@@ -9,6 +9,11 @@
 #
 #   tests/fuzz/run.sh                    build, then fuzz for 60 s
 #   FUZZ_SECONDS=300 tests/fuzz/run.sh   longer
+#   FUZZ_SEED=1 FUZZ_RUNS=40000 tests/fuzz/run.sh
+#                                        reproducible: the same inputs on
+#                                        every machine (CI runs this way, so
+#                                        a red CI is never a coin toss; new
+#                                        ground is for runs without a seed)
 #   tests/fuzz/run.sh CRASH_FILE...      build, then run those inputs once
 #   FUZZ_STRICT=1 tests/fuzz/run.sh ...  also make the calls that hit the
 #                                        known library bugs listed in
@@ -57,9 +62,15 @@ fi
 
 # -timeout: one input running 10 s is a finding (a hang); -rss_limit_mb: so
 # is growing past 2 GiB. -artifact_prefix keeps crash files out of the tree.
-echo "fuzz_ops: fuzzing for ${SECONDS_TO_FUZZ} s from $(ls "$corpus" | wc -l) seeds"
+limits=(-max_total_time="$SECONDS_TO_FUZZ")
+if [ -n "${FUZZ_SEED:-}" ]; then
+    limits=(-seed="$FUZZ_SEED" -runs="${FUZZ_RUNS:-40000}")
+    echo "fuzz_ops: ${FUZZ_RUNS:-40000} runs with seed $FUZZ_SEED from $(ls "$corpus" | wc -l) seeds"
+else
+    echo "fuzz_ops: fuzzing for ${SECONDS_TO_FUZZ} s from $(ls "$corpus" | wc -l) seeds"
+fi
 status=0
-"$OUT/fuzz_ops" -max_total_time="$SECONDS_TO_FUZZ" -timeout=10 -rss_limit_mb=2048 \
+"$OUT/fuzz_ops" "${limits[@]}" -timeout=10 -rss_limit_mb=2048 \
     -print_final_stats=1 -artifact_prefix="$OUT/" "$corpus" 2>"$OUT/fuzz.log" || status=$?
 # libFuzzer's log is long; the end has the finding, or the final stats.
 tail -n 60 "$OUT/fuzz.log"
@@ -68,4 +79,4 @@ if [ "$status" -ne 0 ]; then
         "leak-*, oom-*); rerun it with: tests/fuzz/run.sh $OUT/crash-..."
     exit "$status"
 fi
-echo "fuzz_ops: no findings in ${SECONDS_TO_FUZZ} s"
+echo "fuzz_ops: no findings"
