@@ -22,6 +22,13 @@ CASES = [
     ((2, 3, 40), (40,)),
     ((4, 6, 10), (6, 10)),
     ((64, 1024), (1024,)),
+    # the register kernels (aligned, N % 8 == 0) at each chunks-a-thread
+    # count, and a persistent backward grid whose blocks loop over rows
+    ((4100, 64), (64,)),
+    ((33, 4096), (4096,)),
+    ((9, 8192), (8192,)),
+    ((3, 16384), (16384,)),
+    ((3, 32768), (32768,)),
 ]
 IDS = [f"{shape}-{ns}" for shape, ns in CASES]
 
@@ -94,7 +101,7 @@ def test_rms_norm(shape, normalized_shape, eps, dtype, device):
 
 @pytest.mark.parametrize("kind", ["layer", "rms"])
 @pytest.mark.parametrize("residual_dtype", ["same", "float32"])
-@pytest.mark.parametrize("shape", [(1, 1), (7, 13), (3, 5, 64), (2, 70001), (0, 16)], ids=str)
+@pytest.mark.parametrize("shape", [(1, 1), (7, 13), (3, 5, 64), (37, 2048), (2, 70001), (0, 16)], ids=str)
 def test_add_norm_without_dropout(shape, kind, residual_dtype, dtype, device):
     if residual_dtype == "float32" and dtype not in (torch.float16, torch.bfloat16):
         pytest.skip("an fp32 residual stream is for half-precision x")
