@@ -9,8 +9,9 @@ from ._args import DTYPE_CODES, address, as_rows, dense_like, device_args
 from ._ffi import call, lib
 
 
-def _wants_grad(*tensors):
-    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+def _wants_grad(x, other=None):
+    """Whether autograd must record the call (inference skips its cost)."""
+    return (x.requires_grad or (other is not None and other.requires_grad)) and torch.is_grad_enabled()
 
 
 # relu(x * scale + bias) and relu --------------------------------------------
@@ -113,7 +114,7 @@ def fused_bias_scale_relu(x, bias, scale=1.0):
 
 def relu(x):
     """max(x, 0), elementwise; NaN stays NaN as in torch.relu."""
-    _check_bias_scale_relu("relu", x, None, 1.0)
+    _args.check_tensor("relu", "x", x)
     if _ops.compiling():
         return torch.ops.fused_ops_py.bias_scale_relu(x, None, 1.0, _wants_grad(x))[0]
     if _wants_grad(x):
