@@ -81,6 +81,7 @@ fi
 if [ "$stage" = bench ]; then
     python3 bench/bench_ops.py --out "$OUT" "${@:2}" 2>&1 | tee /tmp/logs/bench.txt | tail -60
     status=${PIPESTATUS[0]}
+    python3 bench/plot.py "$OUT" 2>&1 | tail -1  # when the machine has matplotlib
     tar -czf "$OUT/gpu_bench_logs.tar.gz" -C /tmp logs
     exit "$status"
 fi
