@@ -29,7 +29,7 @@ def _bias_scale_relu_forward(x, bias, scale, want_mask):
     y = dense_like(x)
     mask = None
     if want_mask:
-        mask = torch.empty((rows, (cols + 7) // 8), dtype=torch.uint8, device=x.device)
+        mask = x.new_empty((rows, (cols + 7) // 8), dtype=torch.uint8)
     bias_dtype = bias.dtype if bias is not None else x.dtype
     call(
         lib.fo_bias_scale_relu_forward,
@@ -47,7 +47,7 @@ def _bias_scale_relu_backward(dy, mask, scale, want_dx, bias_dtype):
     dx = dense_like(dy) if want_dx else None
     dbias = scratch = None
     if bias_dtype is not None:
-        dbias = torch.empty(cols, dtype=bias_dtype, device=dy.device)
+        dbias = dy.new_empty(cols, dtype=bias_dtype)
         scratch = _args.workspace(
             lib.fo_bias_scale_relu_backward_workspace_bytes, device[0], rows, cols,
             DTYPE_CODES[dy.dtype], like=dy,
@@ -176,7 +176,7 @@ def square(x):
 
 def _reduce_sum(x):
     dense = x.contiguous()
-    out = torch.empty((), dtype=x.dtype, device=x.device)
+    out = x.new_empty(())
     device = device_args(x)
     code = DTYPE_CODES[x.dtype]
     scratch = _args.workspace(lib.fo_reduce_sum_workspace_bytes, device[0], x.numel(), code, like=x)
