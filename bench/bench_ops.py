@@ -422,7 +422,8 @@ def summary_markdown(rows, meta):
     lines = [
         f"# fused_ops_py benchmark, {dname}",
         "",
-        f"{meta['device']}; torch {meta['torch']}; fused_ops_py {meta['fused_ops_py']}; "
+        f"{meta['device']}{'' if meta['cuda'] else ' (torch on %d threads; fused_ops_py CPU kernels are single-threaded)' % meta['cpu_threads']}; "
+        f"torch {meta['torch']}; fused_ops_py {meta['fused_ops_py']}; "
         f"copy ceiling {meta['copy_ceiling_gbs']:.0f} GB/s (read + write). GB/s from "
         f"{'CUDA-graph kernel time' if meta['cuda'] else 'call time'}, over the fewest "
         "bytes an op must move (fused's 1-bit mask not counted: fused bwd is an effective "
@@ -523,6 +524,7 @@ def main(argv=None):
     meta = {"device": name, "cuda": device.type == "cuda", "torch": torch.__version__,
             "fused_ops_py": fo.__version__, "python": platform.python_version(),
             "scale": SCALE, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "cpu_threads": torch.get_num_threads(),  # torch's CPU ops use them all
             "argv": sys.argv[1:] if argv is None else argv}
     try:
         import triton

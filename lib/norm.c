@@ -5,6 +5,7 @@
 #include <math.h>
 
 #include "cpu_convert.h"
+#include "cpu_lanes.h"
 #include "internal.h"
 #include "philox.h"
 
@@ -85,7 +86,7 @@ static void cpu_forward(const fo_norm_forward_args *a) {
     const int stats = fo_stats_dtype(a->dtype);
     for (int64_t r = 0; r < a->rows; r++) {
         const int64_t h_offset = a->residual ? r * cols : r * a->x_row_stride;
-        double sum = 0.0, sum_squares = 0.0;
+        fo_lanes sum = fo_lanes_zero(), sum_squares = fo_lanes_zero();
         /* h = dropout(x) + residual, rounded to its dtype, and its sums */
         for (int64_t c0 = 0; c0 < cols; c0 += CPU_CHUNK) {
             int64_t n = cols - c0 < CPU_CHUNK ? cols - c0 : CPU_CHUNK;
@@ -101,23 +102,21 @@ static void cpu_forward(const fo_norm_forward_args *a) {
                              a->residual_dtype);
             }
             fo_cpu_load(h, h_src, h_offset + c0, n, h_dtype);
-            for (int64_t i = 0; i < n; i++) {
-                sum += h[i];
-                sum_squares += h[i] * h[i];
-            }
+            fo_lanes_add(&sum, h, NULL, n);
+            fo_lanes_add(&sum_squares, h, h, n);
         }
-        double mean = rms ? 0.0 : sum / (double)cols;
-        double variance = sum_squares / (double)cols;
+        double mean = rms ? 0.0 : fo_lanes_total(&sum) / (double)cols;
+        double variance = fo_lanes_total(&sum_squares) / (double)cols;
         if (!rms) {
             /* a second pass: sum of squares about the mean, no cancellation */
-            variance = 0.0;
+            fo_lanes deviations = fo_lanes_zero();
             for (int64_t c0 = 0; c0 < cols; c0 += CPU_CHUNK) {
                 int64_t n = cols - c0 < CPU_CHUNK ? cols - c0 : CPU_CHUNK;
                 fo_cpu_load(h, h_src, h_offset + c0, n, h_dtype);
-                for (int64_t i = 0; i < n; i++)
-                    variance += (h[i] - mean) * (h[i] - mean);
+                for (int64_t i = 0; i < n; i++) h[i] -= mean;
+                fo_lanes_add(&deviations, h, h, n);
             }
-            variance /= (double)cols;
+            variance = fo_lanes_total(&deviations) / (double)cols;
         }
         double rstd = 1.0 / sqrt(variance + a->eps);
         if (a->mean) fo_cpu_store(a->mean, r, &mean, 1, stats);
@@ -157,19 +156,17 @@ static void cpu_backward(const fo_norm_backward_args *a) {
         const double mean = rms ? 0.0 : stat_at(a->mean, r, a->dtype);
         const double rstd = stat_at(a->rstd, r, a->dtype);
         /* the two row sums of the gradient of a normalization */
-        double sum_wdy = 0.0, sum_wdy_xhat = 0.0;
+        fo_lanes sum_wdy = fo_lanes_zero(), sum_wdy_xhat = fo_lanes_zero();
         for (int64_t c0 = 0; c0 < cols; c0 += CPU_CHUNK) {
             int64_t n = cols - c0 < CPU_CHUNK ? cols - c0 : CPU_CHUNK;
             load_weighted_dy(wdy, other, a, r, c0, n);
             fo_cpu_load(xhat, a->h, r * a->h_row_stride + c0, n, a->h_dtype);
-            for (int64_t i = 0; i < n; i++) {
-                xhat[i] = (xhat[i] - mean) * rstd;
-                sum_wdy += wdy[i];
-                sum_wdy_xhat += wdy[i] * xhat[i];
-            }
+            for (int64_t i = 0; i < n; i++) xhat[i] = (xhat[i] - mean) * rstd;
+            fo_lanes_add(&sum_wdy, wdy, NULL, n);
+            fo_lanes_add(&sum_wdy_xhat, wdy, xhat, n);
         }
-        const double mean_wdy = rms ? 0.0 : sum_wdy / (double)cols;
-        const double mean_wdy_xhat = sum_wdy_xhat / (double)cols;
+        const double mean_wdy = rms ? 0.0 : fo_lanes_total(&sum_wdy) / (double)cols;
+        const double mean_wdy_xhat = fo_lanes_total(&sum_wdy_xhat) / (double)cols;
         for (int64_t c0 = 0; c0 < cols; c0 += CPU_CHUNK) {
             int64_t n = cols - c0 < CPU_CHUNK ? cols - c0 : CPU_CHUNK;
             load_weighted_dy(wdy, other, a, r, c0, n);

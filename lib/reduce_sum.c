@@ -1,9 +1,11 @@
 /* reduce_sum.c: the sum of all elements: argument checks, CPU/CUDA dispatch
- * and the CPU implementation. The CPU sums in double in element order, at
- * least as precise as the fp32 accumulation the GPU uses for float types. */
+ * and the CPU implementation. The CPU sums in double in eight interleaved
+ * lanes (cpu_lanes.h), at least as precise as the fp32 accumulation the GPU
+ * uses for float types, in a fixed order. */
 #include <inttypes.h>
 
 #include "cpu_convert.h"
+#include "cpu_lanes.h"
 #include "internal.h"
 
 static int check_numel(const char *op, int64_t numel) {
@@ -18,12 +20,14 @@ static int check_numel(const char *op, int64_t numel) {
 }
 
 static void cpu_reduce_sum(const fo_reduce_sum_args *a) {
-    double x[CPU_CHUNK], total = 0.0;
+    double x[CPU_CHUNK];
+    fo_lanes lanes = fo_lanes_zero();
     for (int64_t i0 = 0; i0 < a->numel; i0 += CPU_CHUNK) {
         int64_t n = a->numel - i0 < CPU_CHUNK ? a->numel - i0 : CPU_CHUNK;
         fo_cpu_load(x, a->x, i0, n, a->dtype);
-        for (int64_t i = 0; i < n; i++) total += x[i];
+        fo_lanes_add(&lanes, x, NULL, n);
     }
+    const double total = fo_lanes_total(&lanes);
     fo_cpu_store(a->out, 0, &total, 1, a->dtype);
 }
 

