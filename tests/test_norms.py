@@ -194,6 +194,11 @@ def test_more_rows_than_a_grid_holds(device):
     y = fo.fused_layer_norm(x, weight)
     expected = F.layer_norm(as64(x), (4,), weight.detach().double())
     assert_close(y, expected, torch.float32)
+    # and aligned rows of 8 (the GPU's vector kernels: 8 rows a block, so
+    # 600000 rows need more than the 65535 blocks of one launch)
+    x = leaf((600000, 8), torch.float32, device, 26, grad=False)
+    expected = F.layer_norm(x.double(), (8,))
+    assert_close(fo.fused_layer_norm(x), expected, torch.float32)
 
 
 # dropout ------------------------------------------------------------------
