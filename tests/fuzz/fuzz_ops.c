@@ -1149,7 +1149,7 @@ static void check_norm_backward(const call *c) {
     for (int64_t r = 0; r < c->rows; r++) {
         double mu = rms ? 0.0 : at(mean, r, stats), rs = at(rstd, r, stats);
         int usable = fabs(mu) < NORM_RANGE && fabs(rs) < NORM_RANGE;
-        double s1 = 0.0, s2 = 0.0, a1 = 0.0, a2 = 0.0;
+        double s1 = 0.0, s2 = 0.0, a1 = 0.0, a2 = 0.0, ax = 0.0;
         for (int64_t col = 0; col < n; col++) {
             double g = at(dy, r * dy->stride + col, c->dtype);
             double hv = at(h, r * h->stride + col, c->h_dtype);
@@ -1164,13 +1164,16 @@ static void check_norm_backward(const call *c) {
             wdy[col] = g * wv;
             dw_sum[col] += g * xhat[col];
             dw_mag[col] += fabs(g * xhat[col]);
-            dw_under[col] += UNDERFLOW * (2.0 + fabs(rs));
+            /* xhat itself may land among the subnormals (here or in the
+             * library) and is then scaled by dy */
+            dw_under[col] += UNDERFLOW * (2.0 + fabs(rs) + fabs(g));
             db_sum[col] += g;
             db_mag[col] += fabs(g);
             s1 += wdy[col];
             s2 += wdy[col] * xhat[col];
             a1 += fabs(wdy[col]);
             a2 += fabs(wdy[col] * xhat[col]);
+            ax += fabs(xhat[col]);
         }
         if (!usable) {
             memset(unknown, 1, (size_t)n);
@@ -1188,8 +1191,11 @@ static void check_norm_backward(const call *c) {
                            (fabs(rs) * (fabs(wdy[col]) + a1 / (double)n +
                                         fabs(xhat[col]) * a2 / (double)n) +
                             fabs(carried)) +
+                           /* subnormal xhat, w * dy and their products:
+                            * through m2, s2 and xhat * m2, times rstd */
                            (double)(n + 4) * UNDERFLOW * (2.0 + fabs(rs)) *
-                               (1.0 + fabs(xhat[col]));
+                               (4.0 + fabs(m2) +
+                                fabs(xhat[col]) * (2.0 + (a1 + ax) / (double)n));
             if (dres->passed)
                 expect("dresidual", r * n + col, at(dres, r * n + col, c->h_dtype), dh, slack,
                        c->h_dtype);
