@@ -512,7 +512,8 @@ def main(argv=None):
     # that donate saved buffers refuse. Donation only lets the backward write
     # an output into a saved tensor's memory: the kernels are the same, though
     # compile's peak memory may read a little higher than with it.
-    torch._functorch.config.donated_buffer = False
+    if hasattr(torch._functorch.config, "donated_buffer"):  # torch >= 2.5
+        torch._functorch.config.donated_buffer = False
     for knob in ("recompile_limit", "cache_size_limit"):  # newer name first
         if hasattr(torch._dynamo.config, knob):
             setattr(torch._dynamo.config, knob, max(64, getattr(torch._dynamo.config, knob)))
