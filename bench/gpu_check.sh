@@ -3,7 +3,8 @@
 #   bench/gpu_check.sh test    build with Meson, CUDA pytest suite,
 #                              compute-sanitizer, SASS and register report
 #   bench/gpu_check.sh bench [bench_ops.py flags]
-#                              build, then the benchmark against the peers
+#                              build, then the benchmark against the peers,
+#                              its plots, and the host time a call
 #   bench/gpu_check.sh multi   build, then the 2-GPU tests (DDP, FSDP2)
 # Wheels the machine lacks (cffi, pycparser) come in .whl/ (carried).
 # Logs and data go to $OUT (default bench/results/local); a table prints last.
@@ -82,6 +83,7 @@ if [ "$stage" = bench ]; then
     python3 bench/bench_ops.py --out "$OUT" "${@:2}" 2>&1 | tee /tmp/logs/bench.txt | tail -60
     status=${PIPESTATUS[0]}
     python3 bench/plot.py "$OUT" 2>&1 | tail -1  # when the machine has matplotlib
+    python3 bench/bench_overhead.py --out "$OUT" 2>&1 | tail -20  # host time a call
     tar -czf "$OUT/gpu_bench_logs.tar.gz" -C /tmp logs
     exit "$status"
 fi
