@@ -466,6 +466,16 @@ def write_outputs(rows, meta, out):
     return summary
 
 
+def device_name(device):
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else \
+        f"cpu {platform.processor() or platform.machine()}"
+
+
+def results_dir(name):
+    """bench/results/<device slug>/: one folder a device, for every bench tool."""
+    return Path(__file__).resolve().parent / "results" / re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+
+
 def comma_list(allowed):
     def parse(text):
         values = [v.strip() for v in text.split(",") if v.strip()]
@@ -518,10 +528,8 @@ def main(argv=None):
         if hasattr(torch._dynamo.config, knob):
             setattr(torch._dynamo.config, knob, max(64, getattr(torch._dynamo.config, knob)))
             break
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else \
-        f"cpu {platform.processor() or platform.machine()}"
-    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
-    out = args.out or Path(__file__).resolve().parent / "results" / slug
+    name = device_name(device)
+    out = args.out or results_dir(name)
     meta = {"device": name, "cuda": device.type == "cuda", "torch": torch.__version__,
             "fused_ops_py": fo.__version__, "python": platform.python_version(),
             "scale": SCALE, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

@@ -20,8 +20,6 @@ bench/results/<device-slug>/) and prints the table.
 
 import argparse
 import csv
-import platform
-import re
 import statistics
 import time
 from pathlib import Path
@@ -30,6 +28,7 @@ import torch
 import torch.nn.functional as F
 
 import fused_ops_py as fo
+from bench_ops import device_name, results_dir  # one results folder a device
 
 ROWS, COLS = 8, 64  # 512 elements: the kernel is noise, the host is all
 EPS = 1e-5
@@ -102,11 +101,6 @@ def call_for(mode, fn, make_inputs):
     return lambda: torch.autograd.grad(fn(*inputs), inputs, dy)
 
 
-def device_slug(device):
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu-{platform.machine()}"
-    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -117,7 +111,7 @@ def main():
     device = torch.device(args.device)
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
-    out = Path(args.out or Path(__file__).parent / "results" / device_slug(device))
+    out = Path(args.out or results_dir(device_name(device)))
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(0)
     rows = []
@@ -134,7 +128,7 @@ def main():
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} torch threads)"
+    where = device_name(device) + ("" if device.type == "cuda" else f" ({torch.get_num_threads()} torch threads)")
     lines = [
         f"# Host time a call, {ROWS}x{COLS} fp32 on {device.type}",
         "",

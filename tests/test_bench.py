@@ -44,6 +44,7 @@ def test_bench_ops_checks_every_provider_and_writes_its_tables(tmp_path):
 
 
 def test_bench_overhead_times_every_op_in_every_mode(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCH))  # it imports bench_ops, as when run as a script
     bench_overhead = load("bench_overhead")
     monkeypatch.setattr(sys, "argv", ["bench_overhead.py", "--device", "cpu", "--calls", "3",
                                       "--batches", "2", "--out", str(tmp_path)])
