@@ -1,86 +1,20 @@
 // norm.cu: LayerNorm and RMSNorm with fused residual add and dropout on CUDA.
 //
-// Forward and the row part of backward run TX threads per row (TX = the
+// Aligned rows that fit in registers take the one-pass kernels of
+// norm_registers.cuh. The rest (unaligned or odd-length rows, rows longer
+// than 32768 forward or 8192 backward in elements) take the streaming
+// kernels here. Forward and the row part of backward run TX threads per row (TX = the
 // power of two covering the row's 8-element chunks, 32..1024) and TY rows
 // per block, so narrow rows still fill a block and wide rows (to 262144 and
 // beyond) loop. Each pass over a row after the first re-reads it from L1/L2,
 // not from memory: rows are at most a few hundred KB and are revisited at
 // once. The weight and bias gradients are a column reduction with the same
 // fixed two-pass scheme as the bias gradient of bias_scale_relu.
-#include "../philox.h"
-#include "common.cuh"
+#include "norm_common.cuh"
+#include "norm_registers.cuh"
 
 namespace fo {
 namespace {
-
-struct RowBlocks {
-    dim3 grid, block;
-};
-
-constexpr int64_t kMaxRowGroups = 65535;
-// At most 512 threads a row: with __launch_bounds__(kMaxRowThreads) every
-// instantiation (fp64, the unaligned path, debug builds) gets the registers
-// it needs; 1024 threads of more than 64 registers would not launch.
-constexpr int kMaxRowThreads = 512;
-
-inline RowBlocks row_blocks(int64_t rows, int64_t cols) {
-    int64_t chunks = chunks_per_row(cols);
-    int tx = 32;
-    while (tx < kMaxRowThreads && tx < chunks) tx *= 2;
-    int ty = tx >= kThreads ? 1 : kThreads / tx;
-    int64_t groups = (rows + ty - 1) / ty;
-    if (groups > kMaxRowGroups) groups = kMaxRowGroups;
-    if (groups < 1) groups = 1;
-    return {dim3(unsigned(groups)), dim3(unsigned(tx), unsigned(ty))};
-}
-
-// The sum of v over the blockDim.x threads of this row, the same bits in
-// every thread: a butterfly within warps (commutative adds, so all lanes
-// agree), then the warps' sums in order. Every thread of the block calls it.
-template <typename A>
-__device__ A row_sum(A v) {
-    __shared__ A warp_sums[8][kMaxRowThreads / 32];  // ty <= 8 (tx >= 32)
-#pragma unroll
-    for (int offset = 16; offset > 0; offset /= 2)
-        v += __shfl_xor_sync(0xffffffffu, v, offset);
-    const int warps = blockDim.x / 32;
-    if (warps == 1) return v;
-    if (threadIdx.x % 32 == 0) warp_sums[threadIdx.y][threadIdx.x / 32] = v;
-    __syncthreads();
-    A total = 0;
-    for (int w = 0; w < warps; w++) total += warp_sums[threadIdx.y][w];
-    __syncthreads();  // the next call reuses warp_sums
-    return total;
-}
-
-// Multiplies the 8 values of the chunk at (row, col) by the dropout keep
-// mask / (1 - p): two Philox counters a chunk (see philox.h).
-template <typename A>
-__device__ __forceinline__ void apply_dropout(A (&v)[kChunk], int64_t row,
-                                              int64_t col, int64_t cols,
-                                              double p, uint64_t seed,
-                                              uint64_t offset) {
-    const uint32_t threshold = fo_dropout_threshold(p);
-    const A scale = A(1.0 / (1.0 - p));
-    const uint64_t counter =
-        offset + uint64_t(row) * fo_dropout_row_counters(cols) + uint64_t(col) / 4;
-    const fo_philox_block b0 = fo_philox(seed, counter);
-    const fo_philox_block b1 = fo_philox(seed, counter + 1);
-#pragma unroll
-    for (int i = 0; i < kChunk; i++) {
-        const uint32_t word = i < 4 ? b0.lane[i] : b1.lane[i - 4];
-        v[i] = word >= threshold ? v[i] * scale : A(0);
-    }
-}
-
-template <typename P, typename A>
-__device__ __forceinline__ void load_params(A (&out)[kChunk],
-                                            const P *__restrict__ p, int n,
-                                            A missing) {
-#pragma unroll
-    for (int i = 0; i < kChunk; i++)
-        out[i] = p && i < n ? A(to_acc(p[i])) : missing;
-}
 
 // T: x and y; R: residual, residual_out (T or float); P: weight, bias.
 template <typename T, typename R, typename P, bool VEC>
@@ -315,7 +249,14 @@ using namespace fo;
 extern "C" int64_t fo_cuda_norm_workspace_bytes(int64_t rows, int64_t cols,
                                                 int dtype) {
     const int64_t acc_bytes = dtype == FO_DTYPE_F64 ? 8 : 4;
-    return 2 * int64_t(row_geometry(rows, cols).grid.y) * cols * acc_bytes;
+    // room for whichever backward runs: the register kernel's partials or
+    // the streaming column kernel's
+    int64_t groups = row_geometry(rows, cols).grid.y;
+    const int64_t register_groups =
+        dtype == FO_DTYPE_F64 ? backward_register_rows<double>(rows, cols).groups
+                              : backward_register_rows<float>(rows, cols).groups;
+    if (register_groups > groups) groups = register_groups;
+    return 2 * groups * cols * acc_bytes;
 }
 
 extern "C" int fo_cuda_norm_forward(int device_index, uintptr_t stream,
@@ -330,11 +271,22 @@ extern "C" int fo_cuda_norm_forward(int device_index, uintptr_t stream,
                 (a->residual_dtype == FO_DTYPE_F32
                      ? stride_aligned16<float>(a->residual_row_stride, a->rows)
                      : stride_aligned16<T>(a->residual_row_stride, a->rows));
+            const RegisterRows fast = forward_register_rows<T>(a->rows, a->cols);
+            const bool registers = vec && fast.cpt > 0 && aligned16(a->weight) &&
+                                   aligned16(a->bias);
             const RowBlocks g = row_blocks(a->rows, a->cols);
             dispatch_companion<T>(a->residual_dtype, [&](auto residual_tag) {
                 using R = decltype(residual_tag);
                 dispatch_companion<T>(a->param_dtype, [&](auto param_tag) {
                     using P = decltype(param_tag);
+                    if (registers) {
+                        dispatch_chunks<kForwardMaxChunks<T>>(fast.cpt, [&](auto cpt) {
+                            norm_forward_registers_kernel<T, R, P, cpt.value>
+                                <<<unsigned(fast.groups), dim3(fast.tx, fast.ty), 0,
+                                   cudaStream_t(stream)>>>(*a);
+                        });
+                        return;
+                    }
                     auto kernel = vec ? norm_forward_kernel<T, R, P, true>
                                       : norm_forward_kernel<T, R, P, false>;
                     kernel<<<g.grid, g.block, 0, cudaStream_t(stream)>>>(*a);
@@ -361,8 +313,31 @@ extern "C" int fo_cuda_norm_backward(int device_index, uintptr_t stream,
                            stride_aligned16<float>(a->dresidual_out_row_stride, a->rows)
                      : stride_aligned16<T>(a->h_row_stride, a->rows) &&
                            stride_aligned16<T>(a->dresidual_out_row_stride, a->rows));
+            const RegisterRows fast = backward_register_rows<T>(a->rows, a->cols);
+            const bool registers = vec && fast.cpt > 0 && aligned16(a->weight);
             dispatch_companion<T>(a->h_dtype, [&](auto h_tag) {
                 using H = decltype(h_tag);
+                if (registers) {
+                    // one pass over dy and h for every output; then the
+                    // partials' fixed-order sum
+                    A *partials = static_cast<A *>(a->workspace);
+                    dispatch_companion<T>(a->param_dtype, [&](auto param_tag) {
+                        using P = decltype(param_tag);
+                        dispatch_chunks<kBackwardMaxChunks<T>>(fast.cpt, [&](auto cpt) {
+                            norm_backward_registers_kernel<T, H, P, cpt.value>
+                                <<<unsigned(fast.groups), dim3(fast.tx, fast.ty), 0,
+                                   cudaStream_t(stream)>>>(*a, partials);
+                        });
+                        const int64_t stride = fast.groups * a->cols;
+                        if (a->dweight)
+                            finish_column_partials(static_cast<P *>(a->dweight), partials,
+                                                   fast.groups, a->cols, cudaStream_t(stream));
+                        if (a->dbias)
+                            finish_column_partials(static_cast<P *>(a->dbias), partials + stride,
+                                                   fast.groups, a->cols, cudaStream_t(stream));
+                    });
+                    return;
+                }
                 if (a->dx || a->dresidual) {
                     const RowBlocks g = row_blocks(a->rows, a->cols);
                     dispatch_companion<T>(a->param_dtype, [&](auto param_tag) {

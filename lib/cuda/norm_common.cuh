@@ -1,0 +1,83 @@
+// norm_common.cuh: what both kinds of norm kernel share (norm_registers.cuh,
+// which holds a row in registers, and the streaming kernels of norm.cu):
+// the launch shape of a row, the deterministic row sum, dropout, and
+// parameter loads. Included by norm.cu only.
+#pragma once
+
+#include "../philox.h"
+#include "common.cuh"
+
+namespace fo {
+namespace {
+
+struct RowBlocks {
+    dim3 grid, block;
+};
+
+constexpr int64_t kMaxRowGroups = 65535;
+// At most 512 threads a row: with __launch_bounds__(kMaxRowThreads) every
+// instantiation (fp64, the unaligned path, debug builds) gets the registers
+// it needs; 1024 threads of more than 64 registers would not launch.
+constexpr int kMaxRowThreads = 512;
+
+inline RowBlocks row_blocks(int64_t rows, int64_t cols) {
+    int64_t chunks = chunks_per_row(cols);
+    int tx = 32;
+    while (tx < kMaxRowThreads && tx < chunks) tx *= 2;
+    int ty = tx >= kThreads ? 1 : kThreads / tx;
+    int64_t groups = (rows + ty - 1) / ty;
+    if (groups > kMaxRowGroups) groups = kMaxRowGroups;
+    if (groups < 1) groups = 1;
+    return {dim3(unsigned(groups)), dim3(unsigned(tx), unsigned(ty))};
+}
+
+// The sum of v over the blockDim.x threads of this row, the same bits in
+// every thread: a butterfly within warps (commutative adds, so all lanes
+// agree), then the warps' sums in order. Every thread of the block calls it.
+template <typename A>
+__device__ A row_sum(A v) {
+    __shared__ A warp_sums[8][kMaxRowThreads / 32];  // ty <= 8 (tx >= 32)
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2)
+        v += __shfl_xor_sync(0xffffffffu, v, offset);
+    const int warps = blockDim.x / 32;
+    if (warps == 1) return v;
+    if (threadIdx.x % 32 == 0) warp_sums[threadIdx.y][threadIdx.x / 32] = v;
+    __syncthreads();
+    A total = 0;
+    for (int w = 0; w < warps; w++) total += warp_sums[threadIdx.y][w];
+    __syncthreads();  // the next call reuses warp_sums
+    return total;
+}
+
+// Multiplies the 8 values of the chunk at (row, col) by the dropout keep
+// mask / (1 - p): two Philox counters a chunk (see philox.h).
+template <typename A>
+__device__ __forceinline__ void apply_dropout(A (&v)[kChunk], int64_t row,
+                                              int64_t col, int64_t cols,
+                                              double p, uint64_t seed,
+                                              uint64_t offset) {
+    const uint32_t threshold = fo_dropout_threshold(p);
+    const A scale = A(1.0 / (1.0 - p));
+    const uint64_t counter =
+        offset + uint64_t(row) * fo_dropout_row_counters(cols) + uint64_t(col) / 4;
+    const fo_philox_block b0 = fo_philox(seed, counter);
+    const fo_philox_block b1 = fo_philox(seed, counter + 1);
+#pragma unroll
+    for (int i = 0; i < kChunk; i++) {
+        const uint32_t word = i < 4 ? b0.lane[i] : b1.lane[i - 4];
+        v[i] = word >= threshold ? v[i] * scale : A(0);
+    }
+}
+
+template <typename P, typename A>
+__device__ __forceinline__ void load_params(A (&out)[kChunk],
+                                            const P *__restrict__ p, int n,
+                                            A missing) {
+#pragma unroll
+    for (int i = 0; i < kChunk; i++)
+        out[i] = p && i < n ? A(to_acc(p[i])) : missing;
+}
+
+}  // namespace
+}  // namespace fo
