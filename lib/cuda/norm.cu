@@ -1,15 +1,19 @@
 // norm.cu: LayerNorm and RMSNorm with fused residual add and dropout on CUDA.
 //
 // Aligned rows that fit in registers take the one-pass kernels of
-// norm_registers.cuh. The rest (unaligned or odd-length rows, rows longer
-// than 32768 forward or 8192 backward in elements) take the streaming
-// kernels here. Forward and the row part of backward run TX threads per row (TX = the
-// power of two covering the row's 8-element chunks, 32..1024) and TY rows
+// norm_registers.cuh. The rest (unaligned or odd-length rows; rows longer
+// than 32768 elements forward or 8192 backward, 8192 and 4096 in fp64)
+// take the streaming kernels here. They run TX threads per row (TX = the
+// power of two covering the row's 8-element chunks, 32..512) and TY rows
 // per block, so narrow rows still fill a block and wide rows (to 262144 and
 // beyond) loop. Each pass over a row after the first re-reads it from L1/L2,
 // not from memory: rows are at most a few hundred KB and are revisited at
-// once. The weight and bias gradients are a column reduction with the same
+// once. Their weight and bias gradients are a column reduction with the same
 // fixed two-pass scheme as the bias gradient of bias_scale_relu.
+//
+// Which kind runs depends on the shape and on alignment, and the two sum in
+// different orders: the bits of an output are the same on every run of the
+// same call (same shapes, strides and alignment), not across layouts.
 #include "norm_common.cuh"
 #include "norm_registers.cuh"
 
