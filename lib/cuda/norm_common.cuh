@@ -1,7 +1,7 @@
 // norm_common.cuh: what both kinds of norm kernel share (norm_registers.cuh,
 // which holds a row in registers, and the streaming kernels of norm.cu):
-// the launch shape of a row, the deterministic row sum, dropout, and
-// parameter loads. Included by norm.cu only.
+// the launch shape of a row, the deterministic row sum, dropout, parameter
+// loads, and the residual and gradient steps of one chunk. Included by norm.cu only.
 #pragma once
 
 #include "../philox.h"
@@ -77,6 +77,64 @@ __device__ __forceinline__ void load_params(A (&out)[kChunk],
 #pragma unroll
     for (int i = 0; i < kChunk; i++)
         out[i] = p && i < n ? A(to_acc(p[i])) : missing;
+}
+
+
+// The residual and gradient steps of one chunk, for the register kernels.
+// (The streaming kernels in norm.cu, verified on the GPU before these
+// existed, still spell the same steps out; fold them in once the register
+// kernels have been verified too. ptxas spilled 16 bytes in one streaming
+// instantiation, fp16 backward on sm_90, when it called these.)
+//
+// Forward, one chunk of row r at col (n elements): h = x, or with a residual
+// h = dropout(x) + residual, written to residual_out and returned as stored
+// (rounded to R), which is what the statistics and backward then see.
+template <typename T, typename R, bool VEC>
+__device__ __forceinline__ void load_h_chunk(acc_t<T> (&h)[kChunk],
+                                             const fo_norm_forward_args a,
+                                             int64_t r, int64_t col, int n) {
+    using A = acc_t<T>;
+    load_chunk<T, VEC>(h, static_cast<const T *>(a.x) + r * a.x_row_stride + col, n);
+    if (!a.residual) return;
+    if (a.dropout_p > 0)
+        apply_dropout(h, r, col, a.cols, a.dropout_p, a.seed, a.offset);
+    acc_t<R> stored[kChunk];
+    load_chunk<R, VEC>(stored, static_cast<const R *>(a.residual) + r * a.residual_row_stride + col,
+                       n);
+#pragma unroll
+    for (int i = 0; i < kChunk; i++) {
+        stored[i] += acc_t<R>(h[i]);
+        h[i] = A(to_acc(from_acc<R>(stored[i])));
+    }
+    store_chunk<R, VEC>(static_cast<R *>(a.residual_out) + r * a.cols + col, stored, n);
+}
+
+// Backward, one chunk: dh (the gradient of h from the norm) plus the
+// gradient arriving at residual_out is dresidual; dx is that through the
+// dropout mask.
+template <typename T, typename H, bool VEC>
+__device__ __forceinline__ void store_dh_chunk(acc_t<T> (&dh)[kChunk],
+                                               const fo_norm_backward_args a,
+                                               int64_t r, int64_t col, int n) {
+    using A = acc_t<T>;
+    if (a.dresidual_out) {
+        acc_t<H> g[kChunk];
+        load_chunk<H, VEC>(g, static_cast<const H *>(a.dresidual_out) +
+                                  r * a.dresidual_out_row_stride + col, n);
+#pragma unroll
+        for (int i = 0; i < kChunk; i++) dh[i] += A(g[i]);
+    }
+    if (a.dresidual) {
+        acc_t<H> out[kChunk];
+#pragma unroll
+        for (int i = 0; i < kChunk; i++) out[i] = acc_t<H>(dh[i]);
+        store_chunk<H, VEC>(static_cast<H *>(a.dresidual) + r * a.cols + col, out, n);
+    }
+    if (a.dx) {
+        if (a.dropout_p > 0)
+            apply_dropout(dh, r, col, a.cols, a.dropout_p, a.seed, a.offset);
+        store_chunk<T, VEC>(static_cast<T *>(a.dx) + r * a.cols + col, dh, n);
+    }
 }
 
 }  // namespace

@@ -88,9 +88,6 @@ template <typename T, typename R, typename P, int CPT>
 __global__ void __launch_bounds__(kMaxRowThreads)
     norm_forward_registers_kernel(fo_norm_forward_args a) {
     using A = acc_t<T>;
-    const T *x = static_cast<const T *>(a.x);
-    const R *residual = static_cast<const R *>(a.residual);
-    R *residual_out = static_cast<R *>(a.residual_out);
     const P *weight = static_cast<const P *>(a.weight);
     const P *bias = static_cast<const P *>(a.bias);
     const int64_t cols = a.cols, chunks = chunks_per_row(cols);
@@ -108,20 +105,7 @@ __global__ void __launch_bounds__(kMaxRowThreads)
             const int64_t c = threadIdx.x + int64_t(k) * blockDim.x;
             const int64_t col = c * kChunk;
             if (active && c < chunks) {
-                load_chunk<T, true>(h[k], x + r * a.x_row_stride + col, kChunk);
-                if (residual) {
-                    if (a.dropout_p > 0)
-                        apply_dropout(h[k], r, col, cols, a.dropout_p, a.seed, a.offset);
-                    acc_t<R> stored[kChunk];
-                    load_chunk<R, true>(stored, residual + r * a.residual_row_stride + col,
-                                        kChunk);
-#pragma unroll
-                    for (int i = 0; i < kChunk; i++) {
-                        stored[i] += acc_t<R>(h[k][i]);
-                        h[k][i] = A(to_acc(from_acc<R>(stored[i])));
-                    }
-                    store_chunk<R, true>(residual_out + r * cols + col, stored, kChunk);
-                }
+                load_h_chunk<T, R, true>(h[k], a, r, col, kChunk);
             } else {
 #pragma unroll
                 for (int i = 0; i < kChunk; i++) h[k][i] = 0;
@@ -176,7 +160,6 @@ __global__ void __launch_bounds__(kMaxRowThreads)
     using A = acc_t<T>;
     const T *dy = static_cast<const T *>(a.dy);
     const H *h = static_cast<const H *>(a.h);
-    const H *dresidual_out = static_cast<const H *>(a.dresidual_out);
     const P *weight = static_cast<const P *>(a.weight);
     const int64_t cols = a.cols, chunks = chunks_per_row(cols);
     const bool rms = a.kind == FO_NORM_RMS;
@@ -232,25 +215,7 @@ __global__ void __launch_bounds__(kMaxRowThreads)
 #pragma unroll
             for (int i = 0; i < kChunk; i++)
                 dh[i] = rstd * (wdy[k][i] - mean_wdy - xhat[k][i] * mean_wdy_xhat);
-            if (dresidual_out) {
-                acc_t<H> g[kChunk];
-                load_chunk<H, true>(g, dresidual_out + r * a.dresidual_out_row_stride + col,
-                                    kChunk);
-#pragma unroll
-                for (int i = 0; i < kChunk; i++) dh[i] += A(g[i]);
-            }
-            if (a.dresidual) {
-                acc_t<H> out[kChunk];
-#pragma unroll
-                for (int i = 0; i < kChunk; i++) out[i] = acc_t<H>(dh[i]);
-                store_chunk<H, true>(static_cast<H *>(a.dresidual) + r * cols + col, out,
-                                     kChunk);
-            }
-            if (a.dx) {
-                if (a.dropout_p > 0)
-                    apply_dropout(dh, r, col, cols, a.dropout_p, a.seed, a.offset);
-                store_chunk<T, true>(static_cast<T *>(a.dx) + r * cols + col, dh, kChunk);
-            }
+            store_dh_chunk<T, H, true>(dh, a, r, col, kChunk);
         }
     }
     if (!columns) return;
