@@ -6,6 +6,8 @@
 #                              build, then the benchmark against the peers,
 #                              its plots, and the host time a call
 #   bench/gpu_check.sh multi   build, then the 2-GPU tests (DDP, FSDP2)
+# For a shorter test stage: PYTEST_TARGETS (default tests) and SANITIZERS
+# (default "memcheck racecheck initcheck synccheck").
 # Wheels the machine lacks (cffi, pycparser) come in .whl/ (carried).
 # Logs and data go to $OUT (default bench/results/local); a table prints last.
 set -uo pipefail
@@ -40,18 +42,21 @@ if [ "$stage" = test ]; then
     [ -f build/gpucpu/build.ninja ] || meson setup build/gpucpu -Dcuda=disabled >>/tmp/logs/meson.txt 2>&1
     ninja -C build/gpucpu >>/tmp/logs/meson.txt 2>&1 && export FO_TEST_CPU_ONLY_LIBRARY="$PWD/build/gpucpu/libfused_ops.so"
     echo "== pytest (CPU and CUDA)"
-    python3 -m pytest -q -rs tests 2>&1 | tee /tmp/logs/pytest.txt | tail -15
+    python3 -m pytest -q -rs ${PYTEST_TARGETS:-tests} 2>&1 | tee /tmp/logs/pytest.txt | tail -15
     pytest_status=${PIPESTATUS[0]}
 
     # sanitizers see torch's caching allocator as one big buffer; turn it off
     export PYTORCH_NO_CUDA_MEMORY_CACHING=1
     subset=(tests/test_cuda.py tests/test_bias_scale_relu.py tests/test_square.py tests/test_reduce_sum.py tests/test_norms.py tests/test_swiglu.py)
     filter="cuda and not gradcheck and not 2_to_the_31"
-    for tool in memcheck racecheck initcheck synccheck; do
+    for tool in ${SANITIZERS:-memcheck racecheck initcheck synccheck}; do
         echo "== compute-sanitizer --tool $tool"
         compute-sanitizer --tool "$tool" --error-exitcode 99 python3 -m pytest -q -x "${subset[@]}" -k "$filter" \
             >"/tmp/logs/sanitizer_$tool.txt" 2>&1
-        echo "$tool exit=$? $(grep -E 'ERROR SUMMARY|passed|failed' "/tmp/logs/sanitizer_$tool.txt" | tr '\n' ' ')"
+        echo "$tool exit=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|passed|failed' "/tmp/logs/sanitizer_$tool.txt" | tr '\n' ' ')"
+        # torch's own kernels (the tests' references) get reports too: count
+        # the report lines that name a kernel of this library and torch's
+        echo "  lines naming fused_ops kernels (fo::): $(grep -c 'fo::' "/tmp/logs/sanitizer_$tool.txt"), torch kernels (at::native): $(grep -c 'at::native' "/tmp/logs/sanitizer_$tool.txt")"
     done | tee /tmp/logs/sanitizer_summary.txt
 
     echo "== SASS: 128-bit global loads/stores and local memory per kernel"

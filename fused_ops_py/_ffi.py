@@ -109,9 +109,15 @@ def call(function, *args) -> None:
             torch.cuda.synchronize(args[1])
         except Exception as error:  # torch >= 2.8 raises torch.AcceleratorError
             raise RuntimeError(
-                f"{function.__name__}: the kernels it launched on cuda:{args[1]} failed "
+                f"{entry_point_name(function)}: the kernels it launched on cuda:{args[1]} failed "
                 f"(found by FUSED_OPS_PY_SYNC=1): {error}"
             ) from None
+
+
+def entry_point_name(function) -> str:
+    """The name of one of lib's functions: cffi's function objects have no
+    __name__ of their own, but lib hands out the same object for a name."""
+    return next((name for name in dir(lib) if getattr(lib, name) is function), repr(function))
 
 
 def check(status: int) -> None:

@@ -22,6 +22,15 @@ def test_sync_variable_is_read():
     assert run(code, FUSED_OPS_PY_SYNC="0").stdout.strip() == "False"
 
 
+def test_sync_error_names_the_entry_point():
+    # cffi's function objects have no __name__: the sync error looks the
+    # name up in lib (a GPU fault in this message once read "<cdata>")
+    from fused_ops_py._ffi import entry_point_name, lib
+
+    assert entry_point_name(lib.fo_bias_scale_relu_backward) == "fo_bias_scale_relu_backward"
+    assert entry_point_name(lib.fo_norm_forward) == "fo_norm_forward"
+
+
 @requires_gpu()
 def test_sync_names_the_op_whose_kernel_faulted():
     # A mask address far outside any allocation makes the backward kernel
