@@ -174,8 +174,8 @@ extern "C" int fo_cuda_bias_scale_relu_backward(
             if (!a->dbias) return;
             dispatch_companion<T>(a->bias_dtype, [&](auto bias_tag) {
                 using B = decltype(bias_tag);
-                finish_column_partials(static_cast<B *>(a->dbias), partials,
-                                       g.grid.y, cols, cudaStream_t(stream));
+                finish_column_partials(static_cast<B *>(a->dbias), static_cast<B *>(nullptr),
+                                       partials, g.grid.y, cols, cudaStream_t(stream));
             });
         });
     });

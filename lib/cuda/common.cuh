@@ -9,6 +9,7 @@
 
 #include <cassert>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "../internal.h"
@@ -205,28 +206,55 @@ inline RowGeometry row_geometry(int64_t rows, int64_t cols) {
     return {dim3(unsigned(gx), unsigned(gy)), dim3(unsigned(tx), unsigned(ty))};
 }
 
-// out[col] = sum over g < groups of partials[g * cols + col], in g order:
-// the second, deterministic pass of every column reduction (bias and weight
-// gradients).
+// out[col] = sum over g < groups of partials[g * cols + col]: the second,
+// deterministic pass of every column reduction (bias and weight gradients).
+// A block takes 32 adjacent columns (a warp reads 128 contiguous bytes) and
+// kFinishLanes lanes of groups: lane t sums g = t, t + kFinishLanes, ... and
+// lane 0 adds the lanes' sums in order. The order is fixed by groups alone,
+// and many loads are in flight: a column of 512 partials costs a few
+// microseconds, not the hundreds of one thread walking them in turn.
+constexpr int kFinishLanes = 16;
+
 template <typename A, typename Out>
-__global__ void column_partials_finish_kernel(Out *__restrict__ out,
-                                              const A *__restrict__ partials,
-                                              int64_t groups, int64_t cols) {
-    for (int64_t col = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-         col < cols; col += int64_t(gridDim.x) * blockDim.x) {
+__global__ void __launch_bounds__(32 * kFinishLanes)
+    column_partials_finish_kernel(Out *__restrict__ first, Out *__restrict__ second,
+                                  const A *__restrict__ partials, int64_t groups,
+                                  int64_t cols) {
+    // blockIdx.y picks the output: first's partials, then second's after them
+    Out *out = blockIdx.y == 0 ? first : second;
+    if (!out) return;
+    const A *mine = partials + int64_t(blockIdx.y) * groups * cols;
+    __shared__ A lane_sums[kFinishLanes][32];
+    for (int64_t base = blockIdx.x * int64_t(32); base < cols; base += int64_t(gridDim.x) * 32) {
+        const int64_t col = base + threadIdx.x;
         A sum = 0;
-        for (int64_t g = 0; g < groups; g++) sum += partials[g * cols + col];
-        out[col] = from_acc<Out>(sum);
+        if (col < cols) {
+#pragma unroll 8
+            for (int64_t g = threadIdx.y; g < groups; g += kFinishLanes)
+                sum += mine[g * cols + col];
+        }
+        lane_sums[threadIdx.y][threadIdx.x] = sum;
+        __syncthreads();
+        if (threadIdx.y == 0 && col < cols) {
+            A total = 0;
+#pragma unroll
+            for (int t = 0; t < kFinishLanes; t++) total += lane_sums[t][threadIdx.x];
+            out[col] = from_acc<Out>(total);
+        }
+        __syncthreads();
     }
 }
 
+// Finishes one or two column reductions in one launch: first from partials,
+// second (if not null) from the groups x cols partials after first's.
 template <typename A, typename Out>
-void finish_column_partials(Out *out, const A *partials, int64_t groups,
+void finish_column_partials(Out *first, Out *second, const A *partials, int64_t groups,
                             int64_t cols, cudaStream_t stream) {
-    int64_t blocks = (cols + kThreads - 1) / kThreads;
+    int64_t blocks = (cols + 31) / 32;
     if (blocks > kMaxColBlocks) blocks = kMaxColBlocks;
     column_partials_finish_kernel<A, Out>
-        <<<unsigned(blocks), kThreads, 0, stream>>>(out, partials, groups, cols);
+        <<<dim3(unsigned(blocks), second ? 2 : 1), dim3(32, kFinishLanes), 0, stream>>>(
+            first, second, partials, groups, cols);
 }
 
 // Calls f(P{}) for a companion dtype code (bias, weight, residual) that is

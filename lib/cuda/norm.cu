@@ -332,12 +332,9 @@ extern "C" int fo_cuda_norm_backward(int device_index, uintptr_t stream,
                                 <<<unsigned(fast.groups), dim3(fast.tx, fast.ty), 0,
                                    cudaStream_t(stream)>>>(*a, partials);
                         });
-                        const int64_t stride = fast.groups * a->cols;
-                        if (a->dweight)
-                            finish_column_partials(static_cast<P *>(a->dweight), partials,
-                                                   fast.groups, a->cols, cudaStream_t(stream));
-                        if (a->dbias)
-                            finish_column_partials(static_cast<P *>(a->dbias), partials + stride,
+                        if (a->dweight || a->dbias)
+                            finish_column_partials(static_cast<P *>(a->dweight),
+                                                   static_cast<P *>(a->dbias), partials,
                                                    fast.groups, a->cols, cudaStream_t(stream));
                     });
                     return;
@@ -359,13 +356,9 @@ extern "C" int fo_cuda_norm_backward(int device_index, uintptr_t stream,
                 kernel<<<g.grid, g.block, 0, cudaStream_t(stream)>>>(*a, partials);
                 dispatch_companion<T>(a->param_dtype, [&](auto param_tag) {
                     using P = decltype(param_tag);
-                    const int64_t stride = int64_t(g.grid.y) * a->cols;
-                    if (a->dweight)
-                        finish_column_partials(static_cast<P *>(a->dweight), partials,
-                                               g.grid.y, a->cols, cudaStream_t(stream));
-                    if (a->dbias)
-                        finish_column_partials(static_cast<P *>(a->dbias), partials + stride,
-                                               g.grid.y, a->cols, cudaStream_t(stream));
+                    finish_column_partials(static_cast<P *>(a->dweight),
+                                           static_cast<P *>(a->dbias), partials, g.grid.y,
+                                           a->cols, cudaStream_t(stream));
                 });
             });
         });

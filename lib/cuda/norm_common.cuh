@@ -50,6 +50,30 @@ __device__ A row_sum(A v) {
     return total;
 }
 
+// row_sum of two values at once: one pass through shared memory for both.
+template <typename A>
+__device__ void row_sum2(A &u, A &v) {
+    __shared__ A warp_sums[8][kMaxRowThreads / 32][2];
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) {
+        u += __shfl_xor_sync(0xffffffffu, u, offset);
+        v += __shfl_xor_sync(0xffffffffu, v, offset);
+    }
+    const int warps = blockDim.x / 32;
+    if (warps == 1) return;
+    if (threadIdx.x % 32 == 0) {
+        warp_sums[threadIdx.y][threadIdx.x / 32][0] = u;
+        warp_sums[threadIdx.y][threadIdx.x / 32][1] = v;
+    }
+    __syncthreads();
+    u = v = 0;
+    for (int w = 0; w < warps; w++) {
+        u += warp_sums[threadIdx.y][w][0];
+        v += warp_sums[threadIdx.y][w][1];
+    }
+    __syncthreads();  // the next call reuses warp_sums
+}
+
 // Multiplies the 8 values of the chunk at (row, col) by the dropout keep
 // mask / (1 - p): two Philox counters a chunk (see philox.h).
 template <typename A>

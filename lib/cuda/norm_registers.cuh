@@ -12,7 +12,10 @@
 // order: no float atomics, the same bits on every run and every GPU.
 //
 // Each thread owns CPT chunks of 8 elements of a row, strided by TX (the
-// threads of the row), so a warp's 16-byte loads are contiguous.
+// threads of the row), so a warp's 16-byte loads are contiguous. The chunks
+// are held as stored in memory (Held), not widened to fp32: a bf16 row takes
+// half the registers, so twice as many rows fit on an SM and twice as many
+// loads are in flight, which is what a memory-bound kernel lives on.
 #pragma once
 
 #include "norm_common.cuh"
@@ -26,20 +29,61 @@ struct RegisterRows {
     int64_t groups = 0;           // blocks: ceil(rows / ty), capped
 };
 
-// Forward holds one array of CPT x 8 accumulators a thread, backward four
-// (dy, xhat, and the weight and bias partials): within 128 registers at
-// 512 threads (ptxas -v for sm_80 and sm_90 shows no spills), forward takes
-// up to 8 chunks a thread and backward 2; fp64, whose values take two
-// registers, 2 and 1.
+// CPT x 8 values of a type S, held as their bits: 16-bit types take half
+// the registers of fp32. Exact: every value held is an S already (x, or h
+// as rounded to residual_out's dtype, or dy and h as loaded).
+template <typename S>
+struct Held {
+    uint32_t words[kChunk * sizeof(S) / 4];
+
+    __device__ __forceinline__ void load(const S *__restrict__ p) {
+#pragma unroll
+        for (int v = 0; v < int(sizeof(words) / 16); v++)
+            reinterpret_cast<uint4 *>(words)[v] = __ldg(reinterpret_cast<const uint4 *>(p) + v);
+    }
+    template <typename A>
+    __device__ __forceinline__ void set(const A (&values)[kChunk]) {
+        alignas(16) S raw[kChunk];
+#pragma unroll
+        for (int i = 0; i < kChunk; i++) raw[i] = from_acc<S>(values[i]);
+        memcpy(words, raw, sizeof(words));
+    }
+    template <typename A>
+    __device__ __forceinline__ void get(A (&values)[kChunk]) const {
+        alignas(16) S raw[kChunk];
+        memcpy(raw, words, sizeof(words));
+#pragma unroll
+        for (int i = 0; i < kChunk; i++) values[i] = A(to_acc(raw[i]));
+    }
+    __device__ __forceinline__ void clear() {
+#pragma unroll
+        for (int i = 0; i < int(sizeof(words) / 4); i++) words[i] = 0;
+    }
+};
+
+// Registers: with at most 128 bytes of held values a thread (forward: the
+// row; backward: dy, h and the fp32 weight/bias partials), the kernel is
+// held to 64 registers (two blocks of 512 threads, four of 256, an SM);
+// more and it may take 128 (half that). ptxas -v for sm_80 and sm_90 shows
+// no spills either way.
+template <typename A, int HELD_BYTES>
+constexpr int kForwardRegisters = std::is_same_v<A, double> || HELD_BYTES > 64 ? 128
+                                  : HELD_BYTES > 32                            ? 80
+                                                                               : 64;
+template <typename A, int HELD_BYTES, int LIMIT>
+constexpr int kMinBlocks = !std::is_same_v<A, double> && HELD_BYTES <= LIMIT ? 2 : 1;
+// Forward holds CPT chunks of the row: up to 8 (32768 elements at 512
+// threads); fp64 2. Backward holds more a chunk: up to 2, fp64 1.
 template <typename T>
 constexpr int kForwardMaxChunks = std::is_same_v<T, double> ? 2 : 8;
 template <typename T>
 constexpr int kBackwardMaxChunks = std::is_same_v<T, double> ? 1 : 2;
-// Backward's grid is persistent and fixed (it decides which rows each
-// partial sums, and so the bits of dweight): enough blocks to fill an
-// H100/H200 twice over, few enough that the partials (2 x blocks x cols
-// fp32) stay a few percent of the traffic.
-constexpr int64_t kBackwardBlocks = 512;
+// Backward's grid is persistent and depends on the shape alone (it decides
+// which rows each partial sums, and so the bits of dweight): 131072 threads,
+// two blocks of 512 or four of 256 on each of an H100's or H200's 132 SMs,
+// so every block is resident at once and the partials (2 x blocks x cols
+// fp32, mostly still in L2 when the finishing pass reads them) stay small.
+constexpr int64_t kBackwardThreads = 131072;
 
 // Chunks a thread: as few threads as keep `target` chunks each (so every
 // thread has several 16-byte loads in flight), at least a warp and at most
@@ -78,14 +122,21 @@ template <typename T>
 RegisterRows forward_register_rows(int64_t rows, int64_t cols) {
     return register_rows(rows, cols, 4, kForwardMaxChunks<T>, kMaxRowGroups);
 }
+// Backward holds a chunk a thread where the row allows (512 threads a row
+// for 4096 elements): its partials are per thread, so fewer chunks a thread
+// keep it within 64 registers.
 template <typename T>
 RegisterRows backward_register_rows(int64_t rows, int64_t cols) {
-    return register_rows(rows, cols, 2, kBackwardMaxChunks<T>, kBackwardBlocks);
+    RegisterRows g = register_rows(rows, cols, 1, kBackwardMaxChunks<T>, kMaxRowGroups);
+    if (g.cpt == 0) return g;
+    const int64_t blocks = kBackwardThreads / (int64_t(g.tx) * g.ty);
+    if (g.groups > blocks) g.groups = blocks;
+    return g;
 }
 
 // T: x and y; R: residual, residual_out (T or float); P: weight, bias.
 template <typename T, typename R, typename P, int CPT>
-__global__ void __launch_bounds__(kMaxRowThreads)
+__global__ void __maxnreg__((kForwardRegisters<acc_t<T>, CPT * kChunk * sizeof(R)>))
     norm_forward_registers_kernel(fo_norm_forward_args a) {
     using A = acc_t<T>;
     const P *weight = static_cast<const P *>(a.weight);
@@ -97,32 +148,34 @@ __global__ void __launch_bounds__(kMaxRowThreads)
          base += int64_t(gridDim.x) * blockDim.y) {
         const int64_t r = base + threadIdx.y;
         const bool active = r < a.rows;
-        // h = dropout(x) + residual, as stored in residual_out's dtype
-        A h[CPT][kChunk];
+        // h = dropout(x) + residual as stored in residual_out's dtype R (x
+        // itself without a residual, and then R is T)
+        Held<R> h[CPT];
         A sum = 0;
 #pragma unroll
         for (int k = 0; k < CPT; k++) {
             const int64_t c = threadIdx.x + int64_t(k) * blockDim.x;
-            const int64_t col = c * kChunk;
             if (active && c < chunks) {
-                load_h_chunk<T, R, true>(h[k], a, r, col, kChunk);
+                A v[kChunk];
+                load_h_chunk<T, R, true>(v, a, r, c * kChunk, kChunk);
+                h[k].set(v);
+#pragma unroll
+                for (int i = 0; i < kChunk; i++) sum += v[i];
             } else {
-#pragma unroll
-                for (int i = 0; i < kChunk; i++) h[k][i] = 0;
+                h[k].clear();
             }
-#pragma unroll
-            for (int i = 0; i < kChunk; i++) sum += h[k][i];
         }
         const A mean = rms ? A(0) : row_sum(sum) / A(cols);
         // the variance about the mean, from registers: no cancellation, and
-        // no second read (the zeros of absent chunks are left out)
+        // no second read
         A deviations = 0;
 #pragma unroll
         for (int k = 0; k < CPT; k++) {
             if (threadIdx.x + int64_t(k) * blockDim.x >= chunks) continue;
+            A v[kChunk];
+            h[k].get(v);
 #pragma unroll
-            for (int i = 0; i < kChunk; i++)
-                deviations += (h[k][i] - mean) * (h[k][i] - mean);
+            for (int i = 0; i < kChunk; i++) deviations += (v[i] - mean) * (v[i] - mean);
         }
         const A variance = row_sum(deviations) / A(cols);
         if (!active) continue;
@@ -136,17 +189,18 @@ __global__ void __launch_bounds__(kMaxRowThreads)
             const int64_t c = threadIdx.x + int64_t(k) * blockDim.x;
             if (c >= chunks) continue;
             const int64_t col = c * kChunk;
+            A v[kChunk];
+            h[k].get(v);
             acc_t<P> w[kChunk], b[kChunk];
             if (weight) load_chunk<P, true>(w, weight + col, kChunk);
             if (bias) load_chunk<P, true>(b, bias + col, kChunk);
 #pragma unroll
             for (int i = 0; i < kChunk; i++) {
-                A v = (h[k][i] - mean) * rstd;
-                if (weight) v *= A(w[i]);
-                v += bias ? A(b[i]) : A(0);  // + 0 as the streaming kernel: -0 becomes +0
-                h[k][i] = v;
+                v[i] = (v[i] - mean) * rstd;
+                if (weight) v[i] *= A(w[i]);
+                v[i] += bias ? A(b[i]) : A(0);  // + 0 as the streaming kernel: -0 becomes +0
             }
-            store_chunk<T, true>(static_cast<T *>(a.y) + r * cols + col, h[k], kChunk);
+            store_chunk<T, true>(static_cast<T *>(a.y) + r * cols + col, v, kChunk);
         }
     }
 }
@@ -155,7 +209,8 @@ __global__ void __launch_bounds__(kMaxRowThreads)
 // Writes this block's per-column sums of dy * xhat (weight) and dy (bias)
 // to partials[0 or 1][blockIdx.x][col].
 template <typename T, typename H, typename P, int CPT>
-__global__ void __launch_bounds__(kMaxRowThreads)
+__global__ void __launch_bounds__(
+    kMaxRowThreads, kMinBlocks<acc_t<T>, CPT * kChunk * (sizeof(T) + sizeof(H) + 2 * sizeof(acc_t<T>)), 128>)
     norm_backward_registers_kernel(fo_norm_backward_args a, acc_t<T> *__restrict__ partials) {
     using A = acc_t<T>;
     const T *dy = static_cast<const T *>(a.dy);
@@ -171,50 +226,60 @@ __global__ void __launch_bounds__(kMaxRowThreads)
         const bool active = r < a.rows;
         const A mean = !active || rms ? A(0) : static_cast<const A *>(a.mean)[r];
         const A rstd = active ? static_cast<const A *>(a.rstd)[r] : A(0);
-        // wdy = weight * dy and xhat of the row, kept for the second step
-        A wdy[CPT][kChunk], xhat[CPT][kChunk];
+        // the chunk's dy, xhat and weight * dy, from the held dy and h (and
+        // the weight, an L1 hit after the first row)
+        auto expand = [&](const Held<T> &dy_k, const Held<H> &h_k, int64_t col,
+                          A(&g)[kChunk], A(&xhat)[kChunk], A(&wdy)[kChunk]) {
+            dy_k.get(g);
+            h_k.get(xhat);
+            acc_t<P> w[kChunk];
+            if (weight) load_chunk<P, true>(w, weight + col, kChunk);
+#pragma unroll
+            for (int i = 0; i < kChunk; i++) {
+                xhat[i] = (xhat[i] - mean) * rstd;
+                wdy[i] = weight ? g[i] * A(w[i]) : g[i];
+            }
+        };
+        Held<T> dy_held[CPT];
+        Held<H> h_held[CPT];
         A sum_wdy = 0, sum_wdy_xhat = 0;
 #pragma unroll
         for (int k = 0; k < CPT; k++) {
             const int64_t c = threadIdx.x + int64_t(k) * blockDim.x;
             const int64_t col = c * kChunk;
-            if (active && c < chunks) {
-                acc_t<H> hv[kChunk];
-                load_chunk<T, true>(wdy[k], dy + r * a.dy_row_stride + col, kChunk);
-                load_chunk<H, true>(hv, h + r * a.h_row_stride + col, kChunk);
-                acc_t<P> w[kChunk];
-                if (weight) load_chunk<P, true>(w, weight + col, kChunk);
-#pragma unroll
-                for (int i = 0; i < kChunk; i++) {
-                    xhat[k][i] = (A(hv[i]) - mean) * rstd;
-                    dw[k][i] += wdy[k][i] * xhat[k][i];
-                    db[k][i] += wdy[k][i];
-                    if (weight) wdy[k][i] *= A(w[i]);
-                }
-            } else {
-#pragma unroll
-                for (int i = 0; i < kChunk; i++) wdy[k][i] = xhat[k][i] = 0;
+            if (!active || c >= chunks) {
+                dy_held[k].clear();
+                h_held[k].clear();
+                continue;
             }
+            dy_held[k].load(dy + r * a.dy_row_stride + col);
+            h_held[k].load(h + r * a.h_row_stride + col);
+            A g[kChunk], xhat[kChunk], wdy[kChunk];
+            expand(dy_held[k], h_held[k], col, g, xhat, wdy);
 #pragma unroll
             for (int i = 0; i < kChunk; i++) {
-                sum_wdy += wdy[k][i];
-                sum_wdy_xhat += wdy[k][i] * xhat[k][i];
+                dw[k][i] += g[i] * xhat[i];
+                db[k][i] += g[i];
+                sum_wdy += wdy[i];
+                sum_wdy_xhat += wdy[i] * xhat[i];
             }
         }
         // dh = rstd * (wdy - mean(wdy) - xhat * mean(wdy * xhat)); RMSNorm
         // drops the mean(wdy) term
-        const A mean_wdy = rms ? A(0) : row_sum(sum_wdy) / A(cols);
-        const A mean_wdy_xhat = row_sum(sum_wdy_xhat) / A(cols);
+        row_sum2(sum_wdy, sum_wdy_xhat);
+        const A mean_wdy = rms ? A(0) : sum_wdy / A(cols);
+        const A mean_wdy_xhat = sum_wdy_xhat / A(cols);
         if (!active) continue;
 #pragma unroll
         for (int k = 0; k < CPT; k++) {
             const int64_t c = threadIdx.x + int64_t(k) * blockDim.x;
             if (c >= chunks) continue;
             const int64_t col = c * kChunk;
-            A dh[kChunk];
+            A g[kChunk], xhat[kChunk], dh[kChunk];
+            expand(dy_held[k], h_held[k], col, g, xhat, dh);
 #pragma unroll
             for (int i = 0; i < kChunk; i++)
-                dh[i] = rstd * (wdy[k][i] - mean_wdy - xhat[k][i] * mean_wdy_xhat);
+                dh[i] = rstd * (dh[i] - mean_wdy - xhat[i] * mean_wdy_xhat);
             store_dh_chunk<T, H, true>(dh, a, r, col, kChunk);
         }
     }
