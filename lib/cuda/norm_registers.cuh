@@ -118,9 +118,15 @@ void dispatch_chunks(int cpt, F &&f) {
     if constexpr (MAX >= 8) if (cpt == 8) f(std::integral_constant<int, 8>{});
 }
 
+// Chunks a thread forward aims for; a build-time knob for tuning runs
+// (bench/tune_forward.sh builds the library with other values).
+#ifndef FO_FORWARD_TARGET_CHUNKS
+#define FO_FORWARD_TARGET_CHUNKS 4
+#endif
 template <typename T>
 RegisterRows forward_register_rows(int64_t rows, int64_t cols) {
-    return register_rows(rows, cols, 4, kForwardMaxChunks<T>, kMaxRowGroups);
+    return register_rows(rows, cols, FO_FORWARD_TARGET_CHUNKS, kForwardMaxChunks<T>,
+                         kMaxRowGroups);
 }
 // Backward holds a chunk a thread where the row allows (512 threads a row
 // for 4096 elements): its partials are per thread, so fewer chunks a thread
