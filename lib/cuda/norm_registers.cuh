@@ -5,9 +5,10 @@
 // Why: the norms are memory-bound, so the least traffic wins. Each element
 // is read from memory once and written once: forward keeps the row (h =
 // dropout(x) + residual) in registers between the statistics and the
-// output, and backward keeps dy and xhat between the row sums and dx, and
-// also adds this block's rows into per-column weight and bias partials in
-// registers, so the column reduction needs no second read of dy and h. A
+// output, and backward keeps dy and h between the row sums and dx (xhat is
+// recomputed from them), and also adds this block's rows into per-column
+// weight and bias partials in registers, so the column reduction needs no
+// second read of dy and h. A
 // second tiny kernel (finish_column_partials) sums the partials in a fixed
 // order: no float atomics, the same bits on every run and every GPU.
 //
@@ -61,11 +62,14 @@ struct Held {
     }
 };
 
-// Registers: with at most 128 bytes of held values a thread (forward: the
-// row; backward: dy, h and the fp32 weight/bias partials), the kernel is
-// held to 64 registers (two blocks of 512 threads, four of 256, an SM);
-// more and it may take 128 (half that). ptxas -v for sm_80 and sm_90 shows
-// no spills either way.
+// Registers, by the bytes a thread holds (ptxas -v for sm_80 and sm_90
+// shows no spills in any instantiation; the knee was found there):
+// - forward (the row as stored): __maxnreg__ 64 up to 32 bytes, 80 up to 64
+//   (three blocks of 256 threads an SM), else 128 (two; one of 512). 64 for
+//   64 bytes would spill. fp64 always 128.
+// - backward (dy, h and the fp32 weight/bias partials, 96 bytes for a bf16
+//   chunk): __launch_bounds__(512, 2), i.e. 64 registers, up to 128 bytes;
+//   else 128. fp64 always 128.
 template <typename A, int HELD_BYTES>
 constexpr int kForwardRegisters = std::is_same_v<A, double> || HELD_BYTES > 64 ? 128
                                   : HELD_BYTES > 32                            ? 80
