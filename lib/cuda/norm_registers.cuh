@@ -74,8 +74,8 @@ template <typename A, int HELD_BYTES>
 constexpr int kForwardRegisters = std::is_same_v<A, double> || HELD_BYTES > 64 ? 128
                                   : HELD_BYTES > 32                            ? 80
                                                                                : 64;
-template <typename A, int HELD_BYTES, int LIMIT>
-constexpr int kMinBlocks = !std::is_same_v<A, double> && HELD_BYTES <= LIMIT ? 2 : 1;
+template <typename A, int HELD_BYTES>
+constexpr int kBackwardMinBlocks = !std::is_same_v<A, double> && HELD_BYTES <= 128 ? 2 : 1;
 // Forward holds CPT chunks of the row: up to 8 (32768 elements at 512
 // threads); fp64 2. Backward holds more a chunk: up to 2, fp64 1.
 template <typename T>
@@ -220,7 +220,7 @@ __global__ void __maxnreg__((kForwardRegisters<acc_t<T>, CPT * kChunk * sizeof(R
 // to partials[0 or 1][blockIdx.x][col].
 template <typename T, typename H, typename P, int CPT>
 __global__ void __launch_bounds__(
-    kMaxRowThreads, kMinBlocks<acc_t<T>, CPT * kChunk * (sizeof(T) + sizeof(H) + 2 * sizeof(acc_t<T>)), 128>)
+    kMaxRowThreads, kBackwardMinBlocks<acc_t<T>, CPT * kChunk * (sizeof(T) + sizeof(H) + 2 * sizeof(acc_t<T>))>)
     norm_backward_registers_kernel(fo_norm_backward_args a, acc_t<T> *__restrict__ partials) {
     using A = acc_t<T>;
     const T *dy = static_cast<const T *>(a.dy);
