@@ -279,21 +279,34 @@ extern "C" int fo_cuda_norm_forward(int device_index, uintptr_t stream,
             const bool registers = vec && fast.cpt > 0 && aligned16(a->weight) &&
                                    aligned16(a->bias);
             const RowBlocks g = row_blocks(a->rows, a->cols);
-            dispatch_companion<T>(a->residual_dtype, [&](auto residual_tag) {
-                using R = decltype(residual_tag);
-                dispatch_companion<T>(a->param_dtype, [&](auto param_tag) {
-                    using P = decltype(param_tag);
-                    if (registers) {
-                        dispatch_chunks<kForwardMaxChunks<T>>(fast.cpt, [&](auto cpt) {
-                            norm_forward_registers_kernel<T, R, P, cpt.value>
-                                <<<unsigned(fast.groups), dim3(fast.tx, fast.ty), 0,
-                                   cudaStream_t(stream)>>>(*a);
+            const dim3 grid(unsigned(fast.groups)), block(fast.tx, fast.ty);
+            const cudaStream_t on = cudaStream_t(stream);
+            dispatch_companion<T>(a->param_dtype, [&](auto param_tag) {
+                using P = decltype(param_tag);
+                if (registers) {
+                    dispatch_chunks<kForwardMaxChunks<T>>(fast.cpt, [&](auto cpt) {
+                        constexpr int CPT = cpt.value;
+                        if (!a->residual) {
+                            norm_forward_registers_kernel<T, T, P, CPT, kX><<<grid, block, 0, on>>>(*a);
+                            return;
+                        }
+                        dispatch_companion<T>(a->residual_dtype, [&](auto residual_tag) {
+                            using R = decltype(residual_tag);
+                            if (a->dropout_p > 0)
+                                norm_forward_registers_kernel<T, R, P, CPT, kDropoutXPlusResidual>
+                                    <<<grid, block, 0, on>>>(*a);
+                            else
+                                norm_forward_registers_kernel<T, R, P, CPT, kXPlusResidual>
+                                    <<<grid, block, 0, on>>>(*a);
                         });
-                        return;
-                    }
+                    });
+                    return;
+                }
+                dispatch_companion<T>(a->residual_dtype, [&](auto residual_tag) {
+                    using R = decltype(residual_tag);
                     auto kernel = vec ? norm_forward_kernel<T, R, P, true>
                                       : norm_forward_kernel<T, R, P, false>;
-                    kernel<<<g.grid, g.block, 0, cudaStream_t(stream)>>>(*a);
+                    kernel<<<g.grid, g.block, 0, on>>>(*a);
                 });
             });
         });

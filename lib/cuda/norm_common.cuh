@@ -110,27 +110,24 @@ __device__ __forceinline__ void load_params(A (&out)[kChunk],
 // kernels have been verified too. ptxas spilled 16 bytes in one streaming
 // instantiation, fp16 backward on sm_90, when it called these.)
 //
-// Forward, one chunk of row r at col (n elements): h = x, or with a residual
-// h = dropout(x) + residual, written to residual_out and returned as stored
+// Forward, one chunk of row r at col: h = dropout(x) + residual, written
+// to residual_out (where `store`) and returned in x's place as stored
 // (rounded to R), which is what the statistics and backward then see.
-template <typename T, typename R, bool VEC>
-__device__ __forceinline__ void load_h_chunk(acc_t<T> (&h)[kChunk],
-                                             const fo_norm_forward_args a,
-                                             int64_t r, int64_t col, int n) {
+template <typename T, typename R, bool DROPOUT>
+__device__ __forceinline__ void add_residual(acc_t<T> (&x)[kChunk],
+                                             acc_t<R> (&residual)[kChunk],
+                                             const fo_norm_forward_args a, int64_t r,
+                                             int64_t col, bool store) {
     using A = acc_t<T>;
-    load_chunk<T, VEC>(h, static_cast<const T *>(a.x) + r * a.x_row_stride + col, n);
-    if (!a.residual) return;
-    if (a.dropout_p > 0)
-        apply_dropout(h, r, col, a.cols, a.dropout_p, a.seed, a.offset);
-    acc_t<R> stored[kChunk];
-    load_chunk<R, VEC>(stored, static_cast<const R *>(a.residual) + r * a.residual_row_stride + col,
-                       n);
+    if constexpr (DROPOUT) apply_dropout(x, r, col, a.cols, a.dropout_p, a.seed, a.offset);
 #pragma unroll
     for (int i = 0; i < kChunk; i++) {
-        stored[i] += acc_t<R>(h[i]);
-        h[i] = A(to_acc(from_acc<R>(stored[i])));
+        residual[i] += acc_t<R>(x[i]);
+        x[i] = A(to_acc(from_acc<R>(residual[i])));
     }
-    store_chunk<R, VEC>(static_cast<R *>(a.residual_out) + r * a.cols + col, stored, n);
+    if (store)
+        store_chunk<R, true>(static_cast<R *>(a.residual_out) + r * a.cols + col, residual,
+                             kChunk);
 }
 
 // Backward, one chunk: dh (the gradient of h from the norm) plus the

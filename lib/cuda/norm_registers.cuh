@@ -42,6 +42,12 @@ struct Held {
         for (int v = 0; v < int(sizeof(words) / 16); v++)
             reinterpret_cast<uint4 *>(words)[v] = __ldg(reinterpret_cast<const uint4 *>(p) + v);
     }
+    // load, or zeros where the chunk is past the row (or the row past the
+    // tensor): a predicated load, no branch between this and the next one
+    __device__ __forceinline__ void load_if(bool ok, const S *__restrict__ p) {
+        if (ok) load(p);
+        else clear();
+    }
     template <typename A>
     __device__ __forceinline__ void set(const A (&values)[kChunk]) {
         alignas(16) S raw[kChunk];
@@ -62,24 +68,49 @@ struct Held {
     }
 };
 
-// Registers, by the bytes a thread holds (ptxas -v for sm_80 and sm_90
-// shows no spills in any instantiation; the knee was found there):
-// - forward (the row as stored): __maxnreg__ 64 up to 32 bytes, 80 up to 64
-//   (three blocks of 256 threads an SM), else 128 (two; one of 512). 64 for
-//   64 bytes would spill. fp64 always 128.
-// - backward (dy, h and the fp32 weight/bias partials, 96 bytes for a bf16
-//   chunk): __launch_bounds__(512, 2), i.e. 64 registers, up to 128 bytes;
-//   else 128. fp64 always 128.
-template <typename A, int HELD_BYTES>
-constexpr int kForwardRegisters = std::is_same_v<A, double> || HELD_BYTES > 64 ? 128
-                                  : HELD_BYTES > 32                            ? 80
-                                                                               : 64;
+// Registers, by the bytes a thread holds at its peak (ptxas -v for sm_80
+// and sm_90 shows no spills in any instantiation; the knees were found
+// there):
+// - forward (ForwardHeld): __maxnreg__ 64 up to 96 bytes (four blocks of
+//   256 threads an SM), 80 up to 160 (three), else 128 (two; one of 512).
+//   fp64 always 128.
+// - backward (dy and h, the next row's dy and h, and the fp32 weight/bias
+//   partials: 128 bytes for a bf16 chunk): __launch_bounds__(512, 2), i.e.
+//   64 registers, up to 128 bytes; else 128. fp64 always 128.
+constexpr int forward_registers(int held_bytes) {
+    return held_bytes <= 96 ? 64 : held_bytes <= 160 ? 80 : 128;
+}
 template <typename A, int HELD_BYTES>
 constexpr int kBackwardMinBlocks = !std::is_same_v<A, double> && HELD_BYTES <= 128 ? 2 : 1;
+// What a forward thread holds. Loading: x and the residual of kBatch chunks
+// at a time (all CPT where they fit in 128 bytes: every load of a batch is
+// in flight at once), beside the h of the batches before. Then the row h
+// and, where that costs no occupancy, the weight and bias chunks: those are
+// loaded before the row's sums, so their latency hides behind the
+// reductions; otherwise they are loaded at the output, a chunk at a time.
+template <typename T, typename R, typename P, int CPT, bool RESIDUAL>
+struct ForwardHeld {
+    static constexpr int kChunkBytes = kChunk * int(sizeof(T) + sizeof(R));
+    static constexpr int kBatch = CPT * kChunkBytes <= 128 || CPT == 1 ? CPT
+                                  : CPT / 2 * kChunkBytes <= 128 || CPT == 2 ? CPT / 2
+                                                                             : CPT / 4;
+    static constexpr int kRow = CPT * kChunk * int(sizeof(R));
+    static constexpr int kParams = 2 * CPT * kChunk * int(sizeof(P));
+    // (a residual also costs its pointers and the residual_out stores)
+    static constexpr int kLoading =
+        (CPT - kBatch) * kChunk * int(sizeof(R)) + kBatch * kChunkBytes + (RESIDUAL ? 64 : 0);
+    static constexpr bool kEarlyParams =
+        forward_registers(kLoading > kRow + kParams ? kLoading : kRow + kParams) ==
+        forward_registers(kLoading);
+    static constexpr int kRegisters =
+        std::is_same_v<T, double> ? 128 : forward_registers(kEarlyParams && kRow + kParams > kLoading
+                                                                ? kRow + kParams
+                                                                : kLoading);
+};
 // Forward holds CPT chunks of the row: up to 8 (32768 elements at 512
 // threads); fp64 2. Backward holds more a chunk: up to 2, fp64 1.
 template <typename T>
-constexpr int kForwardMaxChunks = std::is_same_v<T, double> ? 2 : 8;
+constexpr int kForwardMaxChunks = sizeof(T) == 8 ? 1 : sizeof(T) == 4 ? 2 : 4;
 template <typename T>
 constexpr int kBackwardMaxChunks = std::is_same_v<T, double> ? 1 : 2;
 // Backward's grid is persistent and depends on the shape alone (it decides
@@ -91,15 +122,17 @@ constexpr int64_t kBackwardThreads = 131072;
 
 // Chunks a thread: as few threads as keep `target` chunks each (so every
 // thread has several 16-byte loads in flight), at least a warp and at most
-// kMaxRowThreads a row; then the power-of-two chunks a thread that covers
+// `max_tx` a row, more (to kMaxRowThreads) only where the row would not fit
+// in max_chunks a thread; then the power-of-two chunks a thread that covers
 // the row. Narrow rows share a block of kThreads (TY rows).
-inline RegisterRows register_rows(int64_t rows, int64_t cols, int target,
+inline RegisterRows register_rows(int64_t rows, int64_t cols, int target, int max_tx,
                                   int max_chunks, int64_t max_groups) {
     RegisterRows g;
     const int64_t chunks = chunks_per_row(cols);
     if (target > max_chunks) target = max_chunks;  // fp64: fewer a thread
     int tx = 32;
-    while (tx < kMaxRowThreads && int64_t(tx) * target < chunks) tx *= 2;
+    while (tx < max_tx && int64_t(tx) * target < chunks) tx *= 2;
+    while (tx < kMaxRowThreads && int64_t(tx) * max_chunks < chunks) tx *= 2;
     int cpt = 1;
     while (int64_t(tx) * cpt < chunks) cpt *= 2;
     if (cpt > max_chunks) return g;
@@ -122,57 +155,109 @@ void dispatch_chunks(int cpt, F &&f) {
     if constexpr (MAX >= 8) if (cpt == 8) f(std::integral_constant<int, 8>{});
 }
 
-// Chunks a thread forward aims for; a build-time knob for tuning runs
-// (bench/tune_forward.sh builds the library with other values).
+// Forward aims for 2 chunks a thread on at most 256 threads a row, then
+// more chunks: on the H200, 2 beat 4 by 5-13% up to 4096 elements, and rows
+// of 512 threads were the slowest of every build (bench/results/h200/
+// tune_forward). Build-time knobs for tuning runs (bench/tune_forward.sh).
 #ifndef FO_FORWARD_TARGET_CHUNKS
-#define FO_FORWARD_TARGET_CHUNKS 4
+#define FO_FORWARD_TARGET_CHUNKS 2
+#endif
+#ifndef FO_FORWARD_ROW_THREADS
+#define FO_FORWARD_ROW_THREADS 256
 #endif
 template <typename T>
 RegisterRows forward_register_rows(int64_t rows, int64_t cols) {
-    return register_rows(rows, cols, FO_FORWARD_TARGET_CHUNKS, kForwardMaxChunks<T>,
-                         kMaxRowGroups);
+    return register_rows(rows, cols, FO_FORWARD_TARGET_CHUNKS, FO_FORWARD_ROW_THREADS,
+                         kForwardMaxChunks<T>, kMaxRowGroups);
 }
 // Backward holds a chunk a thread where the row allows (512 threads a row
 // for 4096 elements): its partials are per thread, so fewer chunks a thread
 // keep it within 64 registers.
 template <typename T>
 RegisterRows backward_register_rows(int64_t rows, int64_t cols) {
-    RegisterRows g = register_rows(rows, cols, 1, kBackwardMaxChunks<T>, kMaxRowGroups);
+    RegisterRows g = register_rows(rows, cols, 1, kMaxRowThreads, kBackwardMaxChunks<T>, kMaxRowGroups);
     if (g.cpt == 0) return g;
     const int64_t blocks = kBackwardThreads / (int64_t(g.tx) * g.ty);
     if (g.groups > blocks) g.groups = blocks;
     return g;
 }
 
-// T: x and y; R: residual, residual_out (T or float); P: weight, bias.
-template <typename T, typename R, typename P, int CPT>
-__global__ void __maxnreg__((kForwardRegisters<acc_t<T>, CPT * kChunk * sizeof(R)>))
+// What the forward adds to x before the norm. A template parameter, not a
+// runtime test: branches on it between the chunks made ptxas merge the
+// held row through local memory (spills of 100-400 bytes).
+enum ForwardInput { kX, kXPlusResidual, kDropoutXPlusResidual };
+
+// T: x and y; R: residual, residual_out (T, or float with a residual);
+// P: weight, bias.
+template <typename T, typename R, typename P, int CPT, ForwardInput INPUT>
+__global__ void __maxnreg__((ForwardHeld<T, R, P, CPT, INPUT != kX>::kRegisters))
     norm_forward_registers_kernel(fo_norm_forward_args a) {
     using A = acc_t<T>;
+    constexpr bool kEarlyParams = ForwardHeld<T, R, P, CPT, INPUT != kX>::kEarlyParams;
+    constexpr int kBatch = ForwardHeld<T, R, P, CPT, INPUT != kX>::kBatch;
+    const T *x = static_cast<const T *>(a.x);
+    const R *residual = static_cast<const R *>(a.residual);
     const P *weight = static_cast<const P *>(a.weight);
     const P *bias = static_cast<const P *>(a.bias);
-    const int64_t cols = a.cols, chunks = chunks_per_row(cols);
+    // Column offsets are 32-bit (the row is at most 32768 elements here): the
+    // 64-bit ones ptxas hoisted out of the row loop, 2 registers for each
+    // chunk of each operand, spilled.
+    const int64_t cols = a.cols;
+    const int chunks = int(chunks_per_row(cols));
     const bool rms = a.kind == FO_NORM_RMS;
     // the row loop is uniform across the block (row_sum holds barriers)
     for (int64_t base = blockIdx.x * int64_t(blockDim.y); base < a.rows;
          base += int64_t(gridDim.x) * blockDim.y) {
         const int64_t r = base + threadIdx.y;
         const bool active = r < a.rows;
-        // h = dropout(x) + residual as stored in residual_out's dtype R (x
-        // itself without a residual, and then R is T)
+        // Every load of a batch is issued before any is used, so all of a
+        // thread's chunks in it are in flight at once. (A loop that loaded a
+        // chunk and added it up before the next load kept one 16-byte load
+        // in flight a thread, in the SASS, and ran at half the bandwidth.)
         Held<R> h[CPT];
         A sum = 0;
 #pragma unroll
-        for (int k = 0; k < CPT; k++) {
-            const int64_t c = threadIdx.x + int64_t(k) * blockDim.x;
-            if (active && c < chunks) {
+        for (int k0 = 0; k0 < CPT; k0 += kBatch) {
+            Held<T> xs[kBatch];
+#pragma unroll
+            for (int k = k0; k < k0 + kBatch; k++) {
+                const int c = threadIdx.x + k * blockDim.x;
+                xs[k - k0].load_if(active && c < chunks, x + r * a.x_row_stride + c * kChunk);
+            }
+            if constexpr (INPUT != kX) {  // held in h until h replaces it
+#pragma unroll
+                for (int k = k0; k < k0 + kBatch; k++) {
+                    const int c = threadIdx.x + k * blockDim.x;
+                    h[k].load_if(active && c < chunks,
+                                 residual + r * a.residual_row_stride + c * kChunk);
+                }
+            }
+            // h = dropout(x) + residual as stored in residual_out's dtype R
+            // (x itself without a residual, and then R is T); zeros past the
+            // row
+#pragma unroll
+            for (int k = k0; k < k0 + kBatch; k++) {
+                const int c = threadIdx.x + k * blockDim.x;
                 A v[kChunk];
-                load_h_chunk<T, R, true>(v, a, r, c * kChunk, kChunk);
+                xs[k - k0].get(v);
+                if constexpr (INPUT != kX) {
+                    acc_t<R> stored[kChunk];
+                    h[k].get(stored);
+                    add_residual<T, R, INPUT == kDropoutXPlusResidual>(v, stored, a, r, c * kChunk,
+                                                                       active && c < chunks);
+                }
                 h[k].set(v);
 #pragma unroll
                 for (int i = 0; i < kChunk; i++) sum += v[i];
-            } else {
-                h[k].clear();
+            }
+        }
+        Held<P> ws[CPT], bs[CPT];
+        if constexpr (kEarlyParams) {
+#pragma unroll
+            for (int k = 0; k < CPT; k++) {
+                const int c = threadIdx.x + k * blockDim.x;
+                ws[k].load_if(weight && c < chunks, weight + c * kChunk);
+                bs[k].load_if(bias && c < chunks, bias + c * kChunk);
             }
         }
         const A mean = rms ? A(0) : row_sum(sum) / A(cols);
@@ -181,7 +266,7 @@ __global__ void __maxnreg__((kForwardRegisters<acc_t<T>, CPT * kChunk * sizeof(R
         A deviations = 0;
 #pragma unroll
         for (int k = 0; k < CPT; k++) {
-            if (threadIdx.x + int64_t(k) * blockDim.x >= chunks) continue;
+            if (int(threadIdx.x + k * blockDim.x) >= chunks) continue;
             A v[kChunk];
             h[k].get(v);
 #pragma unroll
@@ -196,14 +281,19 @@ __global__ void __maxnreg__((kForwardRegisters<acc_t<T>, CPT * kChunk * sizeof(R
         }
 #pragma unroll
         for (int k = 0; k < CPT; k++) {
-            const int64_t c = threadIdx.x + int64_t(k) * blockDim.x;
+            const int c = threadIdx.x + k * blockDim.x;
             if (c >= chunks) continue;
-            const int64_t col = c * kChunk;
+            const int col = c * kChunk;
             A v[kChunk];
             h[k].get(v);
             acc_t<P> w[kChunk], b[kChunk];
-            if (weight) load_chunk<P, true>(w, weight + col, kChunk);
-            if (bias) load_chunk<P, true>(b, bias + col, kChunk);
+            if constexpr (kEarlyParams) {
+                ws[k].get(w);
+                bs[k].get(b);
+            } else {
+                if (weight) load_chunk<P, true>(w, weight + col, kChunk);
+                if (bias) load_chunk<P, true>(b, bias + col, kChunk);
+            }
 #pragma unroll
             for (int i = 0; i < kChunk; i++) {
                 v[i] = (v[i] - mean) * rstd;
@@ -220,7 +310,8 @@ __global__ void __maxnreg__((kForwardRegisters<acc_t<T>, CPT * kChunk * sizeof(R
 // to partials[0 or 1][blockIdx.x][col].
 template <typename T, typename H, typename P, int CPT>
 __global__ void __launch_bounds__(
-    kMaxRowThreads, kBackwardMinBlocks<acc_t<T>, CPT * kChunk * (sizeof(T) + sizeof(H) + 2 * sizeof(acc_t<T>))>)
+    kMaxRowThreads,
+    kBackwardMinBlocks<acc_t<T>, CPT * kChunk * (2 * (sizeof(T) + sizeof(H)) + 2 * sizeof(acc_t<T>))>)
     norm_backward_registers_kernel(fo_norm_backward_args a, acc_t<T> *__restrict__ partials) {
     using A = acc_t<T>;
     const T *dy = static_cast<const T *>(a.dy);
@@ -230,12 +321,37 @@ __global__ void __launch_bounds__(
     const bool rms = a.kind == FO_NORM_RMS;
     const bool columns = a.dweight || a.dbias;
     A dw[CPT][kChunk] = {}, db[CPT][kChunk] = {};
-    for (int64_t base = blockIdx.x * int64_t(blockDim.y); base < a.rows;
-         base += int64_t(gridDim.x) * blockDim.y) {
+    // The next row's dy, h, mean and rstd are loaded while this one is
+    // summed and written: the grid is persistent, so without this a block
+    // would have no loads in flight during its reductions and stores.
+    const int64_t step = int64_t(gridDim.x) * blockDim.y;
+    Held<T> dy_next[CPT];
+    Held<H> h_next[CPT];
+    A mean_next = 0, rstd_next = 0;
+    auto load_row = [&](int64_t r) {
+        const bool active = r < a.rows;
+#pragma unroll
+        for (int k = 0; k < CPT; k++) {
+            const int64_t c = threadIdx.x + int64_t(k) * blockDim.x;
+            dy_next[k].load_if(active && c < chunks, dy + r * a.dy_row_stride + c * kChunk);
+            h_next[k].load_if(active && c < chunks, h + r * a.h_row_stride + c * kChunk);
+        }
+        mean_next = !active || rms ? A(0) : static_cast<const A *>(a.mean)[r];
+        rstd_next = active ? static_cast<const A *>(a.rstd)[r] : A(0);
+    };
+    load_row(blockIdx.x * int64_t(blockDim.y) + threadIdx.y);
+    for (int64_t base = blockIdx.x * int64_t(blockDim.y); base < a.rows; base += step) {
         const int64_t r = base + threadIdx.y;
         const bool active = r < a.rows;
-        const A mean = !active || rms ? A(0) : static_cast<const A *>(a.mean)[r];
-        const A rstd = active ? static_cast<const A *>(a.rstd)[r] : A(0);
+        Held<T> dy_held[CPT];
+        Held<H> h_held[CPT];
+#pragma unroll
+        for (int k = 0; k < CPT; k++) {
+            dy_held[k] = dy_next[k];
+            h_held[k] = h_next[k];
+        }
+        const A mean = mean_next, rstd = rstd_next;
+        if (base + step < a.rows) load_row(r + step);
         // the chunk's dy, xhat and weight * dy, from the held dy and h (and
         // the weight, an L1 hit after the first row)
         auto expand = [&](const Held<T> &dy_k, const Held<H> &h_k, int64_t col,
@@ -250,22 +366,13 @@ __global__ void __launch_bounds__(
                 wdy[i] = weight ? g[i] * A(w[i]) : g[i];
             }
         };
-        Held<T> dy_held[CPT];
-        Held<H> h_held[CPT];
         A sum_wdy = 0, sum_wdy_xhat = 0;
 #pragma unroll
         for (int k = 0; k < CPT; k++) {
             const int64_t c = threadIdx.x + int64_t(k) * blockDim.x;
-            const int64_t col = c * kChunk;
-            if (!active || c >= chunks) {
-                dy_held[k].clear();
-                h_held[k].clear();
-                continue;
-            }
-            dy_held[k].load(dy + r * a.dy_row_stride + col);
-            h_held[k].load(h + r * a.h_row_stride + col);
+            if (!active || c >= chunks) continue;  // dy and h held as zeros
             A g[kChunk], xhat[kChunk], wdy[kChunk];
-            expand(dy_held[k], h_held[k], col, g, xhat, wdy);
+            expand(dy_held[k], h_held[k], c * kChunk, g, xhat, wdy);
 #pragma unroll
             for (int i = 0; i < kChunk; i++) {
                 dw[k][i] += g[i] * xhat[i];
