@@ -77,8 +77,11 @@ struct Held {
 // - backward (dy and h, the next row's dy and h, and the fp32 weight/bias
 //   partials: 128 bytes for a bf16 chunk): __launch_bounds__(512, 2), i.e.
 //   64 registers, up to 128 bytes; else 128. fp64 always 128.
+#ifndef FO_FORWARD_SMALL_REGISTERS
+#define FO_FORWARD_SMALL_REGISTERS 64
+#endif
 constexpr int forward_registers(int held_bytes) {
-    return held_bytes <= 96 ? 64 : held_bytes <= 160 ? 80 : 128;
+    return held_bytes <= 96 ? FO_FORWARD_SMALL_REGISTERS : held_bytes <= 160 ? 80 : 128;
 }
 template <typename A, int HELD_BYTES>
 constexpr int kBackwardMinBlocks = !std::is_same_v<A, double> && HELD_BYTES <= 128 ? 2 : 1;
@@ -305,6 +308,9 @@ __global__ void __maxnreg__((ForwardHeld<T, R, P, CPT, INPUT != kX>::kRegisters)
     }
 }
 
+#ifndef FO_BACKWARD_PREFETCH
+#define FO_BACKWARD_PREFETCH 1
+#endif
 // T: dy, dx; H: h, dresidual_out, dresidual (T or float); P: weight.
 // Writes this block's per-column sums of dy * xhat (weight) and dy (bias)
 // to partials[0 or 1][blockIdx.x][col].
@@ -339,10 +345,11 @@ __global__ void __launch_bounds__(
         mean_next = !active || rms ? A(0) : static_cast<const A *>(a.mean)[r];
         rstd_next = active ? static_cast<const A *>(a.rstd)[r] : A(0);
     };
-    load_row(blockIdx.x * int64_t(blockDim.y) + threadIdx.y);
+    if (FO_BACKWARD_PREFETCH) load_row(blockIdx.x * int64_t(blockDim.y) + threadIdx.y);
     for (int64_t base = blockIdx.x * int64_t(blockDim.y); base < a.rows; base += step) {
         const int64_t r = base + threadIdx.y;
         const bool active = r < a.rows;
+        if (!FO_BACKWARD_PREFETCH) load_row(r);
         Held<T> dy_held[CPT];
         Held<H> h_held[CPT];
 #pragma unroll
@@ -351,7 +358,7 @@ __global__ void __launch_bounds__(
             h_held[k] = h_next[k];
         }
         const A mean = mean_next, rstd = rstd_next;
-        if (base + step < a.rows) load_row(r + step);
+        if (FO_BACKWARD_PREFETCH && base + step < a.rows) load_row(r + step);
         // the chunk's dy, xhat and weight * dy, from the held dy and h (and
         // the weight, an L1 hit after the first row)
         auto expand = [&](const Held<T> &dy_k, const Held<H> &h_k, int64_t col,
