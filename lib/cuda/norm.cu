@@ -256,10 +256,12 @@ extern "C" int64_t fo_cuda_norm_workspace_bytes(int64_t rows, int64_t cols,
     // room for whichever backward runs: the register kernel's partials or
     // the streaming column kernel's
     int64_t groups = row_geometry(rows, cols).grid.y;
-    const int64_t register_groups =
-        dtype == FO_DTYPE_F64 ? backward_register_rows<double>(rows, cols).groups
-                              : backward_register_rows<float>(rows, cols).groups;
-    if (register_groups > groups) groups = register_groups;
+    // (the register kernel's grid depends on the input's type: the largest)
+    for (int64_t register_groups :
+         {backward_register_rows<double>(rows, cols).groups,
+          backward_register_rows<float>(rows, cols).groups,
+          backward_register_rows<__half>(rows, cols).groups})
+        if (register_groups > groups) groups = register_groups;
     return 2 * groups * cols * acc_bytes;
 }
 

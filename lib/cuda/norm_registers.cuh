@@ -74,14 +74,23 @@ struct Held {
 // - forward (ForwardHeld): __maxnreg__ 64 up to 96 bytes (four blocks of
 //   256 threads an SM), 80 up to 160 (three), else 128 (two; one of 512).
 //   fp64 always 128.
-// - backward (dy and h, the next row's dy and h, and the fp32 weight/bias
-//   partials: 128 bytes for a bf16 chunk): __launch_bounds__(512, 2), i.e.
-//   64 registers, up to 128 bytes; else 128. fp64 always 128.
+// - backward (backward_held_bytes: dy and h, the next row's where it
+//   prefetches, and the fp32 weight/bias partials; 96 bytes for a bf16
+//   chunk): __launch_bounds__(512, 2), i.e. 64 registers, up to 128 bytes;
+//   else 128. fp64 always 128.
 #ifndef FO_FORWARD_SMALL_REGISTERS
 #define FO_FORWARD_SMALL_REGISTERS 64
 #endif
+#ifndef FO_FORWARD_EARLY_PARAMS
+#define FO_FORWARD_EARLY_PARAMS 0
+#endif
+#ifndef FO_FORWARD_MID_REGISTERS
+#define FO_FORWARD_MID_REGISTERS 80
+#endif
 constexpr int forward_registers(int held_bytes) {
-    return held_bytes <= 96 ? FO_FORWARD_SMALL_REGISTERS : held_bytes <= 160 ? 80 : 128;
+    return held_bytes <= 96    ? FO_FORWARD_SMALL_REGISTERS
+           : held_bytes <= 160 ? FO_FORWARD_MID_REGISTERS
+                               : 128;
 }
 template <typename A, int HELD_BYTES>
 constexpr int kBackwardMinBlocks = !std::is_same_v<A, double> && HELD_BYTES <= 128 ? 2 : 1;
@@ -103,8 +112,9 @@ struct ForwardHeld {
     static constexpr int kLoading =
         (CPT - kBatch) * kChunk * int(sizeof(R)) + kBatch * kChunkBytes + (RESIDUAL ? 64 : 0);
     static constexpr bool kEarlyParams =
+        FO_FORWARD_EARLY_PARAMS &&
         forward_registers(kLoading > kRow + kParams ? kLoading : kRow + kParams) ==
-        forward_registers(kLoading);
+            forward_registers(kLoading);
     static constexpr int kRegisters =
         std::is_same_v<T, double> ? 128 : forward_registers(kEarlyParams && kRow + kParams > kLoading
                                                                 ? kRow + kParams
@@ -117,11 +127,33 @@ constexpr int kForwardMaxChunks = sizeof(T) == 8 ? 1 : sizeof(T) == 4 ? 2 : 4;
 template <typename T>
 constexpr int kBackwardMaxChunks = std::is_same_v<T, double> ? 1 : 2;
 // Backward's grid is persistent and depends on the shape alone (it decides
-// which rows each partial sums, and so the bits of dweight): 131072 threads,
-// two blocks of 512 or four of 256 on each of an H100's or H200's 132 SMs,
-// so every block is resident at once and the partials (2 x blocks x cols
-// fp32, mostly still in L2 when the finishing pass reads them) stay small.
-constexpr int64_t kBackwardThreads = 131072;
+// which rows each partial sums, and so the bits of dweight): the threads
+// that are resident at once on 128 SMs (an H100 or H200 has 132) at the
+// register budget of the 16-bit or fp32 instantiation with h of the same
+// type, 1024 a SM at 64 registers and 512 at 128, so no block waits for a
+// second wave, and the partials (2 x blocks x cols fp32, mostly still in
+// L2 when the finishing pass reads them) stay small.
+// Prefetch the next row: 0 never, 1 always, 2 from 2 chunks a thread
+// (H100: 26% faster at 2 chunks, 2-4% slower at 1, where the extra
+// registers spill within 64).
+#ifndef FO_BACKWARD_PREFETCH
+#define FO_BACKWARD_PREFETCH 2
+#endif
+constexpr bool backward_prefetch(int cpt) {
+    return FO_BACKWARD_PREFETCH == 1 || (FO_BACKWARD_PREFETCH == 2 && cpt >= 2);
+}
+// dy and h (twice with the next row's), and the fp32 weight/bias partials
+template <typename T>
+constexpr int backward_held_bytes(int cpt, int h_size) {
+    return cpt * kChunk *
+           ((backward_prefetch(cpt) ? 2 : 1) * (int(sizeof(T)) + h_size) + 2 * int(sizeof(acc_t<T>)));
+}
+template <typename T>
+int64_t backward_threads(int cpt) {
+    const bool two_blocks =
+        !std::is_same_v<T, double> && backward_held_bytes<T>(cpt, sizeof(T)) <= 128;
+    return int64_t(128) * kMaxRowThreads * (two_blocks ? 2 : 1);
+}
 
 // Chunks a thread: as few threads as keep `target` chunks each (so every
 // thread has several 16-byte loads in flight), at least a warp and at most
@@ -176,11 +208,18 @@ RegisterRows forward_register_rows(int64_t rows, int64_t cols) {
 // Backward holds a chunk a thread where the row allows (512 threads a row
 // for 4096 elements): its partials are per thread, so fewer chunks a thread
 // keep it within 64 registers.
+#ifndef FO_BACKWARD_TARGET_CHUNKS
+#define FO_BACKWARD_TARGET_CHUNKS 1
+#endif
+#ifndef FO_BACKWARD_ROW_THREADS
+#define FO_BACKWARD_ROW_THREADS 512
+#endif
 template <typename T>
 RegisterRows backward_register_rows(int64_t rows, int64_t cols) {
-    RegisterRows g = register_rows(rows, cols, 1, kMaxRowThreads, kBackwardMaxChunks<T>, kMaxRowGroups);
+    RegisterRows g = register_rows(rows, cols, FO_BACKWARD_TARGET_CHUNKS, FO_BACKWARD_ROW_THREADS,
+                                   kBackwardMaxChunks<T>, kMaxRowGroups);
     if (g.cpt == 0) return g;
-    const int64_t blocks = kBackwardThreads / (int64_t(g.tx) * g.ty);
+    const int64_t blocks = backward_threads<T>(g.cpt) / (int64_t(g.tx) * g.ty);
     if (g.groups > blocks) g.groups = blocks;
     return g;
 }
@@ -189,6 +228,16 @@ RegisterRows backward_register_rows(int64_t rows, int64_t cols) {
 // runtime test: branches on it between the chunks made ptxas merge the
 // held row through local memory (spills of 100-400 bytes).
 enum ForwardInput { kX, kXPlusResidual, kDropoutXPlusResidual };
+
+// 1 / sqrt(v): one MUFU.RSQ in fp32 (2 ulp, as torch's own CUDA norms
+// use), where the IEEE square root and division cost about 30 instructions
+// a row: these kernels are bound by instructions issued, not only by bytes
+// (ncu, H100: schedulers issuing in 62-76% of cycles).
+template <typename A>
+__device__ __forceinline__ A reciprocal_sqrt(A v) {
+    if constexpr (std::is_same_v<A, float>) return rsqrtf(v);
+    else return A(1) / sqrt(v);
+}
 
 // T: x and y; R: residual, residual_out (T, or float with a residual);
 // P: weight, bias.
@@ -208,6 +257,7 @@ __global__ void __maxnreg__((ForwardHeld<T, R, P, CPT, INPUT != kX>::kRegisters)
     const int64_t cols = a.cols;
     const int chunks = int(chunks_per_row(cols));
     const bool rms = a.kind == FO_NORM_RMS;
+    const A inv_cols = A(1) / A(cols);  // once: a division costs a dozen instructions
     // the row loop is uniform across the block (row_sum holds barriers)
     for (int64_t base = blockIdx.x * int64_t(blockDim.y); base < a.rows;
          base += int64_t(gridDim.x) * blockDim.y) {
@@ -263,7 +313,7 @@ __global__ void __maxnreg__((ForwardHeld<T, R, P, CPT, INPUT != kX>::kRegisters)
                 bs[k].load_if(bias && c < chunks, bias + c * kChunk);
             }
         }
-        const A mean = rms ? A(0) : row_sum(sum) / A(cols);
+        const A mean = rms ? A(0) : row_sum(sum) * inv_cols;
         // the variance about the mean, from registers: no cancellation, and
         // no second read
         A deviations = 0;
@@ -275,9 +325,9 @@ __global__ void __maxnreg__((ForwardHeld<T, R, P, CPT, INPUT != kX>::kRegisters)
 #pragma unroll
             for (int i = 0; i < kChunk; i++) deviations += (v[i] - mean) * (v[i] - mean);
         }
-        const A variance = row_sum(deviations) / A(cols);
+        const A variance = row_sum(deviations) * inv_cols;
         if (!active) continue;
-        const A rstd = A(1) / sqrt(variance + A(a.eps));
+        const A rstd = reciprocal_sqrt(variance + A(a.eps));
         if (threadIdx.x == 0) {
             if (a.mean) static_cast<A *>(a.mean)[r] = mean;
             if (a.rstd) static_cast<A *>(a.rstd)[r] = rstd;
@@ -308,24 +358,22 @@ __global__ void __maxnreg__((ForwardHeld<T, R, P, CPT, INPUT != kX>::kRegisters)
     }
 }
 
-#ifndef FO_BACKWARD_PREFETCH
-#define FO_BACKWARD_PREFETCH 1
-#endif
 // T: dy, dx; H: h, dresidual_out, dresidual (T or float); P: weight.
 // Writes this block's per-column sums of dy * xhat (weight) and dy (bias)
 // to partials[0 or 1][blockIdx.x][col].
 template <typename T, typename H, typename P, int CPT>
-__global__ void __launch_bounds__(
-    kMaxRowThreads,
-    kBackwardMinBlocks<acc_t<T>, CPT * kChunk * (2 * (sizeof(T) + sizeof(H)) + 2 * sizeof(acc_t<T>))>)
+__global__ void __launch_bounds__(kMaxRowThreads,
+                                  kBackwardMinBlocks<acc_t<T>, backward_held_bytes<T>(CPT, sizeof(H))>)
     norm_backward_registers_kernel(fo_norm_backward_args a, acc_t<T> *__restrict__ partials) {
     using A = acc_t<T>;
+    constexpr bool kPrefetch = backward_prefetch(CPT);
     const T *dy = static_cast<const T *>(a.dy);
     const H *h = static_cast<const H *>(a.h);
     const P *weight = static_cast<const P *>(a.weight);
     const int64_t cols = a.cols, chunks = chunks_per_row(cols);
     const bool rms = a.kind == FO_NORM_RMS;
     const bool columns = a.dweight || a.dbias;
+    const A inv_cols = A(1) / A(cols);
     A dw[CPT][kChunk] = {}, db[CPT][kChunk] = {};
     // The next row's dy, h, mean and rstd are loaded while this one is
     // summed and written: the grid is persistent, so without this a block
@@ -345,11 +393,11 @@ __global__ void __launch_bounds__(
         mean_next = !active || rms ? A(0) : static_cast<const A *>(a.mean)[r];
         rstd_next = active ? static_cast<const A *>(a.rstd)[r] : A(0);
     };
-    if (FO_BACKWARD_PREFETCH) load_row(blockIdx.x * int64_t(blockDim.y) + threadIdx.y);
+    if (kPrefetch) load_row(blockIdx.x * int64_t(blockDim.y) + threadIdx.y);
     for (int64_t base = blockIdx.x * int64_t(blockDim.y); base < a.rows; base += step) {
         const int64_t r = base + threadIdx.y;
         const bool active = r < a.rows;
-        if (!FO_BACKWARD_PREFETCH) load_row(r);
+        if (!kPrefetch) load_row(r);
         Held<T> dy_held[CPT];
         Held<H> h_held[CPT];
 #pragma unroll
@@ -358,7 +406,7 @@ __global__ void __launch_bounds__(
             h_held[k] = h_next[k];
         }
         const A mean = mean_next, rstd = rstd_next;
-        if (FO_BACKWARD_PREFETCH && base + step < a.rows) load_row(r + step);
+        if (kPrefetch && base + step < a.rows) load_row(r + step);
         // the chunk's dy, xhat and weight * dy, from the held dy and h (and
         // the weight, an L1 hit after the first row)
         auto expand = [&](const Held<T> &dy_k, const Held<H> &h_k, int64_t col,
@@ -391,8 +439,8 @@ __global__ void __launch_bounds__(
         // dh = rstd * (wdy - mean(wdy) - xhat * mean(wdy * xhat)); RMSNorm
         // drops the mean(wdy) term
         row_sum2(sum_wdy, sum_wdy_xhat);
-        const A mean_wdy = rms ? A(0) : sum_wdy / A(cols);
-        const A mean_wdy_xhat = sum_wdy_xhat / A(cols);
+        const A mean_wdy = rms ? A(0) : sum_wdy * inv_cols;
+        const A mean_wdy_xhat = sum_wdy_xhat * inv_cols;
         if (!active) continue;
 #pragma unroll
         for (int k = 0; k < CPT; k++) {
