@@ -2,7 +2,7 @@
 //
 // Aligned rows that fit in registers take the one-pass kernels of
 // norm_registers.cuh. The rest (unaligned or odd-length rows; rows longer
-// than 32768 elements forward or 8192 backward, 8192 and 4096 in fp64)
+// than 16384 elements forward (fp32 8192) or 8192 backward; 4096 in fp64)
 // take the streaming kernels here. They run TX threads per row (TX = the
 // power of two covering the row's 8-element chunks, 32..512) and TY rows
 // per block, so narrow rows still fill a block and wide rows (to 262144 and

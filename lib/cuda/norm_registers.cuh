@@ -73,59 +73,58 @@ struct Held {
 // there):
 // - forward (ForwardHeld): __maxnreg__ 64 up to 96 bytes (four blocks of
 //   256 threads an SM), 80 up to 160 (three), else 128 (two; one of 512).
-//   fp64 always 128.
+//   fp64 always 128. (64 for 128 bytes spilled 8-64 bytes and was slower.)
 // - backward (backward_held_bytes: dy and h, the next row's where it
 //   prefetches, and the fp32 weight/bias partials; 96 bytes for a bf16
 //   chunk): __launch_bounds__(512, 2), i.e. 64 registers, up to 128 bytes;
 //   else 128. fp64 always 128.
-#ifndef FO_FORWARD_SMALL_REGISTERS
-#define FO_FORWARD_SMALL_REGISTERS 64
-#endif
-#ifndef FO_FORWARD_EARLY_PARAMS
-#define FO_FORWARD_EARLY_PARAMS 0
-#endif
-#ifndef FO_FORWARD_MID_REGISTERS
-#define FO_FORWARD_MID_REGISTERS 80
-#endif
 constexpr int forward_registers(int held_bytes) {
-    return held_bytes <= 96    ? FO_FORWARD_SMALL_REGISTERS
-           : held_bytes <= 160 ? FO_FORWARD_MID_REGISTERS
-                               : 128;
+    return held_bytes <= 96 ? 64 : held_bytes <= 160 ? 80 : 128;
 }
 template <typename A, int HELD_BYTES>
 constexpr int kBackwardMinBlocks = !std::is_same_v<A, double> && HELD_BYTES <= 128 ? 2 : 1;
-// What a forward thread holds. Loading: x and the residual of kBatch chunks
-// at a time (all CPT where they fit in 128 bytes: every load of a batch is
-// in flight at once), beside the h of the batches before. Then the row h
-// and, where that costs no occupancy, the weight and bias chunks: those are
-// loaded before the row's sums, so their latency hides behind the
-// reductions; otherwise they are loaded at the output, a chunk at a time.
-template <typename T, typename R, typename P, int CPT, bool RESIDUAL>
+// What a forward thread holds at its peak: x and the residual of kBatch
+// chunks at a time (all CPT where they fit in 128 bytes: every load of a
+// batch is in flight at once), beside the h of the batches before. The
+// weight and bias are loaded at the output, a chunk at a time: holding
+// them from the start (their latency hidden behind the row sums) measured
+// no faster on the H100 and made ptxas spill.
+template <typename T, typename R, int CPT, bool RESIDUAL>
 struct ForwardHeld {
     static constexpr int kChunkBytes = kChunk * int(sizeof(T) + sizeof(R));
     static constexpr int kBatch = CPT * kChunkBytes <= 128 || CPT == 1 ? CPT
                                   : CPT / 2 * kChunkBytes <= 128 || CPT == 2 ? CPT / 2
                                                                              : CPT / 4;
-    static constexpr int kRow = CPT * kChunk * int(sizeof(R));
-    static constexpr int kParams = 2 * CPT * kChunk * int(sizeof(P));
     // (a residual also costs its pointers and the residual_out stores)
-    static constexpr int kLoading =
+    static constexpr int kBytes =
         (CPT - kBatch) * kChunk * int(sizeof(R)) + kBatch * kChunkBytes + (RESIDUAL ? 64 : 0);
-    static constexpr bool kEarlyParams =
-        FO_FORWARD_EARLY_PARAMS &&
-        forward_registers(kLoading > kRow + kParams ? kLoading : kRow + kParams) ==
-            forward_registers(kLoading);
-    static constexpr int kRegisters =
-        std::is_same_v<T, double> ? 128 : forward_registers(kEarlyParams && kRow + kParams > kLoading
-                                                                ? kRow + kParams
-                                                                : kLoading);
+    static constexpr int kRegisters = std::is_same_v<T, double> ? 128 : forward_registers(kBytes);
 };
-// Forward holds CPT chunks of the row: up to 8 (32768 elements at 512
-// threads); fp64 2. Backward holds more a chunk: up to 2, fp64 1.
+// Forward holds CPT chunks of the row: up to 4 (16384 elements at 512
+// threads), fp32 2, fp64 1 (8 chunks, or 4 of fp32, spilled once all their
+// loads were issued together). Backward holds more a chunk: up to 2, fp64 1.
 template <typename T>
 constexpr int kForwardMaxChunks = sizeof(T) == 8 ? 1 : sizeof(T) == 4 ? 2 : 4;
 template <typename T>
 constexpr int kBackwardMaxChunks = std::is_same_v<T, double> ? 1 : 2;
+// Backward prefetches the next row's dy and h from 2 chunks a thread of
+// 16-bit types: 26% faster there on the H100; at 1 chunk 2-4% slower (the
+// extra registers spill within 64), and in fp32 at 2 chunks it spilled.
+// Build-time knob: 0 never, 1 always, 2 so.
+#ifndef FO_BACKWARD_PREFETCH
+#define FO_BACKWARD_PREFETCH 2
+#endif
+template <typename T>
+constexpr bool backward_prefetch(int cpt) {
+    return FO_BACKWARD_PREFETCH == 1 ||
+           (FO_BACKWARD_PREFETCH == 2 && cpt >= 2 && sizeof(T) == 2);
+}
+// dy and h (twice with the next row's), and the fp32 weight/bias partials
+template <typename T>
+constexpr int backward_held_bytes(int cpt, int h_size) {
+    return cpt * kChunk *
+           ((backward_prefetch<T>(cpt) ? 2 : 1) * (int(sizeof(T)) + h_size) + 2 * int(sizeof(acc_t<T>)));
+}
 // Backward's grid is persistent and depends on the shape alone (it decides
 // which rows each partial sums, and so the bits of dweight): the threads
 // that are resident at once on 128 SMs (an H100 or H200 has 132) at the
@@ -133,21 +132,6 @@ constexpr int kBackwardMaxChunks = std::is_same_v<T, double> ? 1 : 2;
 // type, 1024 a SM at 64 registers and 512 at 128, so no block waits for a
 // second wave, and the partials (2 x blocks x cols fp32, mostly still in
 // L2 when the finishing pass reads them) stay small.
-// Prefetch the next row: 0 never, 1 always, 2 from 2 chunks a thread
-// (H100: 26% faster at 2 chunks, 2-4% slower at 1, where the extra
-// registers spill within 64).
-#ifndef FO_BACKWARD_PREFETCH
-#define FO_BACKWARD_PREFETCH 2
-#endif
-constexpr bool backward_prefetch(int cpt) {
-    return FO_BACKWARD_PREFETCH == 1 || (FO_BACKWARD_PREFETCH == 2 && cpt >= 2);
-}
-// dy and h (twice with the next row's), and the fp32 weight/bias partials
-template <typename T>
-constexpr int backward_held_bytes(int cpt, int h_size) {
-    return cpt * kChunk *
-           ((backward_prefetch(cpt) ? 2 : 1) * (int(sizeof(T)) + h_size) + 2 * int(sizeof(acc_t<T>)));
-}
 template <typename T>
 int64_t backward_threads(int cpt) {
     const bool two_blocks =
@@ -190,33 +174,33 @@ void dispatch_chunks(int cpt, F &&f) {
     if constexpr (MAX >= 8) if (cpt == 8) f(std::integral_constant<int, 8>{});
 }
 
-// Forward aims for 2 chunks a thread on at most 256 threads a row, then
-// more chunks: on the H200, 2 beat 4 by 5-13% up to 4096 elements, and rows
-// of 512 threads were the slowest of every build (bench/results/h200/
-// tune_forward). Build-time knobs for tuning runs (bench/tune_forward.sh).
+// Forward aims for 4 chunks a thread on at most 128 threads a row, then
+// more threads: once every load of a row is in flight together, more
+// elements a thread spread the row's fixed cost (two block reductions, the
+// statistics) over more bytes; on the H100 (bench/results/h100/tuning)
+// this beat 2 chunks on 256 threads by 4-9% from 16384 x 1024 up, and lost
+// 4% at 4096 x 1024. Build-time knobs for tuning (bench/tune_forward.sh).
 #ifndef FO_FORWARD_TARGET_CHUNKS
-#define FO_FORWARD_TARGET_CHUNKS 2
+#define FO_FORWARD_TARGET_CHUNKS 4
 #endif
 #ifndef FO_FORWARD_ROW_THREADS
-#define FO_FORWARD_ROW_THREADS 256
+#define FO_FORWARD_ROW_THREADS 128
 #endif
 template <typename T>
 RegisterRows forward_register_rows(int64_t rows, int64_t cols) {
     return register_rows(rows, cols, FO_FORWARD_TARGET_CHUNKS, FO_FORWARD_ROW_THREADS,
                          kForwardMaxChunks<T>, kMaxRowGroups);
 }
-// Backward holds a chunk a thread where the row allows (512 threads a row
-// for 4096 elements): its partials are per thread, so fewer chunks a thread
-// keep it within 64 registers.
-#ifndef FO_BACKWARD_TARGET_CHUNKS
-#define FO_BACKWARD_TARGET_CHUNKS 1
-#endif
-#ifndef FO_BACKWARD_ROW_THREADS
-#define FO_BACKWARD_ROW_THREADS 512
-#endif
+// Backward aims for 2 chunks a thread in 16-bit types (256 threads a row
+// for 4096 elements, at 128 registers): 10-25% faster than 1 chunk on 512
+// threads within 64 registers on the H100, for the same reason as forward.
+// fp32 holds twice the bytes a chunk and stays at 1 (2 measured 2-3%
+// slower).
+template <typename T>
+constexpr int kBackwardTargetChunks = sizeof(T) == 2 ? 2 : 1;
 template <typename T>
 RegisterRows backward_register_rows(int64_t rows, int64_t cols) {
-    RegisterRows g = register_rows(rows, cols, FO_BACKWARD_TARGET_CHUNKS, FO_BACKWARD_ROW_THREADS,
+    RegisterRows g = register_rows(rows, cols, kBackwardTargetChunks<T>, kMaxRowThreads,
                                    kBackwardMaxChunks<T>, kMaxRowGroups);
     if (g.cpt == 0) return g;
     const int64_t blocks = backward_threads<T>(g.cpt) / (int64_t(g.tx) * g.ty);
@@ -242,11 +226,10 @@ __device__ __forceinline__ A reciprocal_sqrt(A v) {
 // T: x and y; R: residual, residual_out (T, or float with a residual);
 // P: weight, bias.
 template <typename T, typename R, typename P, int CPT, ForwardInput INPUT>
-__global__ void __maxnreg__((ForwardHeld<T, R, P, CPT, INPUT != kX>::kRegisters))
+__global__ void __maxnreg__((ForwardHeld<T, R, CPT, INPUT != kX>::kRegisters))
     norm_forward_registers_kernel(fo_norm_forward_args a) {
     using A = acc_t<T>;
-    constexpr bool kEarlyParams = ForwardHeld<T, R, P, CPT, INPUT != kX>::kEarlyParams;
-    constexpr int kBatch = ForwardHeld<T, R, P, CPT, INPUT != kX>::kBatch;
+    constexpr int kBatch = ForwardHeld<T, R, CPT, INPUT != kX>::kBatch;
     const T *x = static_cast<const T *>(a.x);
     const R *residual = static_cast<const R *>(a.residual);
     const P *weight = static_cast<const P *>(a.weight);
@@ -304,15 +287,6 @@ __global__ void __maxnreg__((ForwardHeld<T, R, P, CPT, INPUT != kX>::kRegisters)
                 for (int i = 0; i < kChunk; i++) sum += v[i];
             }
         }
-        Held<P> ws[CPT], bs[CPT];
-        if constexpr (kEarlyParams) {
-#pragma unroll
-            for (int k = 0; k < CPT; k++) {
-                const int c = threadIdx.x + k * blockDim.x;
-                ws[k].load_if(weight && c < chunks, weight + c * kChunk);
-                bs[k].load_if(bias && c < chunks, bias + c * kChunk);
-            }
-        }
         const A mean = rms ? A(0) : row_sum(sum) * inv_cols;
         // the variance about the mean, from registers: no cancellation, and
         // no second read
@@ -340,13 +314,8 @@ __global__ void __maxnreg__((ForwardHeld<T, R, P, CPT, INPUT != kX>::kRegisters)
             A v[kChunk];
             h[k].get(v);
             acc_t<P> w[kChunk], b[kChunk];
-            if constexpr (kEarlyParams) {
-                ws[k].get(w);
-                bs[k].get(b);
-            } else {
-                if (weight) load_chunk<P, true>(w, weight + col, kChunk);
-                if (bias) load_chunk<P, true>(b, bias + col, kChunk);
-            }
+            if (weight) load_chunk<P, true>(w, weight + col, kChunk);
+            if (bias) load_chunk<P, true>(b, bias + col, kChunk);
 #pragma unroll
             for (int i = 0; i < kChunk; i++) {
                 v[i] = (v[i] - mean) * rstd;
@@ -366,7 +335,7 @@ __global__ void __launch_bounds__(kMaxRowThreads,
                                   kBackwardMinBlocks<acc_t<T>, backward_held_bytes<T>(CPT, sizeof(H))>)
     norm_backward_registers_kernel(fo_norm_backward_args a, acc_t<T> *__restrict__ partials) {
     using A = acc_t<T>;
-    constexpr bool kPrefetch = backward_prefetch(CPT);
+    constexpr bool kPrefetch = backward_prefetch<T>(CPT);
     const T *dy = static_cast<const T *>(a.dy);
     const H *h = static_cast<const H *>(a.h);
     const P *weight = static_cast<const P *>(a.weight);
