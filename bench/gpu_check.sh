@@ -77,7 +77,7 @@ PY
     for f in lib/cuda/*.cu; do
         nvcc -std=c++17 -arch=sm_90 -Xptxas -v -c "$f" -o /dev/null 2>&1 | grep -E "registers|spill" ; done >/tmp/logs/ptxas.txt
     echo "ptxas: $(grep -c 'spill stores' /tmp/logs/ptxas.txt) kernels, $(grep -E '[1-9][0-9]* bytes spill' -c /tmp/logs/ptxas.txt) with spills"
-    tar -czf "$OUT/gpu_test_logs.tar.gz" -C /tmp logs
+    tar -czf "$OUT/gpu_test_logs.tar.gz" --exclude=sass.txt -C /tmp logs  # sass.txt: tens of MB
     echo "== verdict: pytest exit $pytest_status"
     cat /tmp/logs/sanitizer_summary.txt
     tail -1 /tmp/logs/pytest.txt
