@@ -89,14 +89,14 @@ if [ "$stage" = bench ]; then
     status=${PIPESTATUS[0]}
     python3 bench/plot.py "$OUT" 2>&1 | tail -1  # when the machine has matplotlib
     python3 bench/bench_overhead.py --out "$OUT" 2>&1 | tail -20  # host time a call
-    tar -czf "$OUT/gpu_bench_logs.tar.gz" -C /tmp logs
+    tar -czf "$OUT/gpu_bench_logs.tar.gz" --exclude=sass.txt -C /tmp logs
     exit "$status"
 fi
 if [ "$stage" = multi ]; then
     export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
     python3 -m pytest -q -rs -s tests/test_distributed.py tests/test_cuda.py tests/test_compile.py tests/test_patching.py 2>&1 | tee /tmp/logs/multi.txt | tail -30
     status=${PIPESTATUS[0]}
-    tar -czf "$OUT/gpu_multi_logs.tar.gz" -C /tmp logs
+    tar -czf "$OUT/gpu_multi_logs.tar.gz" --exclude=sass.txt -C /tmp logs
     exit "$status"
 fi
 echo "unknown stage $stage (test, bench or multi)"; exit 2
