@@ -25,6 +25,7 @@ CASES = [
     # the register kernels (aligned, N % 8 == 0) at each chunks-a-thread
     # count, and a persistent backward grid whose blocks loop over rows
     ((4100, 64), (64,)),
+    ((1100, 1024), (1024,)),  # 16-bit backward: 2 chunks, prefetching, blocks loop
     ((33, 4096), (4096,)),
     ((9, 8192), (8192,)),
     ((3, 16384), (16384,)),
