@@ -128,8 +128,8 @@ constexpr int backward_held_bytes(int cpt, int h_size) {
 // Backward's grid is persistent and depends on the shape and dtype alone
 // (it decides which rows each partial sums, and so the bits of dweight):
 // the threads that are resident at once on 128 SMs (an H100 or H200 has
-// 132) at the register budget of the 16-bit or fp32 instantiation with h of the same
-// type, 1024 a SM at 64 registers and 512 at 128, so no block waits for a
+// 132) at the register budget of the 16-bit or fp32 instantiation with h
+// of the same type, 1024 a SM at 64 registers and 512 at 128, so no block waits for a
 // second wave, and the partials (2 x blocks x cols fp32, mostly still in
 // L2 when the finishing pass reads them) stay small.
 template <typename T>
