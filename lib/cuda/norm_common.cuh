@@ -105,10 +105,10 @@ __device__ __forceinline__ void load_params(A (&out)[kChunk],
 
 
 // The residual and gradient steps of one chunk, for the register kernels.
-// (The streaming kernels in norm.cu, verified on the GPU before these
-// existed, still spell the same steps out; fold them in once the register
-// kernels have been verified too. ptxas spilled 16 bytes in one streaming
-// instantiation, fp16 backward on sm_90, when it called these.)
+// (The streaming backward in norm.cu spells the gradient step out: calling
+// store_dh_chunk there makes ptxas spill 16 bytes in its fp16 sm_90
+// instantiation, seen twice, the second time with the register kernels
+// verified on the GPU.)
 //
 // Forward, one chunk of row r at col: h = dropout(x) + residual, written
 // to residual_out (where `store`) and returned in x's place as stored

@@ -92,9 +92,8 @@ constexpr int kBackwardMinBlocks = !std::is_same_v<A, double> && HELD_BYTES <= 1
 template <typename T, typename R, int CPT, bool RESIDUAL>
 struct ForwardHeld {
     static constexpr int kChunkBytes = kChunk * int(sizeof(T) + sizeof(R));
-    static constexpr int kBatch = CPT * kChunkBytes <= 128 || CPT == 1 ? CPT
-                                  : CPT / 2 * kChunkBytes <= 128 || CPT == 2 ? CPT / 2
-                                                                             : CPT / 4;
+    static constexpr int kBatch = CPT * kChunkBytes <= 128 || CPT == 1 ? CPT : CPT / 2;
+    static_assert(kBatch * kChunkBytes <= 128 || CPT == 1, "a batch is at most 128 bytes");
     // (a residual also costs its pointers and the residual_out stores)
     static constexpr int kBytes =
         (CPT - kBatch) * kChunk * int(sizeof(R)) + kBatch * kChunkBytes + (RESIDUAL ? 64 : 0);
