@@ -30,6 +30,7 @@ CASES = [
     ((9, 8192), (8192,)),
     ((3, 16384), (16384,)),
     ((3, 32768), (32768,)),
+    ((2, 40008), (40008,)),  # the streaming kernels' batches of chunks, the last one short
 ]
 IDS = [f"{shape}-{ns}" for shape, ns in CASES]
 
@@ -102,7 +103,7 @@ def test_rms_norm(shape, normalized_shape, eps, dtype, device):
 
 @pytest.mark.parametrize("kind", ["layer", "rms"])
 @pytest.mark.parametrize("residual_dtype", ["same", "float32"])
-@pytest.mark.parametrize("shape", [(1, 1), (7, 13), (3, 5, 64), (37, 2048), (2, 70001), (0, 16)], ids=str)
+@pytest.mark.parametrize("shape", [(1, 1), (7, 13), (3, 5, 64), (37, 2048), (2, 70001), (2, 40008), (0, 16)], ids=str)
 def test_add_norm_without_dropout(shape, kind, residual_dtype, dtype, device):
     if residual_dtype == "float32" and dtype not in (torch.float16, torch.bfloat16):
         pytest.skip("an fp32 residual stream is for half-precision x")
@@ -232,19 +233,20 @@ def test_dropout_is_reproducible_and_fresh(device):
     assert not torch.equal(first, following)
 
 
+@pytest.mark.parametrize("shape", [(32, 200), (2, 40008)], ids=str)  # registers, streaming
 @pytest.mark.parametrize("kind", ["layer", "rms"])
-def test_dropout_gradient_flows_through_kept_elements_only(kind, device):
+def test_dropout_gradient_flows_through_kept_elements_only(kind, shape, device):
     p = 0.4
-    x = leaf((32, 200), torch.float32, device, 26)
-    residual = leaf((32, 200), torch.float32, device, 27)
-    weight = leaf((200,), torch.float32, device, 28)
+    x = leaf(shape, torch.float32, device, 26)
+    residual = leaf(shape, torch.float32, device, 27)
+    weight = leaf(shape[-1:], torch.float32, device, 28)
     if kind == "layer":
         y, h = fo.fused_add_layer_norm(x, residual, weight, dropout_p=p)
     else:
         y, h = fo.fused_add_rms_norm(x, residual, weight, dropout_p=p)
     kept = (h - residual).detach() != 0  # x is never exactly -0: kept <=> nonzero
     torch.testing.assert_close((h - residual)[kept], x[kept] / (1 - p))
-    (y * random((32, 200), torch.float32, device, seed=29)).sum().backward()
+    (y * random(shape, torch.float32, device, seed=29)).sum().backward()
     # dh reaches residual whole, and x through the same mask, scaled
     expected_dx = torch.where(kept, residual.grad / (1 - p), torch.zeros_like(x))
     torch.testing.assert_close(x.grad, expected_dx)

@@ -125,7 +125,9 @@ constexpr int kChunk = 8;
 // aligned, cols a multiple of 8), else element by element up to `n`.
 // READ_ONLY loads go through the non-coherent cache (__ldg): only for data
 // that nothing writes while the kernel runs.
-template <typename T, bool VEC, bool READ_ONLY = true>
+// LAST_USE loads (VEC) are marked evict-first (__ldcs): the data is not
+// read again, so L2 keeps what will be.
+template <typename T, bool VEC, bool READ_ONLY = true, bool LAST_USE = false>
 __device__ __forceinline__ void load_chunk(acc_t<T> (&out)[kChunk],
                                            const T *__restrict__ p, int n) {
     if constexpr (VEC) {
@@ -135,7 +137,7 @@ __device__ __forceinline__ void load_chunk(acc_t<T> (&out)[kChunk],
 #pragma unroll
         for (int v = 0; v < kVectors; v++)
             reinterpret_cast<uint4 *>(raw)[v] =
-                READ_ONLY ? __ldg(vectors + v) : vectors[v];
+                LAST_USE ? __ldcs(vectors + v) : READ_ONLY ? __ldg(vectors + v) : vectors[v];
 #pragma unroll
         for (int i = 0; i < kChunk; i++) out[i] = to_acc(raw[i]);
     } else {
@@ -146,7 +148,9 @@ __device__ __forceinline__ void load_chunk(acc_t<T> (&out)[kChunk],
     }
 }
 
-template <typename T, bool VEC>
+// STREAM stores (VEC) are marked evict-first (__stcs): an output that this
+// kernel does not read back should not push out of L2 what it will.
+template <typename T, bool VEC, bool STREAM = false>
 __device__ __forceinline__ void store_chunk(T *__restrict__ p,
                                             const acc_t<T> (&in)[kChunk],
                                             int n) {
@@ -156,9 +160,12 @@ __device__ __forceinline__ void store_chunk(T *__restrict__ p,
 #pragma unroll
         for (int i = 0; i < kChunk; i++) raw[i] = from_acc<T>(in[i]);
 #pragma unroll
-        for (int v = 0; v < kVectors; v++)
-            reinterpret_cast<uint4 *>(p)[v] =
-                reinterpret_cast<const uint4 *>(raw)[v];
+        for (int v = 0; v < kVectors; v++) {
+            uint4 *to = reinterpret_cast<uint4 *>(p) + v;
+            const uint4 value = reinterpret_cast<const uint4 *>(raw)[v];
+            if constexpr (STREAM) __stcs(to, value);
+            else *to = value;
+        }
     } else {
 #pragma unroll
         for (int i = 0; i < kChunk; i++)

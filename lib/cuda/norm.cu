@@ -6,10 +6,12 @@
 // take the streaming kernels here. They run TX threads per row (TX = the
 // power of two covering the row's 8-element chunks, 32..512) and TY rows
 // per block, so narrow rows still fill a block and wide rows (to 262144 and
-// beyond) loop. Each pass over a row after the first re-reads it from L1/L2,
-// not from memory: rows are at most a few hundred KB and are revisited at
-// once. Their weight and bias gradients are a column reduction with the same
-// fixed two-pass scheme as the bias gradient of bias_scale_relu.
+// beyond) loop. They make two passes over a row: the statistics (LayerNorm's
+// mean and variance together, merged by Chan's rule), then the output; the
+// second pass re-reads the row, from L2 where it is still there (see
+// kForwardHints). Their weight and bias gradients are a column reduction
+// with the same fixed two-pass scheme as the bias gradient of
+// bias_scale_relu.
 //
 // Which kind runs depends on the shape and on alignment, and the two sum in
 // different orders: the bits of an output are the same on every run of the
@@ -19,6 +21,28 @@
 
 namespace fo {
 namespace {
+
+// Wide rows outgrow L2 while they are being re-read: at 4096 x 65536 bf16,
+// ncu counted 1.4x (forward) and 1.7x (backward rows) the minimum bytes
+// moved from memory, with L2 hit rates of 24-44%. So a row's last read
+// and the outputs are marked evict-first, keeping the L2 for the rows still
+// to be re-read. On the H100 that made the 16-bit forward 6-13% faster at
+// 65536 columns and the backward 3-15% (fp32 most), but the fp32 forward
+// 10-16% slower: the forward marks them for 16-bit types only.
+// Build-time knob, for tuning: FO_STREAM_HINTS (1) or 0.
+#ifndef FO_STREAM_HINTS
+#define FO_STREAM_HINTS 1
+#endif
+template <typename T>
+constexpr bool kForwardHints = FO_STREAM_HINTS && sizeof(T) == 2;
+constexpr bool kBackwardHints = FO_STREAM_HINTS;
+// Rows a thread of the weight/bias column kernel loads at once: 2 was up
+// to 2% faster than 1 in bf16 and 1-3% in fp32; 4 was 3% faster in fp32
+// but 7% slower in bf16 (H100). Build-time knob, for tuning: FO_COLUMN_BATCH.
+#ifndef FO_COLUMN_BATCH
+#define FO_COLUMN_BATCH 2
+#endif
+constexpr int kColumnBatch = FO_COLUMN_BATCH;
 
 // T: x and y; R: residual, residual_out (T or float); P: weight, bias.
 template <typename T, typename R, typename P, bool VEC>
@@ -36,8 +60,9 @@ __global__ void __launch_bounds__(kMaxRowThreads) norm_forward_kernel(fo_norm_fo
          base += int64_t(gridDim.x) * blockDim.y) {
         const int64_t r = base + threadIdx.y;
         const bool active = r < a.rows;
-        A sum = 0, sum_squares = 0;
-        // h = dropout(x) + residual, rounded to R as stored, and its sums
+        A sum_squares = 0;  // RMSNorm's statistic
+        Moments<A> moments = {0, 0, 0};  // LayerNorm's, in the same pass
+        // h = dropout(x) + residual, rounded to R as stored, and its statistics
         for (int64_t c = threadIdx.x; active && c < chunks; c += blockDim.x) {
             const int64_t col = c * kChunk;
             const int n = int(cols - col < kChunk ? cols - col : kChunk);
@@ -56,41 +81,41 @@ __global__ void __launch_bounds__(kMaxRowThreads) norm_forward_kernel(fo_norm_fo
                 }
                 store_chunk<R, VEC>(residual_out + r * cols + col, stored, n);
             }
+            if (rms) {
 #pragma unroll
-            for (int i = 0; i < kChunk; i++) {
-                const A v = i < n ? h[i] : A(0);
-                sum += v;
-                sum_squares += v * v;
+                for (int i = 0; i < kChunk; i++) sum_squares += h[i] * h[i];  // 0 past n
+                continue;
             }
+            // the chunk's moments (about its own mean, from registers), merged in
+            A sum = 0;
+#pragma unroll
+            for (int i = 0; i < kChunk; i++) sum += h[i];
+            Moments<A> chunk = {A(n), sum * reciprocal(A(n)), 0};
+#pragma unroll
+            for (int i = 0; i < kChunk; i++)
+                if (i < n) chunk.m2 += (h[i] - chunk.mean) * (h[i] - chunk.mean);
+            moments = merge(moments, chunk);
         }
-        const A mean = rms ? A(0) : row_sum(sum) / A(cols);
-        A variance = row_sum(sum_squares) / A(cols);
-        // the h of later passes: residual_out as just written (plain loads:
-        // this kernel wrote it), or x
+        A mean = 0, variance;
+        if (rms) {
+            variance = row_sum(sum_squares) / A(cols);
+        } else {
+            moments = row_moments(moments);
+            mean = moments.mean;
+            variance = moments.m2 / A(cols);
+        }
+        // the h of the output pass: residual_out as just written (plain
+        // loads: this kernel wrote it), or x; its last read
         auto load_h = [&](A(&h)[kChunk], int64_t col, int n) {
             if (residual) {
                 acc_t<R> v[kChunk];
-                load_chunk<R, VEC, false>(v, residual_out + r * cols + col, n);
+                load_chunk<R, VEC, false, kForwardHints<T>>(v, residual_out + r * cols + col, n);
 #pragma unroll
                 for (int i = 0; i < kChunk; i++) h[i] = A(v[i]);
             } else {
-                load_chunk<T, VEC>(h, x + r * a.x_row_stride + col, n);
+                load_chunk<T, VEC, true, kForwardHints<T>>(h, x + r * a.x_row_stride + col, n);
             }
         };
-        if (!rms) {
-            // a second pass about the mean: no cancellation in E[h^2] - mean^2
-            A deviations = 0;
-            for (int64_t c = threadIdx.x; active && c < chunks; c += blockDim.x) {
-                const int64_t col = c * kChunk;
-                const int n = int(cols - col < kChunk ? cols - col : kChunk);
-                A h[kChunk];
-                load_h(h, col, n);
-#pragma unroll
-                for (int i = 0; i < kChunk; i++)
-                    if (i < n) deviations += (h[i] - mean) * (h[i] - mean);
-            }
-            variance = row_sum(deviations) / A(cols);
-        }
         if (!active) continue;
         const A rstd = A(1) / sqrt(variance + A(a.eps));
         if (threadIdx.x == 0) {
@@ -106,7 +131,7 @@ __global__ void __launch_bounds__(kMaxRowThreads) norm_forward_kernel(fo_norm_fo
             load_params(b, bias ? bias + col : nullptr, n, A(0));
 #pragma unroll
             for (int i = 0; i < kChunk; i++) h[i] = (h[i] - mean) * rstd * w[i] + b[i];
-            store_chunk<T, VEC>(static_cast<T *>(a.y) + r * cols + col, h, n);
+            store_chunk<T, VEC, kForwardHints<T>>(static_cast<T *>(a.y) + r * cols + col, h, n);
         }
     }
 }
@@ -127,12 +152,14 @@ __global__ void __launch_bounds__(kMaxRowThreads) norm_backward_rows_kernel(fo_n
         const bool active = r < a.rows;
         const A mean = !active || rms ? A(0) : static_cast<const A *>(a.mean)[r];
         const A rstd = active ? static_cast<const A *>(a.rstd)[r] : A(0);
-        // w * dy and the normalized input xhat of one chunk
-        auto load = [&](A(&wdy)[kChunk], A(&xhat)[kChunk], int64_t col, int n) {
+        // w * dy and the normalized input xhat of one chunk (last: the
+        // row's last read of them, the dx pass)
+        auto load = [&](auto last, A(&wdy)[kChunk], A(&xhat)[kChunk], int64_t col, int n) {
+            constexpr bool kLast = decltype(last)::value && kBackwardHints;
             A w[kChunk];
             acc_t<H> hv[kChunk];
-            load_chunk<T, VEC>(wdy, dy + r * a.dy_row_stride + col, n);
-            load_chunk<H, VEC>(hv, h + r * a.h_row_stride + col, n);
+            load_chunk<T, VEC, true, kLast>(wdy, dy + r * a.dy_row_stride + col, n);
+            load_chunk<H, VEC, true, kLast>(hv, h + r * a.h_row_stride + col, n);
             load_params(w, weight ? weight + col : nullptr, n, A(1));
 #pragma unroll
             for (int i = 0; i < kChunk; i++) {
@@ -145,7 +172,7 @@ __global__ void __launch_bounds__(kMaxRowThreads) norm_backward_rows_kernel(fo_n
             const int64_t col = c * kChunk;
             const int n = int(cols - col < kChunk ? cols - col : kChunk);
             A wdy[kChunk], xhat[kChunk];
-            load(wdy, xhat, col, n);
+            load(std::false_type{}, wdy, xhat, col, n);
 #pragma unroll
             for (int i = 0; i < kChunk; i++) {
                 sum_wdy += wdy[i];  // zero past n: load_chunk pads with 0
@@ -158,7 +185,7 @@ __global__ void __launch_bounds__(kMaxRowThreads) norm_backward_rows_kernel(fo_n
             const int64_t col = c * kChunk;
             const int n = int(cols - col < kChunk ? cols - col : kChunk);
             A dh[kChunk], xhat[kChunk];
-            load(dh, xhat, col, n);
+            load(std::true_type{}, dh, xhat, col, n);
 #pragma unroll
             for (int i = 0; i < kChunk; i++)
                 dh[i] = rstd * (dh[i] - mean_wdy - xhat[i] * mean_wdy_xhat);
@@ -172,12 +199,12 @@ __global__ void __launch_bounds__(kMaxRowThreads) norm_backward_rows_kernel(fo_n
                 acc_t<H> out[kChunk];
 #pragma unroll
                 for (int i = 0; i < kChunk; i++) out[i] = acc_t<H>(dh[i]);
-                store_chunk<H, VEC>(static_cast<H *>(a.dresidual) + r * cols + col, out, n);
+                store_chunk<H, VEC, kBackwardHints>(static_cast<H *>(a.dresidual) + r * cols + col, out, n);
             }
             if (a.dx) {
                 if (a.dropout_p > 0)
                     apply_dropout(dh, r, col, cols, a.dropout_p, a.seed, a.offset);
-                store_chunk<T, VEC>(static_cast<T *>(a.dx) + r * cols + col, dh, n);
+                store_chunk<T, VEC, kBackwardHints>(static_cast<T *>(a.dx) + r * cols + col, dh, n);
             }
         }
     }
@@ -205,18 +232,35 @@ __global__ void norm_backward_columns_kernel(fo_norm_backward_args a,
         const int64_t col = c * kChunk;
         const int n = active ? int(cols - col < kChunk ? cols - col : kChunk) : 0;
         A dw[kChunk] = {}, db[kChunk] = {};
-        for (int64_t r = blockIdx.y * int64_t(blockDim.y) + threadIdx.y;
-             active && r < a.rows; r += int64_t(gridDim.y) * blockDim.y) {
-            A g[kChunk];
-            acc_t<H> hv[kChunk];
-            load_chunk<T, VEC>(g, dy + r * a.dy_row_stride + col, n);
-            load_chunk<H, VEC>(hv, h + r * a.h_row_stride + col, n);
-            const A m = rms ? A(0) : mean[r], s = rstd[r];
+        // kColumnBatch rows at a time, all their loads issued first (one at
+        // a time, ncu found this kernel waiting on memory at 62% of its
+        // bandwidth); added up in row order all the same
+        const int64_t stride = int64_t(gridDim.y) * blockDim.y;
+        for (int64_t r0 = blockIdx.y * int64_t(blockDim.y) + threadIdx.y;
+             active && r0 < a.rows; r0 += kColumnBatch * stride) {
+            A g[kColumnBatch][kChunk], m[kColumnBatch], s[kColumnBatch];
+            acc_t<H> hv[kColumnBatch][kChunk];
 #pragma unroll
-            for (int i = 0; i < kChunk; i++) {
-                dw[i] += g[i] * (A(hv[i]) - m) * s;
-                db[i] += g[i];
+            for (int b = 0; b < kColumnBatch; b++) {
+                const int64_t r = r0 + b * stride;
+                if (r < a.rows) {
+                    load_chunk<T, VEC>(g[b], dy + r * a.dy_row_stride + col, n);
+                    load_chunk<H, VEC>(hv[b], h + r * a.h_row_stride + col, n);
+                    m[b] = rms ? A(0) : mean[r];
+                    s[b] = rstd[r];
+                } else {  // adds nothing
+#pragma unroll
+                    for (int i = 0; i < kChunk; i++) g[b][i] = hv[b][i] = 0;
+                    m[b] = s[b] = 0;
+                }
             }
+#pragma unroll
+            for (int b = 0; b < kColumnBatch; b++)
+#pragma unroll
+                for (int i = 0; i < kChunk; i++) {
+                    dw[i] += g[b][i] * (A(hv[b][i]) - m[b]) * s[b];
+                    db[i] += g[b][i];
+                }
         }
         // the TY threads of each column, summed in ty order
         const int slot = threadIdx.y * blockDim.x + threadIdx.x;

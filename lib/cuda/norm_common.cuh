@@ -74,6 +74,64 @@ __device__ void row_sum2(A &u, A &v) {
     __syncthreads();  // the next call reuses warp_sums
 }
 
+// The count, mean and M2 (sum of squared deviations about the mean) of some
+// values: a LayerNorm row's statistics in one pass over it, where the
+// two-pass form (the mean, then the deviations about it) reads it twice.
+// merge is Chan et al.'s rule, exact where E[h^2] - mean^2 would cancel.
+template <typename A>
+struct Moments {
+    A n, mean, m2;  // no initializers: it also lives in __shared__
+};
+
+// 1 / n for a count n > 0, without a division: division (and __frcp_rn,
+// __drcp_rn) call a slow path that made ptxas spill. fp32: the hardware
+// reciprocal, within an ulp; fp64: two Newton steps from it (22 bits, then
+// 44, then all 53).
+__device__ __forceinline__ float reciprocal(float n) { return __fdividef(1.0f, n); }
+__device__ __forceinline__ double reciprocal(double n) {
+    double r = __fdividef(1.0f, float(n));
+    r = r * (2 - n * r);
+    return r * (2 - n * r);
+}
+
+template <typename A>
+__device__ __forceinline__ Moments<A> merge(const Moments<A> &a, const Moments<A> &b) {
+    const A n = a.n + b.n;
+    const A share = n > A(0) ? b.n * reciprocal(n) : A(0);  // an empty side changes nothing
+    const A delta = b.mean - a.mean;
+    return {n, a.mean + delta * share, a.m2 + b.m2 + delta * delta * a.n * share};
+}
+
+// merge over the blockDim.x threads of this row, the same bits in every
+// thread: a fixed tree within each warp (lane i takes lane i + offset; the
+// merge is not commutative in its rounding, so no butterfly), then the
+// warps' results in order. Every thread of the block calls it.
+template <typename A>
+__device__ Moments<A> row_moments(Moments<A> m) {
+    __shared__ Moments<A> warp_moments[8][kMaxRowThreads / 32];  // ty <= 8
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) {
+        Moments<A> other;  // past the warp's end a lane reads its own: only lane 0's result counts
+        other.n = __shfl_down_sync(0xffffffffu, m.n, offset);
+        other.mean = __shfl_down_sync(0xffffffffu, m.mean, offset);
+        other.m2 = __shfl_down_sync(0xffffffffu, m.m2, offset);
+        m = merge(m, other);
+    }
+    const int warps = blockDim.x / 32;
+    if (warps == 1) {
+        m.n = __shfl_sync(0xffffffffu, m.n, 0);
+        m.mean = __shfl_sync(0xffffffffu, m.mean, 0);
+        m.m2 = __shfl_sync(0xffffffffu, m.m2, 0);
+        return m;
+    }
+    if (threadIdx.x % 32 == 0) warp_moments[threadIdx.y][threadIdx.x / 32] = m;
+    __syncthreads();
+    Moments<A> total = warp_moments[threadIdx.y][0];
+    for (int w = 1; w < warps; w++) total = merge(total, warp_moments[threadIdx.y][w]);
+    __syncthreads();  // the next call reuses warp_moments
+    return total;
+}
+
 // Multiplies the 8 values of the chunk at (row, col) by the dropout keep
 // mask / (1 - p): two Philox counters a chunk (see philox.h).
 template <typename A>

@@ -101,7 +101,8 @@ struct ForwardHeld {
 };
 // Forward holds CPT chunks of the row: up to 4 (16384 elements at 512
 // threads), fp32 2, fp64 1 (8 chunks, or 4 of fp32, spilled once all their
-// loads were issued together). Backward holds more a chunk: up to 2, fp64 1.
+// loads were issued together). Backward holds more a chunk: up to 2, fp64 1
+// (4 spilled 136-628 bytes, even without the prefetch).
 template <typename T>
 constexpr int kForwardMaxChunks = sizeof(T) == 8 ? 1 : sizeof(T) == 4 ? 2 : 4;
 template <typename T>
@@ -178,7 +179,7 @@ void dispatch_chunks(int cpt, F &&f) {
 // elements a thread spread the row's fixed cost (two block reductions, the
 // statistics) over more bytes; on the H100 (bench/results/h100/tuning)
 // this beat 2 chunks on 256 threads by 4-9% from 16384 x 1024 up, and lost
-// 4% at 4096 x 1024. Build-time knobs for tuning (bench/tune_forward.sh).
+// 4% at 4096 x 1024. Build-time knobs for tuning (bench/tune.sh).
 #ifndef FO_FORWARD_TARGET_CHUNKS
 #define FO_FORWARD_TARGET_CHUNKS 4
 #endif
