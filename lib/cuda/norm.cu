@@ -18,6 +18,7 @@
 // same call (same shapes, strides and alignment), not across layouts.
 #include "norm_common.cuh"
 #include "norm_registers.cuh"
+#include "norm_shared.cuh"
 
 namespace fo {
 namespace {
@@ -322,13 +323,30 @@ extern "C" int fo_cuda_norm_forward(int device_index, uintptr_t stream,
                      ? stride_aligned16<float>(a->residual_row_stride, a->rows)
                      : stride_aligned16<T>(a->residual_row_stride, a->rows));
             const RegisterRows fast = forward_register_rows<T>(a->rows, a->cols);
-            const bool registers = vec && fast.cpt > 0 && aligned16(a->weight) &&
-                                   aligned16(a->bias);
+            const bool params_aligned = aligned16(a->weight) && aligned16(a->bias);
+            const bool registers = vec && fast.cpt > 0 && params_aligned;
+            // Without a residual, rows that take 512 threads in registers
+            // (16-bit above 8192 elements, fp32 above 4096, fp64 above 2048)
+            // ran at 64-70% of the copy ceiling on the H100 (one row a block,
+            // two blocks an SM); the shared-memory kernel ran them 15-30%
+            // faster (bench/results/h100/tuning, runs 9-11). It also takes
+            // the rows too long for registers, where they fit.
+            const bool shared = vec && !a->residual && params_aligned &&
+                                (!registers || fast.tx == kMaxRowThreads);
             const RowBlocks g = row_blocks(a->rows, a->cols);
             const dim3 grid(unsigned(fast.groups)), block(fast.tx, fast.ty);
             const cudaStream_t on = cudaStream_t(stream);
             dispatch_companion<T>(a->param_dtype, [&](auto param_tag) {
                 using P = decltype(param_tag);
+                if (shared) {
+                    const int64_t blocks = shared_forward_blocks<T, P>(a->rows, a->cols);
+                    if (blocks > 0) {
+                        norm_forward_shared_kernel<T, P>
+                            <<<unsigned(blocks), shared_row_threads(a->cols),
+                               shared_row_bytes<T>(a->cols), on>>>(*a);
+                        return;
+                    }
+                }
                 if (registers) {
                     dispatch_chunks<kForwardMaxChunks<T>>(fast.cpt, [&](auto cpt) {
                         constexpr int CPT = cpt.value;

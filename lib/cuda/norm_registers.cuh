@@ -213,16 +213,6 @@ RegisterRows backward_register_rows(int64_t rows, int64_t cols) {
 // held row through local memory (spills of 100-400 bytes).
 enum ForwardInput { kX, kXPlusResidual, kDropoutXPlusResidual };
 
-// 1 / sqrt(v): one MUFU.RSQ in fp32 (2 ulp, as torch's own CUDA norms
-// use), where the IEEE square root and division cost about 30 instructions
-// a row: these kernels are bound by instructions issued, not only by bytes
-// (ncu, H100: schedulers issuing in 62-76% of cycles).
-template <typename A>
-__device__ __forceinline__ A reciprocal_sqrt(A v) {
-    if constexpr (std::is_same_v<A, float>) return rsqrtf(v);
-    else return A(1) / sqrt(v);
-}
-
 // T: x and y; R: residual, residual_out (T, or float with a residual);
 // P: weight, bias.
 template <typename T, typename R, typename P, int CPT, ForwardInput INPUT>

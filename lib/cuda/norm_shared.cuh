@@ -1,0 +1,145 @@
+// norm_shared.cuh: the forward of LayerNorm and RMSNorm (without a residual)
+// for aligned rows too long for registers but short enough for shared
+// memory: 16-bit rows of 16385 to about 100000 elements, fp32 rows of 8193
+// to about 50000.
+//
+// Why: the streaming kernel reads such a row twice, and at 65536 columns
+// the second read mostly misses L2 (bench/results/h100/tuning, ncu: 1.4x
+// the minimum bytes from memory). Here a block copies its row into shared
+// memory once (cp.async: global to shared without registers, a thread's 16
+// or more 16-byte copies all in flight), takes the statistics from there
+// (the two-pass form of the register kernels: the mean, then the
+// deviations about it), and writes the output. Each thread reads back only
+// the chunks it copied itself, so no barrier guards the row; and as it
+// writes a chunk of the output it copies the same chunk of the block's next
+// row into the slot just freed, so the next row is in flight during this
+// one's output, and the memory never waits for the statistics.
+#pragma once
+
+#include <cuda_pipeline.h>
+
+#include "norm_common.cuh"
+
+namespace fo {
+namespace {
+
+template <typename T>
+constexpr int kVectorsPerChunk = int(sizeof(T)) * kChunk / 16;
+
+// The dynamic shared memory of one row.
+template <typename T>
+int64_t shared_row_bytes(int64_t cols) {
+    return chunks_per_row(cols) * kVectorsPerChunk<T> * 16;
+}
+// Threads a row: enough that each copies about FO_SHARED_TARGET_CHUNKS
+// chunks (all in flight at once), 128 to 512. Fewer threads a row leave
+// room for more rows an SM, whose phases overlap.
+#ifndef FO_SHARED_TARGET_CHUNKS
+#define FO_SHARED_TARGET_CHUNKS 8
+#endif
+constexpr int kSharedRowThreads = kMaxRowThreads;  // the most
+inline int shared_row_threads(int64_t cols) {
+    int threads = 128;
+    while (threads < kSharedRowThreads && threads * int64_t(FO_SHARED_TARGET_CHUNKS) < chunks_per_row(cols))
+        threads *= 2;
+    return threads;
+}
+
+// T: x and y; P: weight, bias. One row a block at a time, grid-stride.
+// (__maxnreg__ 128, not the 64 that ptxas picked for fp64 on sm_80, where
+// the slow path of its division spilled: one 512-thread block still fits)
+template <typename T, typename P>
+__global__ void __maxnreg__(128) norm_forward_shared_kernel(fo_norm_forward_args a) {
+    using A = acc_t<T>;
+    extern __shared__ uint4 row_vectors[];  // the row as loaded, chunk by chunk
+    constexpr int V = kVectorsPerChunk<T>;
+    const T *x = static_cast<const T *>(a.x);
+    const P *weight = static_cast<const P *>(a.weight);
+    const P *bias = static_cast<const P *>(a.bias);
+    const int chunks = int(chunks_per_row(a.cols));
+    const bool rms = a.kind == FO_NORM_RMS;
+    const A inv_cols = A(1) / A(a.cols);
+    // this thread's chunks of row r into their slots (one commit group)
+    auto copy_chunk = [&](int64_t r, int c) {
+        const uint4 *from = reinterpret_cast<const uint4 *>(x + r * a.x_row_stride + c * kChunk);
+#pragma unroll
+        for (int v = 0; v < V; v++) __pipeline_memcpy_async(&row_vectors[c * V + v], from + v, 16);
+    };
+    auto held = [&](int c, A(&values)[kChunk]) {
+        alignas(16) T raw[kChunk];
+        memcpy(raw, &row_vectors[c * V], sizeof(raw));
+#pragma unroll
+        for (int i = 0; i < kChunk; i++) values[i] = to_acc(raw[i]);
+    };
+    if (blockIdx.x < a.rows)
+        for (int c = threadIdx.x; c < chunks; c += blockDim.x) copy_chunk(blockIdx.x, c);
+    __pipeline_commit();
+    // the row loop is uniform across the block (row_sum holds barriers)
+    for (int64_t r = blockIdx.x; r < a.rows; r += gridDim.x) {
+        __pipeline_wait_prior(0);  // this thread's copies of row r have landed
+        A sum = 0;
+        for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
+            A v[kChunk];
+            held(c, v);
+#pragma unroll
+            for (int i = 0; i < kChunk; i++) sum += v[i];
+        }
+        const A mean = rms ? A(0) : row_sum(sum) * inv_cols;
+        A deviations = 0;
+        for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
+            A v[kChunk];
+            held(c, v);
+#pragma unroll
+            for (int i = 0; i < kChunk; i++) deviations += (v[i] - mean) * (v[i] - mean);
+        }
+        const A variance = row_sum(deviations) * inv_cols;
+        const A rstd = reciprocal_sqrt(variance + A(a.eps));
+        if (threadIdx.x == 0) {
+            if (a.mean) static_cast<A *>(a.mean)[r] = mean;
+            if (a.rstd) static_cast<A *>(a.rstd)[r] = rstd;
+        }
+        const int64_t next = r + gridDim.x;
+        for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
+            const int col = c * kChunk;
+            A v[kChunk];
+            held(c, v);
+            acc_t<P> w[kChunk], b[kChunk];
+            if (weight) load_chunk<P, true>(w, weight + col, kChunk);
+            if (bias) load_chunk<P, true>(b, bias + col, kChunk);
+#pragma unroll
+            for (int i = 0; i < kChunk; i++) {
+                v[i] = (v[i] - mean) * rstd;
+                if (weight) v[i] *= A(w[i]);
+                v[i] += bias ? A(b[i]) : A(0);  // + 0 as the streaming kernel: -0 becomes +0
+            }
+            store_chunk<T, true, true>(static_cast<T *>(a.y) + r * a.cols + col, v, kChunk);
+            // the slot is free: its values were read (and used) above
+            if (next < a.rows) copy_chunk(next, c);
+        }
+        __pipeline_commit();
+    }
+}
+
+// The grid of norm_forward_shared_kernel, or 0 where the row does not fit
+// in this GPU's shared memory: the blocks resident at once (each prefetches
+// its next row), at most one a row.
+template <typename T, typename P>
+int64_t shared_forward_blocks(int64_t rows, int64_t cols) {
+    int device = 0, multiprocessors = 0, optin = 0, resident = 0;
+    const int64_t bytes = shared_row_bytes<T>(cols);
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) !=
+            cudaSuccess ||
+        bytes + 4096 > optin)  // (4096: row_sum's own, with room)
+        return 0;
+    auto kernel = norm_forward_shared_kernel<T, P>;
+    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
+    cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device);
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, shared_row_threads(cols),
+                                                  size_t(bytes));
+    const int64_t blocks = int64_t(multiprocessors) * resident;
+    return blocks < rows ? blocks : rows;
+}
+
+}  // namespace
+}  // namespace fo
