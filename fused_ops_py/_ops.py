@@ -19,9 +19,10 @@ from torch import Tensor
 AVAILABLE = hasattr(torch.library, "custom_op") and hasattr(torch, "compiler")
 
 
-def compiling():
-    """True while dynamo traces: the public functions then call the ops."""
-    return AVAILABLE and torch.compiler.is_compiling()
+# compiling(): True while dynamo traces, when the public functions call the
+# ops. torch.compiler.is_compiling itself, not a function around it: one
+# call (0.1 us) less on every eager call, and dynamo knows the very object.
+compiling = torch.compiler.is_compiling if AVAILABLE else (lambda: False)
 
 
 def _empty(like):
