@@ -2,11 +2,12 @@
 stream, the rows x cols view with a row stride, and the argument checks that
 run before any call. Every op's Python layer goes through here."""
 
+import functools
 import math
 
 import torch
 
-from ._ffi import lib
+from ._ffi import check, ffi, lib
 
 DTYPE_CODES = {
     torch.float32: lib.FO_DTYPE_F32,
@@ -49,12 +50,12 @@ def as_rows(tensor, cols=None):
     used whenever torch can make one (slices, transposed leading dims), and a
     contiguous copy otherwise (a transposed last dimension, an expanded one)."""
     if cols is None:
-        cols = tensor.shape[-1] if tensor.dim() else 1
+        shape = tensor.shape
+        cols = shape[-1] if shape else 1
+    if cols and tensor.is_contiguous():  # the common case: no view needed (1 us)
+        return tensor, tensor.numel() // cols, cols, cols
     rows = row_count(tensor, cols)
-    numel = tensor.numel()
-    if tensor.is_contiguous():  # the common case: no view needed (1 us)
-        return tensor, rows, cols, cols
-    if numel == 0:
+    if tensor.numel() == 0 or tensor.is_contiguous():
         return tensor, rows, cols, cols
     view = tensor.reshape(rows, cols)
     if cols > 1 and view.stride(1) != 1:
@@ -121,10 +122,16 @@ def check_finite_number(fn, name, value):
 def workspace(query, device_type, *sizes, like):
     """A scratch buffer of the size `query` asks for, from torch's allocator
     (the library never allocates); None when none is needed."""
-    from ._ffi import check, ffi
+    nbytes = workspace_bytes(query, device_type, *sizes)
+    if nbytes == 0:
+        return None
+    return like.new_empty(nbytes, dtype=torch.uint8)
 
+
+@functools.lru_cache(maxsize=1024)
+def workspace_bytes(query, device_type, *sizes):
+    """What `query` answers. The library computes it from these arguments
+    alone, so it is remembered: 0.1 us a backward instead of 2."""
     nbytes = ffi.new("int64_t *")
     check(query(device_type, *sizes, nbytes))
-    if nbytes[0] == 0:
-        return None
-    return like.new_empty(nbytes[0], dtype=torch.uint8)
+    return nbytes[0]
