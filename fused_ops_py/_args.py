@@ -67,8 +67,9 @@ def dense_like(tensor, dtype=None):
     """A new dense tensor of tensor's shape and device (and dtype unless
     given): outputs are always dense. empty_like is 1.5 us cheaper a call
     than torch.empty(shape, dtype=, device=), and 0.3 us cheaper again
-    without keywords, which a contiguous tensor does not need."""
-    if dtype is None and tensor.is_contiguous():
+    without keywords, which a contiguous tensor of the same dtype does not
+    need."""
+    if tensor.is_contiguous() and (dtype is None or dtype is tensor.dtype):
         return torch.empty_like(tensor)
     return torch.empty_like(tensor, dtype=dtype, memory_format=torch.contiguous_format)
 
