@@ -99,9 +99,14 @@ def check_same_device(fn, name, value, x, x_name="x"):
         )
 
 
+def param_dtype_ok(dtype, x_dtype):
+    """A parameter (or a residual) has x's dtype, or float32 beside
+    float16/bfloat16 x."""
+    return dtype is x_dtype or (dtype is torch.float32 and x_dtype in HALF_DTYPES)
+
+
 def check_param_dtype(fn, name, value, x):
-    """A parameter has x's dtype, or float32 beside float16/bfloat16 x."""
-    if value.dtype != x.dtype and not (value.dtype == torch.float32 and x.dtype in HALF_DTYPES):
+    if not param_dtype_ok(value.dtype, x.dtype):
         raise TypeError(
             f"{fn}: {name} has dtype {value.dtype} but x has dtype {x.dtype}; "
             f"{name} must have x's dtype, or float32 when x is float16/bfloat16"

@@ -7,7 +7,7 @@ import math
 import torch
 
 from . import _args, _ops
-from ._args import DTYPE_CODES, as_rows, dense_like, device_args
+from ._args import DTYPE_CODES, as_rows, dense_like, device_args, param_dtype_ok
 from ._ffi import SYNC, finish, lib
 
 Tensor = torch.Tensor
@@ -98,8 +98,8 @@ def _check_bias_scale_relu(fn, x, bias, scale):
         type(scale) is float and -math.inf < scale < math.inf
         and isinstance(x, Tensor) and (x.is_cpu or x.is_cuda) and (dtype := x.dtype) in DTYPE_CODES
         and (bias is None or (
-            isinstance(bias, Tensor) and bias.dtype is dtype and bias.device == x.device
-            and (shape := x.shape) and bias.shape == shape[-1:]
+            isinstance(bias, Tensor) and param_dtype_ok(bias.dtype, dtype) and bias.device == x.device
+            and (shape := x.shape) and bias.shape == (shape[-1],)
         ))
     ):
         return scale

@@ -18,7 +18,7 @@ import math
 import torch
 
 from . import _args, _ops
-from ._args import DTYPE_CODES, HALF_DTYPES, as_rows, dense_like, device_args
+from ._args import DTYPE_CODES, as_rows, dense_like, device_args, param_dtype_ok
 from ._ffi import SYNC, finish, lib
 
 LAYER, RMS = lib.FO_NORM_LAYER, lib.FO_NORM_RMS
@@ -218,7 +218,7 @@ def _common_case_cols(x, residual, weight, bias, eps, dropout_p, normalized_shap
     if not (type(eps) is float and 0.0 < eps < math.inf and type(dropout_p) is float and 0.0 <= dropout_p < 1.0):
         return 0
     if residual is not None and not (
-        isinstance(residual, Tensor) and _companion_dtype(residual.dtype, dtype)
+        isinstance(residual, Tensor) and param_dtype_ok(residual.dtype, dtype)
         and residual.device == device and residual.shape == shape
     ):
         return 0
@@ -226,7 +226,7 @@ def _common_case_cols(x, residual, weight, bias, eps, dropout_p, normalized_shap
     if param is None:
         return cols
     param_dtype = param.dtype if isinstance(param, Tensor) else None
-    if not _companion_dtype(param_dtype, dtype):
+    if not param_dtype_ok(param_dtype, dtype):
         return 0
     for value in (weight, bias):
         if value is not None and not (
@@ -235,12 +235,6 @@ def _common_case_cols(x, residual, weight, bias, eps, dropout_p, normalized_shap
         ):
             return 0
     return cols
-
-
-def _companion_dtype(dtype, x_dtype):
-    """Whether a parameter or residual of dtype may go with x of x_dtype:
-    _args.check_param_dtype's rule, as a test."""
-    return dtype is x_dtype or (dtype is torch.float32 and x_dtype in HALF_DTYPES)
 
 
 def _checked(fn, x, residual, weight, bias, eps, dropout_p, normalized_shape):
