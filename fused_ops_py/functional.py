@@ -92,8 +92,10 @@ class BiasScaleReLUFunction(torch.autograd.Function):
 
 
 def _check_bias_scale_relu(fn, x, bias, scale):
-    """scale as a float once every check passes (each raises with a message
-    that names the problem); the common case in a few attribute reads."""
+    """scale as a float, once the arguments pass every check. The common
+    case (a float scale, bias of x's device and last dimension) is told in
+    a few attribute reads; anything else takes the full checks, which raise
+    with a message that names the problem."""
     if (
         type(scale) is float and -math.inf < scale < math.inf
         and isinstance(x, Tensor) and (x.is_cpu or x.is_cuda) and (dtype := x.dtype) in DTYPE_CODES
@@ -103,6 +105,10 @@ def _check_bias_scale_relu(fn, x, bias, scale):
         ))
     ):
         return scale
+    return _check_bias_scale_relu_fully(fn, x, bias, scale)
+
+
+def _check_bias_scale_relu_fully(fn, x, bias, scale):
     _args.check_tensor(fn, "x", x)
     _args.check_finite_number(fn, "scale", scale)
     if bias is not None:
@@ -241,13 +247,18 @@ def reduce_sum(x):
 
 
 def _check_swiglu(fn, gate, up):
-    """Every check, each raising with a message that names the problem; the
-    common case in a few attribute reads."""
+    """The common case (gate and up of one dtype, device and shape) is told
+    in a few attribute reads; anything else takes the full checks, which
+    raise with a message that names the problem."""
     if (
         isinstance(gate, Tensor) and (gate.is_cpu or gate.is_cuda) and (dtype := gate.dtype) in DTYPE_CODES
         and isinstance(up, Tensor) and up.dtype is dtype and up.device == gate.device and up.shape == gate.shape
     ):
         return
+    _check_swiglu_fully(fn, gate, up)
+
+
+def _check_swiglu_fully(fn, gate, up):
     _args.check_tensor(fn, "gate", gate)
     _args.check_tensor(fn, "up", up)
     _args.check_same_device(fn, "up", up, gate, "gate")

@@ -205,8 +205,9 @@ def _common_case_cols(x, residual, weight, bias, eps, dropout_p, normalized_shap
     every check passes: x on the CPU or CUDA; weight, bias and residual of
     its device, residual of its shape and dtype, weight and bias of its last
     dimension and of its dtype (or both float32 beside float16/bfloat16 x);
-    eps and dropout_p floats in range. Else 0, and the full checks run (5 us,
-    where this reads a few attributes at 0.07 us each)."""
+    eps None or a float in range, dropout_p a float in range. Else 0, and
+    _check_fully runs (5 us, where this reads a few attributes at 0.07 us
+    each)."""
     if not (isinstance(x, Tensor) and (x.is_cpu or x.is_cuda)):
         return 0
     dtype, shape, device = x.dtype, x.shape, x.device
@@ -215,7 +216,8 @@ def _common_case_cols(x, residual, weight, bias, eps, dropout_p, normalized_shap
     cols = shape[-1]
     if normalized_shape is not None and not (isinstance(normalized_shape, tuple) and normalized_shape == (cols,)):
         return 0
-    if not (type(eps) is float and 0.0 < eps < math.inf and type(dropout_p) is float and 0.0 <= dropout_p < 1.0):
+    if not ((eps is None or type(eps) is float and 0.0 < eps < math.inf)
+            and type(dropout_p) is float and 0.0 <= dropout_p < 1.0):
         return 0
     if residual is not None and not (
         isinstance(residual, Tensor) and param_dtype_ok(residual.dtype, dtype)
@@ -237,7 +239,7 @@ def _common_case_cols(x, residual, weight, bias, eps, dropout_p, normalized_shap
     return cols
 
 
-def _checked(fn, x, residual, weight, bias, eps, dropout_p, normalized_shape):
+def _check_fully(fn, x, residual, weight, bias, eps, dropout_p, normalized_shape):
     """Every check, each raising with a message that names the problem:
     (cols, eps, dropout_p) once they pass."""
     _args.check_tensor(fn, "x", x)
@@ -288,11 +290,11 @@ def _resolve_shape(fn, x, weight, normalized_shape):
 
 
 def _check_and_run(fn, kind, x, residual, weight, bias, eps, dropout_p, normalized_shape):
-    if eps is None and isinstance(x, Tensor):  # torch's RMSNorm default
-        eps = _DEFAULT_EPS.get(x.dtype)  # None for other dtypes: the checks name them
     cols = _common_case_cols(x, residual, weight, bias, eps, dropout_p, normalized_shape)
     if not cols:
-        cols, eps, dropout_p = _checked(fn, x, residual, weight, bias, eps, dropout_p, normalized_shape)
+        cols, eps, dropout_p = _check_fully(fn, x, residual, weight, bias, eps, dropout_p, normalized_shape)
+    elif eps is None:  # torch's RMSNorm default
+        eps = _DEFAULT_EPS[x.dtype]
     if _ops.compiling():
         y, residual_out, _, _ = torch.ops.fused_ops_py.norm(
             x, residual, weight, bias, kind, eps, dropout_p, cols, _ops.norm_seed_offset(dropout_p)
