@@ -55,7 +55,7 @@ def as_rows(tensor, cols=None):
     if cols and tensor.is_contiguous():  # the common case: no view needed (1 us)
         return tensor, tensor.numel() // cols, cols, cols
     rows = row_count(tensor, cols)
-    if tensor.numel() == 0 or tensor.is_contiguous():
+    if tensor.numel() == 0:
         return tensor, rows, cols, cols
     view = tensor.reshape(rows, cols)
     if cols > 1 and view.stride(1) != 1:
