@@ -74,10 +74,6 @@ def dense_like(tensor, dtype=None):
     return torch.empty_like(tensor, dtype=dtype, memory_format=torch.contiguous_format)
 
 
-def address(tensor):
-    return 0 if tensor is None else tensor.data_ptr()
-
-
 def check_tensor(fn, name, value):
     if not isinstance(value, torch.Tensor):
         raise TypeError(f"{fn}: {name} must be a torch.Tensor, got {type(value).__name__}")
