@@ -1,8 +1,9 @@
 """The checks' common case (a few attribute reads, for speed) lets through
-only what the full checks accept, with the same values: over a random mix
-of good and bad arguments, whatever the quick test passes, the full checks
-pass with the same result, and each front (quick test, then full checks)
-answers as the full checks alone do, errors and messages included."""
+only what the full checks accept, with the same values: over good calls
+with some arguments swapped for bad or unusual ones, whatever the quick
+test of the norms passes, their full checks pass with the same result; and
+the checks of bias_scale_relu and swiglu (quick test, then full checks)
+answer as their full checks alone do, errors and messages included."""
 
 import random as stdlib_random
 
