@@ -1,0 +1,50 @@
+"""What forward keeps for backward goes through save_for_backward, so
+saved-tensor hooks (offloading, compression, checkpointing) see all of it:
+with hooks that pack each saved tensor into a copy, every op gives the
+gradients it gives without them, and no tensor reaches backward another way."""
+
+import pytest
+import torch
+
+import fused_ops_py as fo
+from conftest import random
+
+# every op with its gradients, as f(x, residual, weight, bias) -> tensor
+OPS = {
+    "fused_bias_scale_relu": lambda x, r, w, b: fo.fused_bias_scale_relu(x, b, 0.5),
+    "relu": lambda x, r, w, b: fo.relu(x),
+    "square": lambda x, r, w, b: fo.square(x),
+    "fused_swiglu": lambda x, r, w, b: fo.fused_swiglu(x, r),
+    "fused_layer_norm": lambda x, r, w, b: fo.fused_layer_norm(x, w, b),
+    "fused_rms_norm": lambda x, r, w, b: fo.fused_rms_norm(x, w),
+    "fused_add_layer_norm": lambda x, r, w, b: torch.cat(fo.fused_add_layer_norm(x, r, w, b, dropout_p=0.2)),
+    "fused_add_rms_norm": lambda x, r, w, b: torch.cat(fo.fused_add_rms_norm(x, r, w)),
+}
+
+
+def gradients(name, tensors):
+    torch.manual_seed(0)  # dropout: the same mask each time
+    out = OPS[name](*tensors)
+    dy = random(out.shape, out.dtype, out.device, seed=9)  # no torch op that saves tensors after ours
+    return torch.autograd.grad(out, tensors, dy, allow_unused=True)
+
+
+@pytest.mark.parametrize("name", list(OPS))
+def test_saved_tensor_hooks_see_what_backward_uses(name, device):
+    tensors = [random(s, torch.float32, device, seed=i).requires_grad_()
+               for i, s in enumerate([(6, 40), (6, 40), (40,), (40,)])]
+    expected = gradients(name, tensors)
+    packed = []
+
+    def pack(tensor):
+        packed.append(tensor)
+        return tensor.clone()  # backward must read the copy: the hook owns it
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda copy: copy):
+        actual = gradients(name, tensors)
+    assert packed, "the op saved nothing through save_for_backward"
+    for a, e in zip(actual, expected):
+        if e is None:
+            assert a is None
+        else:
+            torch.testing.assert_close(a, e)
