@@ -75,7 +75,7 @@ print(f"{'kernel (sm_90 and sm_80 copies)':<90} ldg128 stg128 local")
 for k, (l, s, loc) in rows.items(): print(f"{k[:90]:<90} {l:>6} {s:>6} {loc:>5}")
 PY
     for f in lib/cuda/*.cu; do
-        nvcc -std=c++17 -arch=sm_90 -Xptxas -v -c "$f" -o /dev/null 2>&1 | grep -E "registers|spill" ; done >/tmp/logs/ptxas.txt
+        nvcc -std=c++17 --expt-relaxed-constexpr -arch=sm_90 -Xptxas -v -c "$f" -o /dev/null 2>&1 | grep -E "registers|spill" ; done >/tmp/logs/ptxas.txt
     echo "ptxas: $(grep -c 'spill stores' /tmp/logs/ptxas.txt) kernels, $(grep -E '[1-9][0-9]* bytes spill' -c /tmp/logs/ptxas.txt) with spills"
     tar -czf "$OUT/gpu_test_logs.tar.gz" --exclude=sass.txt -C /tmp logs  # sass.txt: tens of MB
     echo "== verdict: pytest exit $pytest_status"

@@ -2,8 +2,9 @@
 # Kernel tuning on the GPU machine: builds the library once for each
 # variant (NAME=compiler flags, e.g. the knobs FO_STREAM_BATCH,
 # FO_FORWARD_TARGET_CHUNKS), side by side, sm_90 only; then for each: the
-# CUDA norm tests (the first variant's: the one chosen gets the full
-# gpu_check.sh test), and the benchmark of the fused norms alone.
+# CUDA tests of TEST_TARGETS (default the norms; the first variant's: the
+# one chosen gets the full gpu_check.sh test), and the benchmark of the
+# fused norms alone.
 #   bench/tune.sh "b4=-DFO_STREAM_BATCH=4" "b1=-DFO_STREAM_BATCH=1"
 # BENCH_ARGS replaces the benchmark's flags (default below); results go to
 # $OUT/tune_<NAME>/.
@@ -29,7 +30,8 @@ for variant in "$@"; do
     mkdir -p "$OUT/tune_$name"
     echo "== $variant"
     if [ $first = 1 ]; then
-        python3 -m pytest -q -x tests/test_norms.py -k "cuda and not gradcheck" 2>&1 | tail -1
+        # shellcheck disable=SC2086
+        python3 -m pytest -q -x ${TEST_TARGETS:-tests/test_norms.py} -k "cuda and not gradcheck" 2>&1 | tail -1
         first=0
     fi
     # shellcheck disable=SC2086
@@ -42,9 +44,9 @@ out, names = sys.argv[1], [v.split("=", 1)[0] for v in sys.argv[2:]]
 table = {}
 for name in names:
     for r in csv.DictReader(open(f"{out}/tune_{name}/results.csv")):
-        key = (r["op"], r["direction"], f"{r['rows']}x{r['cols']}", r["dtype"])
+        key = (r["op"], r["direction"], f"{r['rows']}x{r['cols']}", r["dtype"], r["provider"])
         table.setdefault(key, {})[name] = f"{float(r['gbs']):.0f}" + ("" if r["check"] == "ok" else "!")
-print("op dir shape dtype", *names)
+print("op dir shape dtype provider", *names)
 for key, row in sorted(table.items()):
     print(*key, *(row.get(name, "-") for name in names))
 PY

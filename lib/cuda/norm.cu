@@ -44,6 +44,11 @@ constexpr bool kBackwardHints = FO_STREAM_HINTS;
 #define FO_COLUMN_BATCH 2
 #endif
 constexpr int kColumnBatch = FO_COLUMN_BATCH;
+// Whether the forward takes the shared-memory kernel where it applies (see
+// fo_cuda_norm_forward). Build-time knob, for tuning: FO_SHARED_FORWARD (1) or 0.
+#ifndef FO_SHARED_FORWARD
+#define FO_SHARED_FORWARD 1
+#endif
 
 // T: x and y; R: residual, residual_out (T or float); P: weight, bias.
 template <typename T, typename R, typename P, bool VEC>
@@ -328,10 +333,10 @@ extern "C" int fo_cuda_norm_forward(int device_index, uintptr_t stream,
             // Without a residual, rows that take 512 threads in registers
             // (16-bit above 8192 elements, fp32 above 4096, fp64 above 2048)
             // ran at 64-70% of the copy ceiling on the H100 (one row a block,
-            // two blocks an SM); the shared-memory kernel ran them 15-30%
-            // faster (bench/results/h100/tuning, runs 9-11). It also takes
+            // two blocks an SM); the shared-memory kernel ran them 8-30%
+            // faster (bench/results/h100/tuning, run 9). It also takes
             // the rows too long for registers, where they fit.
-            const bool shared = vec && !a->residual && params_aligned &&
+            const bool shared = FO_SHARED_FORWARD && vec && !a->residual && params_aligned &&
                                 (!registers || fast.tx == kMaxRowThreads);
             const RowBlocks g = row_blocks(a->rows, a->cols);
             const dim3 grid(unsigned(fast.groups)), block(fast.tx, fast.ty);
