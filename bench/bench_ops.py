@@ -58,7 +58,13 @@ except ImportError:
     LigerLayerNormFunction = LigerRMSNormFunction = LigerSiLUMulFunction = None
 PROVIDERS = ("fused", "eager", "compile") + (("liger",) if LigerLayerNormFunction else ())
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
-GPU_SHAPES = [(4096, 4096), (16384, 4096), (16384, 8192), (65536, 1024), (4096, 65536), (8, 64)]
+# The LLM shapes: rows M x hidden N, where one tensor of the dtype stays
+# within MAX_TENSOR_BYTES (run_shapes drops the rest), and a tiny row whose
+# time is host overhead.
+GRID_ROWS = (4096, 16384, 65536)
+GRID_COLS = (512, 1024, 2048, 4096, 8192, 16384, 65536)
+GPU_SHAPES = [(m, n) for m in GRID_ROWS for n in GRID_COLS] + [(8, 64)]
+MAX_TENSOR_BYTES = 4e9
 QUICK_SHAPES = [(8, 64), (512, 1024)]
 # A power of two: x * SCALE is exact in every dtype, so eager's two roundings
 # (x*scale, then +bias) equal the fused kernel's one and the check can be
@@ -384,15 +390,21 @@ def bench_case(op, m, n, dname, device, args, meta, progress):
     return rows
 
 
+def run_shapes(args, dname):
+    """args.shapes without those whose tensors pass MAX_TENSOR_BYTES in dname."""
+    itemsize = DTYPES[dname].itemsize
+    return [(m, n) for m, n in args.shapes if m * n * itemsize <= MAX_TENSOR_BYTES]
+
+
 def run(args, device, meta):
-    total = len(args.shapes) * len(args.dtypes) * sum(
+    total = sum(len(run_shapes(args, dname)) for dname in args.dtypes) * sum(
         len(providers_for(op, args)) * len([d for d in OPS[op] if d in args.directions])
         for op in args.ops)
     progress = (f"{i}/{total}" for i in range(1, total + 1))
     rows = []
     for op in args.ops:
-        for m, n in args.shapes:
-            for dname in args.dtypes:
+        for dname in args.dtypes:
+            for m, n in run_shapes(args, dname):
                 rows += bench_case(op, m, n, dname, device, args, meta, progress)
                 if device.type == "cuda":
                     torch.cuda.empty_cache()  # the next case starts from a clean pool
@@ -413,41 +425,54 @@ def add_speedups(group):
 # --- output -----------------------------------------------------------------
 
 def summary_markdown(rows, meta):
-    dname = "bf16" if any(r["dtype"] == "bf16" for r in rows) else rows[0]["dtype"]
-    by = {(r["op"], r["direction"], r["rows"], r["cols"], r["provider"]): r
-          for r in rows if r["dtype"] == dname}
-    keys = sorted({k[:4] for k in by},
-                  key=lambda k: (list(OPS).index(k[0]), OPS[k[0]].index(k[1]), k[2] * k[3]))
+    """One table per dtype (bf16, fp16, fp32 as present), one row per op,
+    direction and shape."""
+    dtypes = [d for d in DTYPES if any(r["dtype"] == d for r in rows)]
     fmt = lambda v, spec: "" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
     lines = [
-        f"# fused_ops_py benchmark, {dname}",
+        f"# fused_ops_py benchmark, {', '.join(dtypes)}",
         "",
         f"{meta['device']}{'' if meta['cuda'] else ' (torch on %d threads; fused_ops_py CPU kernels are single-threaded)' % meta['cpu_threads']}; "
         f"torch {meta['torch']}; fused_ops_py {meta['fused_ops_py']}; "
         f"copy ceiling {meta['copy_ceiling_gbs']:.0f} GB/s (read + write). GB/s from "
         f"{'CUDA-graph kernel time' if meta['cuda'] else 'call time'}, over the fewest "
         "bytes an op must move (fused's 1-bit mask not counted: fused bwd is an effective "
-        "rate). fwd is the training forward. x vs = speedup of fused over the peer. "
-        "Peak = MiB one fwdbwd call allocates.",
-        "",
-        "| op | dir | rows x cols | fused GB/s | eager GB/s | compile GB/s | liger GB/s "
-        "| x vs eager | x vs compile | x vs liger | fused % of copy | peak MiB fused / eager | check |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "rate). fwd is the training forward. x vs = speedup of fused over the peer "
+        "(kernel time); call x best = the fastest peer's call time over fused's (the "
+        "Python call with autograd, as a user sees it). Peak = MiB one fwdbwd call "
+        "allocates.",
     ]
-    for op, d, m, n in keys:
-        f, e, c, li = (by.get((op, d, m, n, p)) for p in ("fused", "eager", "compile", "liger"))
-        gbs = lambda r: fmt(r and r["gbs"], ".0f" if r and r["gbs"] >= 100 else ".3g")
-        peak = (f"{fmt(f['peak_extra_mib'], '.0f')} / {fmt(e['peak_extra_mib'], '.0f')}"
-                if d == "fwdbwd" and f and e and meta["cuda"] else "")
-        li = li if li and not li["note"].startswith("NotImplementedError") else None
-        bad = [r["provider"] for r in (f, e, c, li) if r and r["check"] != "ok"]
-        lines.append(
-            f"| {op} | {d} | {m}x{n} | {gbs(f)} | {gbs(e)} | {gbs(c)} | {gbs(li)} "
-            f"| {fmt(f and e and f.get('speedup_vs_eager'), '.2f')} "
-            f"| {fmt(f and c and f.get('speedup_vs_compile'), '.2f')} "
-            f"| {fmt(f and li and f.get('speedup_vs_liger'), '.2f')} "
-            f"| {fmt(f and 100 * f['fraction_of_ceiling'], '.0f')} | {peak} "
-            f"| {'BAD: ' + ','.join(bad) if bad else 'ok'} |")
+    for dname in dtypes:
+        by = {(r["op"], r["direction"], r["rows"], r["cols"], r["provider"]): r
+              for r in rows if r["dtype"] == dname}
+        keys = sorted({k[:4] for k in by},
+                      key=lambda k: (list(OPS).index(k[0]), OPS[k[0]].index(k[1]), k[3], k[2]))
+        lines += [
+            "",
+            f"## {dname}",
+            "",
+            "| op | dir | rows x cols | fused GB/s | eager GB/s | compile GB/s | liger GB/s "
+            "| x vs eager | x vs compile | x vs liger | call x best | fused % of copy "
+            "| peak MiB fused / eager | check |",
+            "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        ]
+        for op, d, m, n in keys:
+            f, e, c, li = (by.get((op, d, m, n, p)) for p in ("fused", "eager", "compile", "liger"))
+            gbs = lambda r: fmt(r and r["gbs"], ".0f" if r and r["gbs"] >= 100 else ".3g")
+            peak = (f"{fmt(f['peak_extra_mib'], '.0f')} / {fmt(e['peak_extra_mib'], '.0f')}"
+                    if d == "fwdbwd" and f and e and meta["cuda"] else "")
+            li = li if li and not li["note"].startswith("NotImplementedError") else None
+            bad = [r["provider"] for r in (f, e, c, li) if r and r["check"] != "ok"]
+            peers = [r["call_ms"] for r in (e, c, li) if r and not math.isnan(r["call_ms"])]
+            call_best = min(peers) / f["call_ms"] if f and peers else None
+            lines.append(
+                f"| {op} | {d} | {m}x{n} | {gbs(f)} | {gbs(e)} | {gbs(c)} | {gbs(li)} "
+                f"| {fmt(f and e and f.get('speedup_vs_eager'), '.2f')} "
+                f"| {fmt(f and c and f.get('speedup_vs_compile'), '.2f')} "
+                f"| {fmt(f and li and f.get('speedup_vs_liger'), '.2f')} "
+                f"| {fmt(call_best, '.2f')} "
+                f"| {fmt(f and 100 * f['fraction_of_ceiling'], '.0f')} | {peak} "
+                f"| {'BAD: ' + ','.join(bad) if bad else 'ok'} |")
     return "\n".join(lines) + "\n"
 
 

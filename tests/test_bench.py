@@ -3,6 +3,7 @@ against eager inside bench_ops (a BAD check makes it return 1), and the
 files it writes hold what its summary says. No timing is asserted."""
 
 import csv
+import json
 import importlib.util
 import sys
 from pathlib import Path
@@ -79,3 +80,80 @@ def test_plot_draws_one_png_per_op_and_direction(tmp_path):
     written = plot.plot(tmp_path, "bf16")
     assert [p.name for p in written] == ["relu_fwd_bf16.png"]
     assert written[0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_combine_joins_parts_and_a_rerun_replaces_its_rows(tmp_path):
+    bench_ops, combine = load("bench_ops"), load("combine")
+    base = ["--device", "cpu", "--quick", "--providers", "fused,eager", "--shapes", "16x64"]
+    for part, ops in (("a", "relu,reduce_sum"), ("b", "square"), ("c", "reduce_sum")):
+        assert bench_ops.main(base + ["--ops", ops, "--out", str(tmp_path / part)]) == 0
+    parts = [tmp_path / p for p in "abc"]
+    _, count = combine.combine(tmp_path / "all", parts)
+    with open(tmp_path / "all" / "results.csv") as f:
+        rows = list(csv.DictReader(f))
+    # relu fwd+bwd, square fwd+bwd, reduce_sum fwd; two providers each; part
+    # c's reduce_sum replaced part a's instead of doubling it
+    assert count == len(rows) == 2 * 5
+    with open(tmp_path / "c" / "results.csv") as f:
+        rerun = {r["provider"]: r["call_ms"] for r in csv.DictReader(f)}
+    assert {r["provider"]: r["call_ms"] for r in rows if r["op"] == "reduce_sum"} == rerun
+    meta = json.loads((tmp_path / "all" / "results.json").read_text())["meta"]
+    assert [p["argv"][-1] for p in meta["parts"]] == [str(p) for p in parts]
+    summary = (tmp_path / "all" / "summary.md").read_text()
+    assert "| relu | bwd | 16x64 |" in summary and "| square | fwd | 16x64 |" in summary
+
+
+def synthetic_row(op, direction, shape, dtype, provider, gbs, call_us, peak=""):
+    rows, cols = shape
+    # kernel time from GB/s over a nominal byte count: only ratios matter here
+    kernel_ms = 1e9 / (gbs * 1e9) * 1e3
+    return dict(op=op, direction=direction, rows=rows, cols=cols, dtype=dtype,
+                provider=provider, kernel_ms=kernel_ms, call_ms=call_us / 1e3, gbs=gbs,
+                peak_extra_mib=peak, check="ok")
+
+
+def test_targets_name_every_row_that_misses_and_only_those(tmp_path):
+    targets = load("targets")
+    big, small, tiny = (16384, 4096), (1024, 1024), (8, 64)
+    rows = [
+        # forward, large: meets (2900, faster than eager) ...
+        synthetic_row("relu", "fwd", big, "bf16", "fused", 2900, 10),
+        synthetic_row("relu", "fwd", big, "bf16", "eager", 2800, 11),
+        # ... misses by bandwidth although no peer is faster
+        synthetic_row("square", "fwd", big, "bf16", "fused", 2700, 10),
+        synthetic_row("square", "fwd", big, "bf16", "eager", 2000, 11),
+        # backward in bf16: 2600 GB/s but only 1.5x liger -> missed; a failing
+        # peer check is not counted as a peer
+        synthetic_row("layer_norm", "bwd", big, "bf16", "fused", 2600, 10),
+        synthetic_row("layer_norm", "bwd", big, "bf16", "liger", 2600 / 1.5, 12),
+        dict(synthetic_row("layer_norm", "bwd", big, "bf16", "compile", 9999, 1), check="BAD"),
+        # 1M elements: kernel time ties within 1% (a near miss), call time wins
+        synthetic_row("rms_norm", "bwd", small, "fp32", "fused", 1000, 10),
+        synthetic_row("rms_norm", "bwd", small, "fp32", "eager", 1010, 12),
+        # memory: fused's fwdbwd peak over eager's
+        synthetic_row("rms_norm", "fwdbwd", small, "fp32", "fused", 2000, 10, peak=20),
+        synthetic_row("rms_norm", "fwdbwd", small, "fp32", "eager", 1000, 20, peak=16),
+        # tiny: only "no peer wins" looks at it, and compile wins
+        synthetic_row("relu", "fwd", tiny, "bf16", "fused", 1, 10),
+        synthetic_row("relu", "fwd", tiny, "bf16", "compile", 2, 30),
+    ]
+    with open(tmp_path / "results.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    verdicts = targets.evaluate(tmp_path)
+    missed = {name: [line.split(" | ")[0:3] for line in failing]
+              for name, (_, failing, _) in verdicts.items()}
+    assert {name: checked for name, (checked, _, _) in verdicts.items()} == {
+        "forward": 2, "backward": 1, "small (kernel)": 5, "small (call)": 5,
+        "memory": 1, "no peer wins": 6}
+    assert missed["forward"] == [["| square", "fwd", "16384x4096"]]
+    assert missed["backward"] == [["| layer_norm", "bwd", "16384x4096"]]
+    assert missed["small (kernel)"] == [["| rms_norm", "bwd", "1024x1024"]]
+    assert verdicts["small (kernel)"][2] == 1  # the 1% miss counts as near
+    assert missed["small (call)"] == []
+    assert missed["memory"] == [["| rms_norm", "fwdbwd", "1024x1024"]]
+    assert missed["no peer wins"] == [["| rms_norm", "bwd", "1024x1024"],
+                                      ["| relu", "fwd", "8x64"]]
+    targets.main([str(tmp_path)])
+    assert "## backward: missed" in (tmp_path / "targets.md").read_text()

@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+"""The performance targets of fused-ops-py, checked on a bench_ops.py run's
+own data (results.csv): which rows meet each, and every row that misses,
+with its numbers. Writes targets.md beside results.csv and prints the
+verdicts. Nothing here times anything.
+
+    python bench/targets.py bench/results/h100
+
+The targets (GB/s over the fewest bytes, CUDA-graph kernel time; "large" is
+a tensor of 32 MiB or more, counted as x's rows x cols x itemsize):
+  forward      every op's fwd, large: >= 2800 GB/s and no peer faster
+  backward     LayerNorm, RMSNorm, add-RMSNorm, bias_scale_relu bwd, large:
+               >= 2500 GB/s, and in bf16 at least twice every peer
+  small        every row from 1M elements up (any direction): no peer faster
+               in kernel time, nor in call time (the Python call, autograd in)
+  memory       fwdbwd: fused's peak extra memory no higher than eager torch's
+  no peer wins every row of the summary, tiny ones too: no peer faster in
+               kernel time
+"""
+
+import argparse
+import csv
+import math
+from pathlib import Path
+
+FORWARD_GBS, BACKWARD_GBS, BACKWARD_PEER_RATIO = 2800.0, 2500.0, 2.0
+LARGE_BYTES = 32 * 2**20
+MIN_ELEMENTS = 1 << 20
+BACKWARD_OPS = ("layer_norm", "rms_norm", "add_rms_norm", "bias_scale_relu")
+ITEMSIZE = {"bf16": 2, "fp16": 2, "fp32": 4, "fp64": 8}
+NOISE = 0.02  # a peer ahead by less than this is within the spread of two timings
+
+
+def number(text):
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def cases(results_dir):
+    """[(fused row, {peer: row})] of the rows whose check passed."""
+    groups = {}
+    with open(Path(results_dir) / "results.csv") as f:
+        for row in csv.DictReader(f):
+            key = (row["op"], row["direction"], int(row["rows"]), int(row["cols"]), row["dtype"])
+            groups.setdefault(key, {})[row["provider"]] = row
+    out = []
+    for providers in groups.values():
+        fused = providers.pop("fused", None)
+        peers = {p: r for p, r in providers.items()
+                 if r["check"] == "ok" and not math.isnan(time_of(r, "kernel"))}
+        if fused and fused["check"] == "ok":
+            out.append((fused, peers))
+    return out
+
+
+def time_of(row, kind):
+    """kernel_ms (call_ms where no graph was captured) or call_ms."""
+    t = number(row["kernel_ms"]) if kind == "kernel" else math.nan
+    return number(row["call_ms"]) if math.isnan(t) else t
+
+
+def fastest_peer(peers, kind):
+    timed = [(time_of(r, kind), p, r) for p, r in peers.items() if not math.isnan(time_of(r, kind))]
+    return min(timed, key=lambda t: t[0]) if timed else None
+
+
+def describe(fused, peers, kind="kernel"):
+    best = fastest_peer(peers, kind)
+    ratio = best[0] / time_of(fused, kind) if best else math.nan
+    shape = f"{fused['rows']}x{fused['cols']}"
+    peer = f"{best[1]} {number(best[2]['gbs']):.0f}" if best and kind == "kernel" else (
+        f"{best[1]} {best[0] * 1e3:.1f} us" if best else "")
+    mine = f"{number(fused['gbs']):.0f}" if kind == "kernel" else f"{time_of(fused, kind) * 1e3:.1f} us"
+    return f"| {fused['op']} | {fused['direction']} | {shape} | {fused['dtype']} | {mine} | {peer} | {ratio:.2f} |"
+
+
+def evaluate(results_dir):
+    """{target: (checked, [failing rows as markdown], near misses)}."""
+    verdicts = {name: [0, [], 0] for name in
+                ("forward", "backward", "small (kernel)", "small (call)", "memory", "no peer wins")}
+
+    def record(name, ok, line, ratio=math.nan):
+        verdicts[name][0] += 1
+        if not ok:
+            verdicts[name][1].append(line)
+            if ratio >= 1 - NOISE:
+                verdicts[name][2] += 1
+
+    for fused, peers in cases(results_dir):
+        op, direction, dtype = fused["op"], fused["direction"], fused["dtype"]
+        elements = int(fused["rows"]) * int(fused["cols"])
+        large = elements * ITEMSIZE[dtype] >= LARGE_BYTES
+        gbs = number(fused["gbs"])
+        best = fastest_peer(peers, "kernel")
+        ratio = best[0] / time_of(fused, "kernel") if best else math.inf
+        if direction == "fwd" and large:
+            record("forward", gbs >= FORWARD_GBS and ratio >= 1, describe(fused, peers))
+        if direction == "bwd" and large and op in BACKWARD_OPS:
+            need = BACKWARD_PEER_RATIO if dtype == "bf16" else 1.0
+            record("backward", gbs >= BACKWARD_GBS and ratio >= need, describe(fused, peers))
+        if elements >= MIN_ELEMENTS:
+            record("small (kernel)", ratio >= 1, describe(fused, peers), ratio)
+            call_best = fastest_peer(peers, "call")
+            call_ratio = call_best[0] / time_of(fused, "call") if call_best else math.inf
+            record("small (call)", call_ratio >= 1, describe(fused, peers, "call"), call_ratio)
+        if direction == "fwdbwd" and "eager" in peers:
+            mine, theirs = number(fused["peak_extra_mib"]), number(peers["eager"]["peak_extra_mib"])
+            if not (math.isnan(mine) or math.isnan(theirs)):
+                shape = f"{fused['rows']}x{fused['cols']}"
+                record("memory", mine <= theirs,
+                       f"| {op} | fwdbwd | {shape} | {dtype} | {mine:.0f} MiB | eager {theirs:.0f} MiB | |")
+        record("no peer wins", ratio >= 1, describe(fused, peers), ratio)
+    return verdicts
+
+
+def markdown(verdicts, results_dir):
+    lines = [f"# Targets, checked on {Path(results_dir).name}/results.csv", "",
+             "Generated by `python bench/targets.py`; the targets are in its docstring. "
+             f"Near misses: a peer ahead by less than {NOISE:.0%}, within the spread of "
+             "two timings of one kernel.", "",
+             "| target | rows checked | met | missed | of which near misses |",
+             "|---|---:|---:|---:|---:|"]
+    for name, (checked, failing, near) in verdicts.items():
+        lines.append(f"| {name} | {checked} | {checked - len(failing)} | {len(failing)} | {near} |")
+    for name, (checked, failing, _) in verdicts.items():
+        if not failing:
+            continue
+        time_kind = "call" if name == "small (call)" else "GB/s"
+        lines += ["", f"## {name}: missed", "",
+                  f"| op | dir | shape | dtype | fused {time_kind} | fastest peer | peer time / fused |",
+                  "|---|---|---|---|---:|---|---:|", *failing]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("results_dir")
+    args = parser.parse_args(argv)
+    verdicts = evaluate(args.results_dir)
+    (Path(args.results_dir) / "targets.md").write_text(markdown(verdicts, args.results_dir))
+    for name, (checked, failing, near) in verdicts.items():
+        print(f"{name:15s} {checked - len(failing):4d} of {checked:4d} met"
+              f" ({near} of the misses within {NOISE:.0%})")
+
+
+if __name__ == "__main__":
+    main()
