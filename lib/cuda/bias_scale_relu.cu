@@ -115,7 +115,7 @@ inline bool flattenable(int64_t rows, int64_t cols, int64_t row_stride) {
 inline RowGeometry forward_geometry(int64_t rows, int64_t cols) {
     RowGeometry g = row_geometry(rows, cols);
     int64_t gy = (rows + g.block.y - 1) / g.block.y;
-    if (gy > kMaxColBlocks) gy = kMaxColBlocks;  // gridDim.y's limit; the loop does the rest
+    if (gy > kMaxGridY) gy = kMaxGridY;  // the loop does the rest
     g.grid.y = unsigned(gy < 1 ? 1 : gy);
     return g;
 }
