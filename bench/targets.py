@@ -27,7 +27,7 @@ FORWARD_GBS, BACKWARD_GBS, BACKWARD_PEER_RATIO = 2800.0, 2500.0, 2.0
 LARGE_BYTES = 32 * 2**20
 MIN_ELEMENTS = 1 << 20
 BACKWARD_OPS = ("layer_norm", "rms_norm", "add_rms_norm", "bias_scale_relu")
-ITEMSIZE = {"bf16": 2, "fp16": 2, "fp32": 4, "fp64": 8}
+ITEMSIZE = {"bf16": 2, "fp16": 2, "fp32": 4, "fp64": 8}  # not bench_ops.DTYPES: no torch import here
 NOISE = 0.02  # a peer ahead by less than this is within the spread of two timings
 
 
@@ -66,14 +66,22 @@ def fastest_peer(peers, kind):
     return min(timed, key=lambda t: t[0]) if timed else None
 
 
+def peer_ratio(fused, peers, kind):
+    """The fastest peer's time over fused's (above 1: fused is faster); inf
+    where no peer has the case."""
+    best = fastest_peer(peers, kind)
+    return best[0] / time_of(fused, kind) if best else math.inf
+
+
 def describe(fused, peers, kind="kernel"):
     best = fastest_peer(peers, kind)
-    ratio = best[0] / time_of(fused, kind) if best else math.nan
+    ratio = peer_ratio(fused, peers, kind)
     shape = f"{fused['rows']}x{fused['cols']}"
     peer = f"{best[1]} {number(best[2]['gbs']):.0f}" if best and kind == "kernel" else (
         f"{best[1]} {best[0] * 1e3:.1f} us" if best else "")
     mine = f"{number(fused['gbs']):.0f}" if kind == "kernel" else f"{time_of(fused, kind) * 1e3:.1f} us"
-    return f"| {fused['op']} | {fused['direction']} | {shape} | {fused['dtype']} | {mine} | {peer} | {ratio:.2f} |"
+    shown = f"{ratio:.2f}" if math.isfinite(ratio) else ""
+    return f"| {fused['op']} | {fused['direction']} | {shape} | {fused['dtype']} | {mine} | {peer} | {shown} |"
 
 
 def evaluate(results_dir):
@@ -93,8 +101,7 @@ def evaluate(results_dir):
         elements = int(fused["rows"]) * int(fused["cols"])
         large = elements * ITEMSIZE[dtype] >= LARGE_BYTES
         gbs = number(fused["gbs"])
-        best = fastest_peer(peers, "kernel")
-        ratio = best[0] / time_of(fused, "kernel") if best else math.inf
+        ratio = peer_ratio(fused, peers, "kernel")
         if direction == "fwd" and large:
             record("forward", gbs >= FORWARD_GBS and ratio >= 1, describe(fused, peers))
         if direction == "bwd" and large and op in BACKWARD_OPS:
@@ -102,8 +109,7 @@ def evaluate(results_dir):
             record("backward", gbs >= BACKWARD_GBS and ratio >= need, describe(fused, peers))
         if elements >= MIN_ELEMENTS:
             record("small (kernel)", ratio >= 1, describe(fused, peers), ratio)
-            call_best = fastest_peer(peers, "call")
-            call_ratio = call_best[0] / time_of(fused, "call") if call_best else math.inf
+            call_ratio = peer_ratio(fused, peers, "call")
             record("small (call)", call_ratio >= 1, describe(fused, peers, "call"), call_ratio)
         if direction == "fwdbwd" and "eager" in peers:
             mine, theirs = number(fused["peak_extra_mib"]), number(peers["eager"]["peak_extra_mib"])
@@ -123,8 +129,7 @@ def by_op(results_dir):
     for fused, peers in cases(results_dir):
         if int(fused["rows"]) * int(fused["cols"]) < MIN_ELEMENTS:
             continue
-        best = fastest_peer(peers, "kernel")
-        ratio = best[0] / time_of(fused, "kernel") if best else math.inf
+        ratio = peer_ratio(fused, peers, "kernel")
         key = (fused["op"], fused["direction"], fused["dtype"])
         groups.setdefault(key, []).append((ratio, number(fused["gbs"])))
     median = lambda v: sorted(v)[len(v) // 2]
