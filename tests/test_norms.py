@@ -29,6 +29,10 @@ CASES = [
     ((33, 4096), (4096,)),
     ((9, 8192), (8192,)),
     ((3, 16384), (16384,)),
+    # the shared-memory backward: blocks that loop over rows, each copying
+    # in the next; a row that leaves some threads' chunks empty
+    ((140, 16384), (16384,)),
+    ((5, 9000), (9000,)),
     ((3, 32768), (32768,)),
     ((2, 40008), (40008,)),  # the streaming kernels' batches of chunks, the last one short
 ]
@@ -103,7 +107,9 @@ def test_rms_norm(shape, normalized_shape, eps, dtype, device):
 
 @pytest.mark.parametrize("kind", ["layer", "rms"])
 @pytest.mark.parametrize("residual_dtype", ["same", "float32"])
-@pytest.mark.parametrize("shape", [(1, 1), (7, 13), (3, 5, 64), (37, 2048), (2, 70001), (2, 40008), (0, 16)], ids=str)
+@pytest.mark.parametrize(
+    "shape", [(1, 1), (7, 13), (3, 5, 64), (37, 2048), (2, 70001), (2, 40008), (137, 9000), (0, 16)], ids=str
+)
 def test_add_norm_without_dropout(shape, kind, residual_dtype, dtype, device):
     if residual_dtype == "float32" and dtype not in (torch.float16, torch.bfloat16):
         pytest.skip("an fp32 residual stream is for half-precision x")
@@ -233,7 +239,7 @@ def test_dropout_is_reproducible_and_fresh(device):
     assert not torch.equal(first, following)
 
 
-@pytest.mark.parametrize("shape", [(32, 200), (2, 40008)], ids=str)  # registers, streaming
+@pytest.mark.parametrize("shape", [(32, 200), (136, 12000), (2, 40008)], ids=str)  # registers, shared, streaming
 @pytest.mark.parametrize("kind", ["layer", "rms"])
 def test_dropout_gradient_flows_through_kept_elements_only(kind, shape, device):
     p = 0.4

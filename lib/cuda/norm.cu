@@ -1,8 +1,10 @@
 // norm.cu: LayerNorm and RMSNorm with fused residual add and dropout on CUDA.
 //
 // Aligned rows that fit in registers take the one-pass kernels of
-// norm_registers.cuh. The rest (unaligned or odd-length rows; rows longer
-// than 16384 elements forward (fp32 8192) or 8192 backward; 4096 in fp64)
+// norm_registers.cuh; aligned rows too long for registers take, where they
+// fit in shared memory, the kernels of norm_shared.cuh (forward without a
+// residual) and norm_shared_backward.cuh (backward, to 16384 elements, not
+// fp64). The rest (unaligned or odd-length rows, fp64 and longer rows)
 // take the streaming kernels here. They run TX threads per row (TX = the
 // power of two covering the row's 8-element chunks, 32..512) and TY rows
 // per block, so narrow rows still fill a block and wide rows (to 262144 and
@@ -19,6 +21,7 @@
 #include "norm_common.cuh"
 #include "norm_registers.cuh"
 #include "norm_shared.cuh"
+#include "norm_shared_backward.cuh"
 
 namespace fo {
 namespace {
@@ -303,9 +306,10 @@ using namespace fo;
 extern "C" int64_t fo_cuda_norm_workspace_bytes(int64_t rows, int64_t cols,
                                                 int dtype) {
     const int64_t acc_bytes = dtype == FO_DTYPE_F64 ? 8 : 4;
-    // room for whichever backward runs: the register kernel's partials or
-    // the streaming column kernel's
+    // room for whichever backward runs: the partials of the register
+    // kernel, the shared-memory kernel or the streaming column kernel
     int64_t groups = row_geometry(rows, cols).grid.y;
+    if (shared_backward_blocks(rows) > groups) groups = shared_backward_blocks(rows);
     // (the register kernel's grid depends on the input's type: the largest)
     for (int64_t register_groups :
          {backward_register_rows<double>(rows, cols).groups,
@@ -421,6 +425,8 @@ extern "C" int fo_cuda_norm_backward(int device_index, uintptr_t stream,
                     });
                     return;
                 }
+                if (vec && aligned16(a->weight) && norm_backward_shared<T, H>(*a, cudaStream_t(stream)))
+                    return;
                 if (a->dx || a->dresidual) {
                     const RowBlocks g = row_blocks(a->rows, a->cols);
                     dispatch_companion<T>(a->param_dtype, [&](auto param_tag) {
