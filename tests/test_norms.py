@@ -33,8 +33,10 @@ CASES = [
     # in the next; a row that leaves some threads' chunks empty
     ((140, 16384), (16384,)),
     ((5, 9000), (9000,)),
-    ((3, 32768), (32768,)),
-    ((2, 40008), (40008,)),  # the streaming kernels' batches of chunks, the last one short
+    ((3, 32768), (32768,)),  # backward: a cluster of 2 blocks a row
+    ((2, 40008), (40008,)),  # a row split unevenly over a cluster of 4; fp64 streams
+    ((40, 65536), (65536,)),  # clusters of 4 that loop over rows
+    ((17, 131072), (131072,)),  # clusters of 8
 ]
 IDS = [f"{shape}-{ns}" for shape, ns in CASES]
 
@@ -239,7 +241,8 @@ def test_dropout_is_reproducible_and_fresh(device):
     assert not torch.equal(first, following)
 
 
-@pytest.mark.parametrize("shape", [(32, 200), (136, 12000), (2, 40008)], ids=str)  # registers, shared, streaming
+# backward kernels: registers, shared memory, a cluster, streaming (unaligned)
+@pytest.mark.parametrize("shape", [(32, 200), (136, 12000), (2, 40008), (2, 40001)], ids=str)
 @pytest.mark.parametrize("kind", ["layer", "rms"])
 def test_dropout_gradient_flows_through_kept_elements_only(kind, shape, device):
     p = 0.4
@@ -272,12 +275,13 @@ def test_dropout_zero_costs_nothing_and_changes_nothing(device):
 # determinism, gradcheck ----------------------------------------------------
 
 
+@pytest.mark.parametrize("shape", [(1537, 192), (70, 40000)], ids=str)  # registers, clusters
 @pytest.mark.parametrize("kind", ["layer", "rms"])
-def test_parameter_gradients_are_bitwise_deterministic(kind, device):
-    x = random((1537, 192), torch.bfloat16, device, seed=32)
-    weight = leaf((192,), torch.float32, device, 33)
-    bias = leaf((192,), torch.float32, device, 34) if kind == "layer" else None
-    dy = random((1537, 192), torch.bfloat16, device, seed=35)
+def test_parameter_gradients_are_bitwise_deterministic(kind, shape, device):
+    x = random(shape, torch.bfloat16, device, seed=32)
+    weight = leaf(shape[-1:], torch.float32, device, 33)
+    bias = leaf(shape[-1:], torch.float32, device, 34) if kind == "layer" else None
+    dy = random(shape, torch.bfloat16, device, seed=35)
     grads = []
     for _ in range(3):
         weight.grad = None

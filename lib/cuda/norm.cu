@@ -3,8 +3,8 @@
 // Aligned rows that fit in registers take the one-pass kernels of
 // norm_registers.cuh; aligned rows too long for registers take, where they
 // fit in shared memory, the kernels of norm_shared.cuh (forward without a
-// residual) and norm_shared_backward.cuh (backward, to 16384 elements, not
-// fp64). The rest (unaligned or odd-length rows, fp64 and longer rows)
+// residual) and norm_shared_backward.cuh (backward, not fp64, to 131072
+// elements on Hopper, 16384 before). The rest (unaligned or odd-length rows, fp64 and longer rows)
 // take the streaming kernels here. They run TX threads per row (TX = the
 // power of two covering the row's 8-element chunks, 32..512) and TY rows
 // per block, so narrow rows still fill a block and wide rows (to 262144 and
@@ -309,7 +309,7 @@ extern "C" int64_t fo_cuda_norm_workspace_bytes(int64_t rows, int64_t cols,
     // room for whichever backward runs: the partials of the register
     // kernel, the shared-memory kernel or the streaming column kernel
     int64_t groups = row_geometry(rows, cols).grid.y;
-    if (shared_backward_blocks(rows) > groups) groups = shared_backward_blocks(rows);
+    if (shared_backward_groups(rows, cols) > groups) groups = shared_backward_groups(rows, cols);
     // (the register kernel's grid depends on the input's type: the largest)
     for (int64_t register_groups :
          {backward_register_rows<double>(rows, cols).groups,

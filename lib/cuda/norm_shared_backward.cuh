@@ -1,26 +1,35 @@
 // norm_shared_backward.cuh: the backward of LayerNorm and RMSNorm for
-// aligned rows too long for the register kernel (8193 to 16384 elements,
-// half types and fp32) but whose dy, h and weight fit in shared memory.
+// aligned rows too long for the register kernel (8193 to 131072 elements,
+// half types and fp32), held in shared memory: a row of up to 16384
+// elements in one block, a longer one split across a cluster of 2, 4 or 8
+// blocks (Hopper and newer).
 //
 // Why: the streaming backward reads dy and h three times (the row sums, dx,
-// then the weight and bias column kernel), and at 16384 columns it ran at
-// 1100-1650 GB/s on the H100, behind torch.compile and Liger-Kernel
-// (bench/results/h100). Here a block copies a row's dy and h into shared
-// memory once (cp.async, every copy of a thread in flight together), takes
-// the row sums and the weight and bias partials from there, and writes dx:
-// each element of dy and h crosses the memory bus once, as in the register
-// kernel. Each thread reads back only the chunks it copied itself, so no
-// barrier guards the row; and as it finishes a chunk it copies the same
-// chunk of the block's next row into the freed slot, so the next row is in
-// flight while this one is written. The weight is copied in once a block.
+// then the weight and bias column kernel); at 16384 and 65536 columns it
+// ran at 1050-1650 GB/s on the H100, behind torch.compile and Liger-Kernel
+// (bench/results/h100). Here a block copies its slice of a row's dy and h
+// into shared memory once (cp.async, every copy of a thread in flight
+// together), takes the row sums and the weight and bias partials from
+// there, and writes dx: each element of dy and h crosses the memory bus
+// once, as in the register kernel. Each thread reads back only the chunks
+// it copied itself, so no barrier guards the row; and as it finishes a
+// chunk of dx it copies the same chunk of the block's next row into the
+// freed slot, so the next row is in flight while this one is written. (A
+// second buffer, the next row in flight during all of this one, measured
+// 2-3% faster for LayerNorm but 3-9% slower for RMSNorm and add + RMSNorm
+// at 16384 columns, bench/results/h100/tuning run 13.) The weight is
+// copied in once a block.
 //
-// The weight and bias partials of a thread's columns live in registers
-// (4 chunks x 8 columns x 2, 64 fp32 registers at 512 threads), so a
-// block runs at 128 registers, one block an SM: the grid is one block an
-// SM of an H100 or H200, whatever GPU runs it, since it decides which rows
-// each partial sums (and so the bits of dweight, DESIGN: determinism).
+// The blocks of a cluster add their row sums through distributed shared
+// memory, in rank order (the same bits in each). The weight and bias
+// partials of a thread's columns live in registers (4 chunks x 8 columns x
+// 2: 64 fp32 registers at 512 threads), so a block runs at 128 registers,
+// one an SM. The grid is one block an SM of an H100 or H200, whatever GPU
+// runs it: it decides which rows each partial sums, and so the bits of
+// dweight (DESIGN: determinism).
 #pragma once
 
+#include <cooperative_groups.h>
 #include <cuda_pipeline.h>
 
 #include "norm_shared.cuh"
@@ -29,27 +38,58 @@ namespace fo {
 namespace {
 
 constexpr int kSharedBackwardThreads = kMaxRowThreads;
-constexpr int kSharedBackwardChunks = 4;  // a thread's: 16384 elements a row
-constexpr int64_t kSharedBackwardBlocks = 132;
+constexpr int kSharedBackwardChunks = 4;  // a thread's: 16384 elements a block
+constexpr int64_t kSliceChunks = int64_t(kSharedBackwardThreads) * kSharedBackwardChunks;
+// the portable cluster size limit. Build-time knob, for tuning:
+// FO_MAX_CLUSTER (1: rows past 16384 elements stream).
+#ifndef FO_MAX_CLUSTER
+#define FO_MAX_CLUSTER 8
+#endif
+constexpr int kMaxCluster = FO_MAX_CLUSTER;
+// The most groups (clusters) for a cluster of 1, 2, 4 or 8 blocks: all
+// resident at once on an H100 or H200 (132 SMs; one block an SM). A
+// cluster lives within one GPC, so fewer SMs take part as clusters grow:
+// ncu counted at most 30 clusters of 4 resident on the H100, and 32 of
+// them ran in two waves, at half the speed (bench/results/h100/tuning,
+// run 14). The counts leave room for GPUs whose GPCs were cut down
+// differently; where even these do not fit, the launcher streams instead.
+constexpr int64_t kClusterGroups[] = {132, 64, 28, 12};
 
-// The dynamic shared memory of a block: the weight's, dy's and h's slots.
+// The blocks a row is split across: 1, 2, 4 or 8, or 0 where it is too long.
+inline int shared_backward_cluster(int64_t cols) {
+    for (int cluster = 1; cluster <= kMaxCluster; cluster *= 2)
+        if (chunks_per_row(cols) <= cluster * kSliceChunks) return cluster;
+    return 0;
+}
+// The chunks of a row one block of the cluster holds.
+__host__ __device__ inline int64_t slice_chunks(int64_t cols, int cluster) {
+    return (chunks_per_row(cols) + cluster - 1) / cluster;
+}
+// The groups of blocks (clusters) of the grid, each summing its rows into
+// one weight and bias partial a column (the workspace holds 2 x groups x cols).
+inline int64_t shared_backward_groups(int64_t rows, int64_t cols) {
+    const int cluster = shared_backward_cluster(cols);
+    const int64_t most = kClusterGroups[cluster == 8 ? 3 : cluster == 4 ? 2 : cluster == 2 ? 1 : 0];
+    return rows < 1 ? 1 : rows < most ? rows : most;
+}
+// The dynamic shared memory of a block: the weight's slots, dy's, h's.
 template <typename T, typename H, typename P>
-int64_t shared_backward_bytes(int64_t cols) {
-    return chunks_per_row(cols) * 16 *
-           (kVectorsPerChunk<T> + kVectorsPerChunk<H> + kVectorsPerChunk<P>);
+int64_t shared_backward_bytes(int64_t cols, int cluster) {
+    return slice_chunks(cols, cluster) * 16 *
+           (kVectorsPerChunk<P> + kVectorsPerChunk<T> + kVectorsPerChunk<H>);
 }
 
-// A region of shared memory holding one row of S, chunk by chunk, with
-// vector v of chunk c at v * chunks + c: a warp's 16-byte accesses to its
-// 32 consecutive chunks are then contiguous (no bank conflicts for fp32's
-// two vectors a chunk either).
+// A region of shared memory holding a block's slice of one row of S, chunk
+// by chunk, with vector v of chunk c at v * chunks + c: a warp's 16-byte
+// accesses to its 32 consecutive chunks are then contiguous (no bank
+// conflicts for fp32's two vectors a chunk either).
 template <typename S>
 struct SharedRow {
+    static constexpr int V = kVectorsPerChunk<S>;
     uint4 *vectors;
     int chunks;
-    static constexpr int V = kVectorsPerChunk<S>;
 
-    // starts copying chunk c of the row at `row` in (this thread's commit group)
+    // starts copying chunk c of `row` in (into this thread's commit group)
     __device__ __forceinline__ void copy_in(const S *__restrict__ row, int c) const {
         const uint4 *from = reinterpret_cast<const uint4 *>(row + int64_t(c) * kChunk);
 #pragma unroll
@@ -63,24 +103,78 @@ struct SharedRow {
 #pragma unroll
         for (int i = 0; i < kChunk; i++) values[i] = A(to_acc(raw[i]));
     }
+    // the region after this one
+    __device__ __forceinline__ uint4 *end() const { return vectors + V * chunks; }
 };
 
+// This block's cluster: its size and rank (1 and 0 before Hopper, where
+// the launcher never asks for a cluster).
+__device__ __forceinline__ int cluster_blocks() {
+#if __CUDA_ARCH__ >= 900
+    return int(cooperative_groups::this_cluster().num_blocks());
+#else
+    return 1;
+#endif
+}
+__device__ __forceinline__ int cluster_rank() {
+#if __CUDA_ARCH__ >= 900
+    return int(cooperative_groups::this_cluster().block_rank());
+#else
+    return 0;
+#endif
+}
+__device__ __forceinline__ void cluster_sync() {
+#if __CUDA_ARCH__ >= 900
+    cooperative_groups::this_cluster().sync();
+#endif
+}
+
+// u and v summed over the blocks of the cluster (each holding its block's
+// sums), in rank order, the same bits in every block. Two slots, by the
+// parity of the row: a block is at most one row ahead of another (the
+// sync), so it never writes a slot that another still reads.
+template <typename A>
+__device__ void cluster_sum2(A &u, A &v, int parity) {
+#if __CUDA_ARCH__ >= 900
+    __shared__ A block_sums[2][2];
+    cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+    if (threadIdx.x == 0) {
+        block_sums[parity][0] = u;
+        block_sums[parity][1] = v;
+    }
+    cluster.sync();
+    u = v = 0;
+    for (unsigned rank = 0; rank < cluster.num_blocks(); rank++) {
+        const A *sums = cluster.map_shared_rank(&block_sums[parity][0], rank);
+        u += sums[0];
+        v += sums[1];
+    }
+#endif
+}
+
 // T: dy, dx; H: h, dresidual_out, dresidual (T or float); P: weight.
-// Writes this block's per-column sums of dy * xhat (weight) and dy (bias)
-// to partials[0 or 1][blockIdx.x][col].
+// Writes its cluster's per-column sums of dy * xhat (weight) and dy (bias),
+// for its slice of the columns, to partials[0 or 1][cluster][col].
 template <typename T, typename H, typename P>
 __global__ void __launch_bounds__(kSharedBackwardThreads, 1)
     norm_backward_shared_kernel(fo_norm_backward_args a, acc_t<T> *__restrict__ partials) {
     using A = acc_t<T>;
     constexpr int CPT = kSharedBackwardChunks;
     extern __shared__ uint4 slots[];
-    const int chunks = int(chunks_per_row(a.cols));
-    const SharedRow<P> weight_row{slots, chunks};
-    const SharedRow<T> dy_row{weight_row.vectors + SharedRow<P>::V * chunks, chunks};
-    const SharedRow<H> h_row{dy_row.vectors + SharedRow<T>::V * chunks, chunks};
-    const T *dy = static_cast<const T *>(a.dy);
-    const H *h = static_cast<const H *>(a.h);
-    const P *weight = static_cast<const P *>(a.weight);
+    // this block's slice of the row: chunks [first, first + here)
+    const int cluster = cluster_blocks();
+    const int slice = int(slice_chunks(a.cols, cluster));
+    const int64_t first = int64_t(cluster_rank()) * slice;
+    const int64_t left = chunks_per_row(a.cols) - first;
+    const int here = left < slice ? int(left > 0 ? left : 0) : slice;
+    const int64_t col0 = first * kChunk;
+    const int64_t group = blockIdx.x / cluster, groups = gridDim.x / cluster;
+    const SharedRow<P> weight_row{slots, slice};
+    const SharedRow<T> dy_row{weight_row.end(), slice};
+    const SharedRow<H> h_row{dy_row.end(), slice};
+    const T *dy = static_cast<const T *>(a.dy) + col0;
+    const H *h = static_cast<const H *>(a.h) + col0;
+    const P *weight = a.weight ? static_cast<const P *>(a.weight) + col0 : nullptr;
     const bool rms = a.kind == FO_NORM_RMS;
     const A inv_cols = A(1) / A(a.cols);
     auto copy_row = [&](int64_t r, int c) {
@@ -90,14 +184,16 @@ __global__ void __launch_bounds__(kSharedBackwardThreads, 1)
 #pragma unroll
     for (int k = 0; k < CPT; k++) {
         const int c = threadIdx.x + k * blockDim.x;
-        if (c >= chunks) continue;
+        if (c >= here) continue;
         if (weight) weight_row.copy_in(weight, c);
-        if (blockIdx.x < a.rows) copy_row(blockIdx.x, c);
+        if (group < a.rows) copy_row(group, c);
     }
     __pipeline_commit();
     A dw[CPT][kChunk] = {}, db[CPT][kChunk] = {};
-    // the row loop is uniform across the block (row_sum2 holds barriers)
-    for (int64_t r = blockIdx.x; r < a.rows; r += gridDim.x) {
+    // the row loop is uniform across the cluster (row_sum2 and cluster_sum2
+    // hold barriers)
+    int iteration = 0;
+    for (int64_t r = group; r < a.rows; r += groups, iteration++) {
         const A mean = rms ? A(0) : static_cast<const A *>(a.mean)[r];
         const A rstd = static_cast<const A *>(a.rstd)[r];
         __pipeline_wait_prior(0);  // this thread's copies of row r have landed
@@ -117,7 +213,7 @@ __global__ void __launch_bounds__(kSharedBackwardThreads, 1)
 #pragma unroll
         for (int k = 0; k < CPT; k++) {
             const int c = threadIdx.x + k * blockDim.x;
-            if (c >= chunks) continue;
+            if (c >= here) continue;
             A g[kChunk], xhat[kChunk], wdy[kChunk];
             expand(c, g, xhat, wdy);
 #pragma unroll
@@ -131,13 +227,14 @@ __global__ void __launch_bounds__(kSharedBackwardThreads, 1)
         // dh = rstd * (wdy - mean(wdy) - xhat * mean(wdy * xhat)); RMSNorm
         // drops the mean(wdy) term
         row_sum2(sum_wdy, sum_wdy_xhat);
+        if (cluster > 1) cluster_sum2(sum_wdy, sum_wdy_xhat, iteration % 2);
         const A mean_wdy = rms ? A(0) : sum_wdy * inv_cols;
         const A mean_wdy_xhat = sum_wdy_xhat * inv_cols;
-        const int64_t next = r + gridDim.x;
+        const int64_t next = r + groups;
 #pragma unroll
         for (int k = 0; k < CPT; k++) {
             const int c = threadIdx.x + k * blockDim.x;
-            if (c >= chunks) continue;
+            if (c >= here) continue;
             A g[kChunk], xhat[kChunk], dh[kChunk];
             expand(c, g, xhat, dh);
             // the slots are free (read above): the next row's chunk goes in
@@ -145,17 +242,19 @@ __global__ void __launch_bounds__(kSharedBackwardThreads, 1)
 #pragma unroll
             for (int i = 0; i < kChunk; i++)
                 dh[i] = rstd * (dh[i] - mean_wdy - xhat[i] * mean_wdy_xhat);
-            store_dh_chunk<T, H, true>(dh, a, r, int64_t(c) * kChunk, kChunk);
+            store_dh_chunk<T, H, true>(dh, a, r, col0 + int64_t(c) * kChunk, kChunk);
         }
         __pipeline_commit();
     }
+    // the other blocks may still read this one's row sums
+    if (cluster > 1) cluster_sync();
     if (!a.dweight && !a.dbias) return;
-    A *weight_partials = partials, *bias_partials = partials + int64_t(gridDim.x) * a.cols;
+    A *weight_partials = partials, *bias_partials = partials + groups * a.cols;
 #pragma unroll
     for (int k = 0; k < CPT; k++) {
         const int c = threadIdx.x + k * blockDim.x;
-        if (c >= chunks) continue;
-        const int64_t at = int64_t(blockIdx.x) * a.cols + int64_t(c) * kChunk;
+        if (c >= here) continue;
+        const int64_t at = group * a.cols + col0 + int64_t(c) * kChunk;
 #pragma unroll
         for (int i = 0; i < kChunk; i++) {
             weight_partials[at + i] = dw[k][i];
@@ -164,35 +263,55 @@ __global__ void __launch_bounds__(kSharedBackwardThreads, 1)
     }
 }
 
-// The blocks of norm_backward_shared_kernel for this shape: the weight and
-// bias partials a column has (the workspace holds 2 x blocks x cols).
-inline int64_t shared_backward_blocks(int64_t rows) {
-    return rows < 1 ? 1 : rows < kSharedBackwardBlocks ? rows : kSharedBackwardBlocks;
-}
-
 // Runs the shared-memory backward (and the partials' fixed-order sum) where
-// it applies: aligned operands (the caller's test), 8193 to 16384 columns,
-// not fp64 (its partials would not fit in registers), and the row fits in
-// this GPU's shared memory. False where it does not apply.
+// it applies: aligned operands (the caller's test), 8193 to 131072 columns
+// (past 16384 on Hopper or newer only: clusters), not fp64 (its partials
+// would not fit in registers), a block's slice fits in this GPU's shared
+// memory, and its clusters are all resident at once. False where it does
+// not apply. (So which kernel runs, and the bits of dweight, may differ
+// between GPUs; on one GPU they are the same on every run.)
 template <typename T, typename H>
 bool norm_backward_shared(const fo_norm_backward_args &a, cudaStream_t stream) {
     if constexpr (std::is_same_v<T, double>) {
         return false;
     } else {
-        if (chunks_per_row(a.cols) > int64_t(kSharedBackwardThreads) * kSharedBackwardChunks)
+        const int cluster = shared_backward_cluster(a.cols);
+        int device = 0, major = 0;
+        if (cluster == 0 || cudaGetDevice(&device) != cudaSuccess ||
+            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) !=
+                cudaSuccess ||
+            (cluster > 1 && major < 9))
             return false;
         bool launched = false;
         dispatch_companion<T>(a.param_dtype, [&](auto param_tag) {
             using P = decltype(param_tag);
             auto kernel = norm_backward_shared_kernel<T, H, P>;
-            const int64_t bytes = shared_backward_bytes<T, H, P>(a.cols);
+            const int64_t bytes = shared_backward_bytes<T, H, P>(a.cols, cluster);
             if (!reserve_shared_memory(kernel, bytes)) return;
-            const int64_t blocks = shared_backward_blocks(a.rows);
+            const int64_t groups = shared_backward_groups(a.rows, a.cols);
             acc_t<T> *partials = static_cast<acc_t<T> *>(a.workspace);
-            kernel<<<unsigned(blocks), kSharedBackwardThreads, size_t(bytes), stream>>>(a, partials);
+            cudaLaunchConfig_t config = {};
+            config.gridDim = dim3(unsigned(groups * cluster));
+            config.blockDim = dim3(kSharedBackwardThreads);
+            config.dynamicSmemBytes = size_t(bytes);
+            config.stream = stream;
+            cudaLaunchAttribute cluster_shape = {};
+            cluster_shape.id = cudaLaunchAttributeClusterDimension;
+            cluster_shape.val.clusterDim.x = unsigned(cluster);
+            cluster_shape.val.clusterDim.y = cluster_shape.val.clusterDim.z = 1;
+            config.attrs = &cluster_shape;
+            config.numAttrs = cluster > 1 ? 1 : 0;
+            int resident = 0;
+            if (cluster > 1 &&
+                (cudaOccupancyMaxActiveClusters(&resident, kernel, &config) != cudaSuccess ||
+                 resident < groups)) {
+                cudaGetLastError();  // a second wave would halve the speed: stream instead
+                return;
+            }
+            cudaLaunchKernelEx(&config, kernel, a, partials);  // an error stays for launch_on
             if (a.dweight || a.dbias)
                 finish_column_partials(static_cast<P *>(a.dweight), static_cast<P *>(a.dbias),
-                                       partials, blocks, a.cols, stream);
+                                       partials, groups, a.cols, stream);
             launched = true;
         });
         return launched;
