@@ -122,16 +122,19 @@ __global__ void __maxnreg__(128) norm_forward_shared_kernel(fo_norm_forward_args
 
 // Lets `kernel` take `bytes` of dynamic shared memory, or false where this
 // GPU has less for a block (with 4096 to spare for the row sums' own).
+// A false leaves no error pending: the caller runs another kernel instead.
 template <typename Kernel>
 bool reserve_shared_memory(Kernel *kernel, int64_t bytes) {
     int device = 0, optin = 0;
-    if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) !=
-            cudaSuccess ||
-        bytes + 4096 > optin)
-        return false;
-    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                int(bytes)) == cudaSuccess;
+    const bool reserved =
+        cudaGetDevice(&device) == cudaSuccess &&
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) ==
+            cudaSuccess &&
+        bytes + 4096 <= optin &&
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)) ==
+            cudaSuccess;
+    if (!reserved) cudaGetLastError();
+    return reserved;
 }
 
 // The grid of norm_forward_shared_kernel, or 0 where the row does not fit

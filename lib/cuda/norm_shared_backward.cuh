@@ -46,6 +46,8 @@ constexpr int64_t kSliceChunks = int64_t(kSharedBackwardThreads) * kSharedBackwa
 #define FO_MAX_CLUSTER 8
 #endif
 constexpr int kMaxCluster = FO_MAX_CLUSTER;
+static_assert(kMaxCluster == 1 || kMaxCluster == 2 || kMaxCluster == 4 || kMaxCluster == 8,
+              "FO_MAX_CLUSTER: 1, 2, 4 or 8");
 // The most groups (clusters) for a cluster of 1, 2, 4 or 8 blocks: all
 // resident at once on an H100 or H200 (132 SMs; one block an SM). A
 // cluster lives within one GPC, so fewer SMs take part as clusters grow:
@@ -246,6 +248,7 @@ __global__ void __launch_bounds__(kSharedBackwardThreads, 1)
         }
         __pipeline_commit();
     }
+    __pipeline_wait_prior(0);  // no copy in flight at exit (the weight's, with no rows)
     // the other blocks may still read this one's row sums
     if (cluster > 1) cluster_sync();
     if (!a.dweight && !a.dbias) return;
@@ -267,8 +270,8 @@ __global__ void __launch_bounds__(kSharedBackwardThreads, 1)
 // it applies: aligned operands (the caller's test), 8193 to 131072 columns
 // (past 16384 on Hopper or newer only: clusters), not fp64 (its partials
 // would not fit in registers), a block's slice fits in this GPU's shared
-// memory, and its clusters are all resident at once. False where it does
-// not apply. (So which kernel runs, and the bits of dweight, may differ
+// memory, and its blocks or clusters are all resident at once. False where
+// it does not apply. (So which kernel runs, and the bits of dweight, may differ
 // between GPUs; on one GPU they are the same on every run.)
 template <typename T, typename H>
 bool norm_backward_shared(const fo_norm_backward_args &a, cudaStream_t stream) {
@@ -276,16 +279,21 @@ bool norm_backward_shared(const fo_norm_backward_args &a, cudaStream_t stream) {
         return false;
     } else {
         const int cluster = shared_backward_cluster(a.cols);
-        int device = 0, major = 0;
-        if (cluster == 0 || cudaGetDevice(&device) != cudaSuccess ||
-            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) !=
-                cudaSuccess ||
-            (cluster > 1 && major < 9))
-            return false;
+        if (cluster == 0) return false;
         bool launched = false;
         dispatch_companion<T>(a.param_dtype, [&](auto param_tag) {
             using P = decltype(param_tag);
             auto kernel = norm_backward_shared_kernel<T, H, P>;
+            // Clusters need the kernel compiled for sm_90 or newer: code
+            // from older PTX (a library built for sm_80 alone, run on an
+            // H100) compiles the cluster helpers out and would take the
+            // whole row for its slice.
+            cudaFuncAttributes compiled = {};
+            if (cluster > 1 && (cudaFuncGetAttributes(&compiled, kernel) != cudaSuccess ||
+                                compiled.ptxVersion < 90)) {
+                cudaGetLastError();
+                return;
+            }
             const int64_t bytes = shared_backward_bytes<T, H, P>(a.cols, cluster);
             if (!reserve_shared_memory(kernel, bytes)) return;
             const int64_t groups = shared_backward_groups(a.rows, a.cols);
@@ -301,11 +309,22 @@ bool norm_backward_shared(const fo_norm_backward_args &a, cudaStream_t stream) {
             cluster_shape.val.clusterDim.y = cluster_shape.val.clusterDim.z = 1;
             config.attrs = &cluster_shape;
             config.numAttrs = cluster > 1 ? 1 : 0;
-            int resident = 0;
-            if (cluster > 1 &&
-                (cudaOccupancyMaxActiveClusters(&resident, kernel, &config) != cudaSuccess ||
-                 resident < groups)) {
-                cudaGetLastError();  // a second wave would halve the speed: stream instead
+            // every group resident at once, or stream: a second wave of
+            // even one group would double the time (GPUs with fewer SMs;
+            // GPCs that hold fewer clusters)
+            int resident = 0, per_sm = 0, device = 0, sms = 0;
+            const bool fits =
+                cluster > 1
+                    ? cudaOccupancyMaxActiveClusters(&resident, kernel, &config) == cudaSuccess &&
+                          resident >= groups
+                    : cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                          &per_sm, kernel, kSharedBackwardThreads, size_t(bytes)) == cudaSuccess &&
+                          cudaGetDevice(&device) == cudaSuccess &&
+                          cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) ==
+                              cudaSuccess &&
+                          int64_t(per_sm) * sms >= groups;
+            if (!fits) {
+                cudaGetLastError();
                 return;
             }
             cudaLaunchKernelEx(&config, kernel, a, partials);  // an error stays for launch_on
