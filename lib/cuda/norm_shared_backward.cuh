@@ -16,7 +16,7 @@
 // chunk of dx it copies the same chunk of the block's next row into the
 // freed slot, so the next row is in flight while this one is written. (A
 // second buffer, the next row in flight during all of this one, measured
-// 2-3% faster for LayerNorm but 3-9% slower for RMSNorm and add + RMSNorm
+// 1-4% faster for LayerNorm but 2-9% slower for RMSNorm and add + RMSNorm
 // at 16384 columns, bench/results/h100/tuning run 13.) The weight is
 // copied in once a block.
 //
@@ -24,9 +24,10 @@
 // memory, in rank order (the same bits in each). The weight and bias
 // partials of a thread's columns live in registers (4 chunks x 8 columns x
 // 2: 64 fp32 registers at 512 threads), so a block runs at 128 registers,
-// one an SM. The grid is one block an SM of an H100 or H200, whatever GPU
-// runs it: it decides which rows each partial sums, and so the bits of
-// dweight (DESIGN: determinism).
+// one an SM. The grid comes from the shape alone (one block an SM of an
+// H100 or H200, kClusterGroups): it decides which rows each partial sums,
+// and so the bits of dweight (DESIGN: determinism). A GPU that cannot hold
+// all of it at once streams instead.
 #pragma once
 
 #include <cooperative_groups.h>
