@@ -4,12 +4,13 @@
 // norm_registers.cuh; aligned rows too long for registers take, where they
 // fit in shared memory, the kernels of norm_shared.cuh (forward without a
 // residual) and norm_shared_backward.cuh (backward, not fp64, to 131072
-// elements on Hopper, 16384 before). The rest (unaligned or odd-length rows, fp64 and longer rows)
-// take the streaming kernels here. They run TX threads per row (TX = the
-// power of two covering the row's 8-element chunks, 32..512) and TY rows
-// per block, so narrow rows still fill a block and wide rows (to 262144 and
-// beyond) loop. They make two passes over a row: the statistics (LayerNorm's
-// mean and variance together, merged by Chan's rule), then the output; the
+// elements on Hopper, 16384 before). The rest (unaligned or odd-length
+// rows, fp64, longer rows) take the streaming kernels here. They run TX
+// threads per row (TX = the power of two covering the row's 8-element
+// chunks, 32..512) and TY rows per block, so narrow rows still fill a
+// block and wide rows (to 262144 and beyond) loop. They make two passes
+// over a row: the statistics (LayerNorm's mean and variance together,
+// merged by Chan's rule), then the output; the
 // second pass re-reads the row, from L2 where it is still there (see
 // kForwardHints). Their weight and bias gradients are a column reduction
 // with the same fixed two-pass scheme as the bias gradient of

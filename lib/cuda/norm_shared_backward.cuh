@@ -249,7 +249,7 @@ __global__ void __launch_bounds__(kSharedBackwardThreads, 1)
         }
         __pipeline_commit();
     }
-    __pipeline_wait_prior(0);  // no copy in flight at exit (the weight's, with no rows)
+    __pipeline_wait_prior(0);  // no copy in flight as the block ends (the weight's, with no rows)
     // the other blocks may still read this one's row sums
     if (cluster > 1) cluster_sync();
     if (!a.dweight && !a.dbias) return;
