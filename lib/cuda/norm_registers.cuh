@@ -88,7 +88,9 @@ constexpr int kBackwardMinBlocks = !std::is_same_v<A, double> && HELD_BYTES <= 1
 // batch is in flight at once), beside the h of the batches before. The
 // weight and bias are loaded at the output, a chunk at a time: holding
 // them from the start (their latency hidden behind the row sums) measured
-// no faster on the H100 and made ptxas spill.
+// no faster on the H100 and made ptxas spill. Without a residual x is
+// loaded straight into h, yet counted twice here: the tier one copy would
+// earn (64 registers) spilled 48 bytes for 4 bf16 chunks a thread.
 template <typename T, typename R, int CPT, bool RESIDUAL>
 struct ForwardHeld {
     static constexpr int kChunkBytes = kChunk * int(sizeof(T) + sizeof(R));
@@ -244,11 +246,16 @@ __global__ void __maxnreg__((ForwardHeld<T, R, CPT, INPUT != kX>::kRegisters))
         A sum = 0;
 #pragma unroll
         for (int k0 = 0; k0 < CPT; k0 += kBatch) {
-            Held<T> xs[kBatch];
+            // x itself is h without a residual: loaded straight into h, so
+            // no second copy of the row is held
+            Held<T> xs[INPUT == kX ? 1 : kBatch];
 #pragma unroll
             for (int k = k0; k < k0 + kBatch; k++) {
                 const int c = threadIdx.x + k * blockDim.x;
-                xs[k - k0].load_if(active && c < chunks, x + r * a.x_row_stride + c * kChunk);
+                if constexpr (INPUT == kX)
+                    h[k].load_if(active && c < chunks, x + r * a.x_row_stride + c * kChunk);
+                else
+                    xs[k - k0].load_if(active && c < chunks, x + r * a.x_row_stride + c * kChunk);
             }
             if constexpr (INPUT != kX) {  // held in h until h replaces it
 #pragma unroll
@@ -265,14 +272,16 @@ __global__ void __maxnreg__((ForwardHeld<T, R, CPT, INPUT != kX>::kRegisters))
             for (int k = k0; k < k0 + kBatch; k++) {
                 const int c = threadIdx.x + k * blockDim.x;
                 A v[kChunk];
-                xs[k - k0].get(v);
-                if constexpr (INPUT != kX) {
+                if constexpr (INPUT == kX) {
+                    h[k].get(v);
+                } else {
+                    xs[k - k0].get(v);
                     acc_t<R> stored[kChunk];
                     h[k].get(stored);
                     add_residual<T, R, INPUT == kDropoutXPlusResidual>(v, stored, a, r, c * kChunk,
                                                                        active && c < chunks);
+                    h[k].set(v);
                 }
-                h[k].set(v);
 #pragma unroll
                 for (int i = 0; i < kChunk; i++) sum += v[i];
             }

@@ -45,11 +45,19 @@ inline int shared_row_threads(int64_t cols) {
     return threads;
 }
 
+// Registers: 40 for 16-bit types, so that six blocks of a 16384-element row
+// (the most its 32 KiB of shared memory allow) fit an SM, not the four of
+// the 58 ptxas picks: on the H100 +3-9% at 16384 columns, bf16
+// (tuning run 17; 0 spills). fp32 rows take 64 KiB, three blocks, and at
+// 40 registers ran 8-13% slower, so fp32 keeps what ptxas picks; fp64
+// takes 128, not the 64 that ptxas picked on sm_80, where the slow path of
+// its division spilled (one 512-thread block still fits).
+template <typename T>
+constexpr int kSharedForwardRegisters = sizeof(T) == 2 ? 40 : 128;
 // T: x and y; P: weight, bias. One row a block at a time, grid-stride.
-// (__maxnreg__ 128, not the 64 that ptxas picked for fp64 on sm_80, where
-// the slow path of its division spilled: one 512-thread block still fits)
 template <typename T, typename P>
-__global__ void __maxnreg__(128) norm_forward_shared_kernel(fo_norm_forward_args a) {
+__global__ void __maxnreg__(kSharedForwardRegisters<T>)
+    norm_forward_shared_kernel(fo_norm_forward_args a) {
     using A = acc_t<T>;
     extern __shared__ uint4 row_vectors[];  // the row as loaded, chunk by chunk
     constexpr int V = kVectorsPerChunk<T>;
