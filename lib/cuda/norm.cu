@@ -309,14 +309,13 @@ extern "C" int64_t fo_cuda_norm_workspace_bytes(int64_t rows, int64_t cols,
     const int64_t acc_bytes = dtype == FO_DTYPE_F64 ? 8 : 4;
     // room for whichever backward runs: the partials of the register
     // kernel, the shared-memory kernel or the streaming column kernel
-    int64_t groups = row_geometry(rows, cols).grid.y;
-    if (shared_backward_groups(rows, cols) > groups) groups = shared_backward_groups(rows, cols);
     // (the register kernel's grid depends on the input's type: the largest)
-    for (int64_t register_groups :
-         {backward_register_rows<double>(rows, cols).groups,
+    int64_t groups = row_geometry(rows, cols).grid.y;
+    for (int64_t kernel_groups :
+         {shared_backward_groups(rows, cols), backward_register_rows<double>(rows, cols).groups,
           backward_register_rows<float>(rows, cols).groups,
           backward_register_rows<__half>(rows, cols).groups})
-        if (register_groups > groups) groups = register_groups;
+        if (kernel_groups > groups) groups = kernel_groups;
     return 2 * groups * cols * acc_bytes;
 }
 
