@@ -146,14 +146,18 @@ def test_add_norm_without_dropout(shape, kind, residual_dtype, dtype, device):
     assert residual.grad.dtype == r_dtype and x.grad.dtype == dtype
 
 
-def test_mixed_fp32_params_with_half_x(device):
+# one chunk a thread in registers; 4 on 512 threads, the last ones past the
+# row; and 4 filling a row of 16384 (each its own instantiation with fp32
+# weights)
+@pytest.mark.parametrize("rows, cols", [(9, 48), (5, 9000), (3, 16384)])
+def test_mixed_fp32_params_with_half_x(rows, cols, device):
     for dtype in (torch.float16, torch.bfloat16):
-        x = leaf((9, 48), dtype, device, 14)
-        weight = leaf((48,), torch.float32, device, 15)
-        bias = leaf((48,), torch.float32, device, 16)
+        x = leaf((rows, cols), dtype, device, 14)
+        weight = leaf((cols,), torch.float32, device, 15)
+        bias = leaf((cols,), torch.float32, device, 16)
         y = fo.fused_layer_norm(x, weight, bias)
         x64, w64, b64 = as64(x), as64(weight), as64(bias)
-        expected = F.layer_norm(x64, (48,), w64, b64)
+        expected = F.layer_norm(x64, (cols,), w64, b64)
         assert y.dtype == dtype
         assert_close(y, expected, dtype)
         y.sum().backward()

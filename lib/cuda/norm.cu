@@ -334,14 +334,20 @@ extern "C" int fo_cuda_norm_forward(int device_index, uintptr_t stream,
             const RegisterRows fast = forward_register_rows<T>(a->rows, a->cols);
             const bool params_aligned = aligned16(a->weight) && aligned16(a->bias);
             const bool registers = vec && fast.cpt > 0 && params_aligned;
-            // Without a residual, rows that take 512 threads in registers
-            // (16-bit above 8192 elements, fp32 above 4096, fp64 above 2048)
-            // ran at 64-70% of the copy ceiling on the H100 (one row a block,
-            // two blocks an SM); the shared-memory kernel ran them 8-30%
-            // faster (bench/results/h100/tuning, run 9). It also takes
-            // the rows too long for registers, where they fit.
-            const bool shared = FO_SHARED_FORWARD && vec && !a->residual && params_aligned &&
-                                (!registers || fast.tx == kMaxRowThreads);
+            // Without a residual, the rows too long for registers take the
+            // shared-memory kernel, where they fit; so do the rows of 512
+            // threads in registers (16-bit above 8192 elements, fp32 above
+            // 4096, fp64 above 2048) unless the register kernel fits them in
+            // 64 registers, two blocks an SM (16-bit and fp32, x held once).
+            // At 80 registers, one block an SM, they ran at 64-70% of the
+            // copy ceiling on the H100 and the shared-memory kernel 8-30%
+            // faster (bench/results/h100/tuning, run 9); at 64, fp16 ran 5-8%
+            // faster than the shared-memory kernel (run 20).
+            constexpr bool two_rows_an_sm =
+                ForwardHeld<T, T, kForwardMaxChunks<T>, false>::kRegisters <= 64;
+            const bool shared =
+                FO_SHARED_FORWARD && vec && !a->residual && params_aligned &&
+                (!registers || (fast.tx == kMaxRowThreads && !two_rows_an_sm));
             const RowBlocks g = row_blocks(a->rows, a->cols);
             const dim3 grid(unsigned(fast.groups)), block(fast.tx, fast.ty);
             const cudaStream_t on = cudaStream_t(stream);

@@ -30,6 +30,23 @@ struct RegisterRows {
     int64_t groups = 0;           // blocks: ceil(rows / ty), capped
 };
 
+// Two 16-bit values packed in a word, lower first, widened to fp32 from the
+// word itself (bf16 by shifts, exact; fp16 by the paired conversion).
+// Converted one element at a time, each half went through a 16-bit register
+// first, and ptxas spilled 8-28 bytes of the 64-register forward (4 chunks
+// a thread without a residual, on sm_80 and sm_90; tuning run 21).
+template <typename S>
+__device__ __forceinline__ float2 widen_pair(uint32_t word) {
+    if constexpr (std::is_same_v<S, __nv_bfloat16>) {
+        return make_float2(__uint_as_float(word << 16), __uint_as_float(word & 0xffff0000u));
+    } else {
+        static_assert(std::is_same_v<S, __half>, "a 16-bit type");
+        __half2 pair;
+        memcpy(&pair, &word, sizeof(word));
+        return __half22float2(pair);
+    }
+}
+
 // CPT x 8 values of a type S, held as their bits: 16-bit types take half
 // the registers of fp32. Exact: every value held is an S already (x, or h
 // as rounded to residual_out's dtype, or dy and h as loaded).
@@ -57,10 +74,19 @@ struct Held {
     }
     template <typename A>
     __device__ __forceinline__ void get(A (&values)[kChunk]) const {
-        alignas(16) S raw[kChunk];
-        memcpy(raw, words, sizeof(words));
+        if constexpr (sizeof(S) == 2) {
 #pragma unroll
-        for (int i = 0; i < kChunk; i++) values[i] = A(to_acc(raw[i]));
+            for (int i = 0; i < kChunk / 2; i++) {
+                const float2 pair = widen_pair<S>(words[i]);
+                values[2 * i] = A(pair.x);
+                values[2 * i + 1] = A(pair.y);
+            }
+        } else {
+            alignas(16) S raw[kChunk];
+            memcpy(raw, words, sizeof(words));
+#pragma unroll
+            for (int i = 0; i < kChunk; i++) values[i] = A(to_acc(raw[i]));
+        }
     }
     __device__ __forceinline__ void clear() {
 #pragma unroll
@@ -89,11 +115,11 @@ constexpr int kBackwardMinBlocks = !std::is_same_v<A, double> && HELD_BYTES <= 1
 // weight and bias are loaded at the output, a chunk at a time: holding
 // them from the start (their latency hidden behind the row sums) measured
 // no faster on the H100 and made ptxas spill. Without a residual x is
-// loaded straight into h, yet counted twice here: the tier one copy would
-// earn (64 registers) spilled 48 bytes for 4 bf16 chunks a thread.
+// loaded straight into h: one copy, so 4 16-bit chunks (or 2 fp32) take
+// 64 registers, two 512-thread blocks an SM (tuning run 20).
 template <typename T, typename R, int CPT, bool RESIDUAL>
 struct ForwardHeld {
-    static constexpr int kChunkBytes = kChunk * int(sizeof(T) + sizeof(R));
+    static constexpr int kChunkBytes = kChunk * int(sizeof(T) + (RESIDUAL ? sizeof(R) : 0));
     static constexpr int kBatch = CPT * kChunkBytes <= 128 || CPT == 1 ? CPT : CPT / 2;
     static_assert(kBatch * kChunkBytes <= 128 || CPT == 1, "a batch is at most 128 bytes");
     // (a residual also costs its pointers and the residual_out stores)
