@@ -338,11 +338,11 @@ extern "C" int fo_cuda_norm_forward(int device_index, uintptr_t stream,
             // shared-memory kernel, where they fit; so do the rows of 512
             // threads in registers (16-bit above 8192 elements, fp32 above
             // 4096, fp64 above 2048) unless the register kernel fits them in
-            // 64 registers, two blocks an SM (16-bit and fp32, x held once).
+            // 64 registers, two blocks an SM (16-bit, x counted once).
             // At 80 registers, one block an SM, they ran at 64-70% of the
             // copy ceiling on the H100 and the shared-memory kernel 8-30%
-            // faster (bench/results/h100/tuning, run 9); at 64, fp16 ran 5-8%
-            // faster than the shared-memory kernel (run 20).
+            // faster (bench/results/h100/tuning, run 9); at 64, 16-bit rows
+            // of 16384 ran 5-10% faster than in shared memory (runs 20-21).
             constexpr bool two_rows_an_sm =
                 ForwardHeld<T, T, kForwardMaxChunks<T>, false>::kRegisters <= 64;
             const bool shared =

@@ -115,11 +115,15 @@ constexpr int kBackwardMinBlocks = !std::is_same_v<A, double> && HELD_BYTES <= 1
 // weight and bias are loaded at the output, a chunk at a time: holding
 // them from the start (their latency hidden behind the row sums) measured
 // no faster on the H100 and made ptxas spill. Without a residual x is
-// loaded straight into h: one copy, so 4 16-bit chunks (or 2 fp32) take
-// 64 registers, two 512-thread blocks an SM (tuning run 20).
+// loaded straight into h, and 16-bit rows count that one copy: 4 chunks a
+// thread take 64 registers, four 256-thread blocks an SM or two of 512,
+// 3-21% faster than at 80 on the H100 from 1024 elements up (tuning run
+// 21). fp32 still counts x twice (80 registers for 2 chunks): at 64 it ran
+// 1-10% slower.
 template <typename T, typename R, int CPT, bool RESIDUAL>
 struct ForwardHeld {
-    static constexpr int kChunkBytes = kChunk * int(sizeof(T) + (RESIDUAL ? sizeof(R) : 0));
+    static constexpr bool kOneCopy = !RESIDUAL && sizeof(T) == 2;
+    static constexpr int kChunkBytes = kChunk * int(sizeof(T) + (kOneCopy ? 0 : sizeof(R)));
     static constexpr int kBatch = CPT * kChunkBytes <= 128 || CPT == 1 ? CPT : CPT / 2;
     static_assert(kBatch * kChunkBytes <= 128 || CPT == 1, "a batch is at most 128 bytes");
     // (a residual also costs its pointers and the residual_out stores)
