@@ -50,7 +50,10 @@ __device__ __forceinline__ float2 widen_pair(uint32_t word) {
 // CPT x 8 values of a type S, held as their bits: 16-bit types take half
 // the registers of fp32. Exact: every value held is an S already (x, or h
 // as rounded to residual_out's dtype, or dy and h as loaded).
-template <typename S>
+// PAIRS: 16-bit values are widened a word at a time (widen_pair), as the
+// forward does; the backward widens them one by one, as it was tuned: paired,
+// it measured 1-2% slower at 1024-2048 elements (tuning run 24).
+template <typename S, bool PAIRS = false>
 struct Held {
     uint32_t words[kChunk * sizeof(S) / 4];
 
@@ -74,7 +77,7 @@ struct Held {
     }
     template <typename A>
     __device__ __forceinline__ void get(A (&values)[kChunk]) const {
-        if constexpr (sizeof(S) == 2) {
+        if constexpr (PAIRS && sizeof(S) == 2) {
 #pragma unroll
             for (int i = 0; i < kChunk / 2; i++) {
                 const float2 pair = widen_pair<S>(words[i]);
@@ -272,13 +275,13 @@ __global__ void __maxnreg__((ForwardHeld<T, R, CPT, INPUT != kX>::kRegisters))
         // thread's chunks in it are in flight at once. (A loop that loaded a
         // chunk and added it up before the next load kept one 16-byte load
         // in flight a thread, in the SASS, and ran at half the bandwidth.)
-        Held<R> h[CPT];
+        Held<R, true> h[CPT];
         A sum = 0;
 #pragma unroll
         for (int k0 = 0; k0 < CPT; k0 += kBatch) {
             // x itself is h without a residual: loaded straight into h, so
             // no second copy of the row is held
-            Held<T> xs[INPUT == kX ? 1 : kBatch];
+            Held<T, true> xs[INPUT == kX ? 1 : kBatch];
 #pragma unroll
             for (int k = k0; k < k0 + kBatch; k++) {
                 const int c = threadIdx.x + k * blockDim.x;
