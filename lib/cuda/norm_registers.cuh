@@ -34,7 +34,7 @@ struct RegisterRows {
 // word itself (bf16 by shifts, exact; fp16 by the paired conversion).
 // Converted one element at a time, each half went through a 16-bit register
 // first, and ptxas spilled 8-28 bytes of the 64-register forward (4 chunks
-// a thread without a residual, on sm_80 and sm_90; tuning run 21).
+// a thread without a residual, on sm_80 and sm_90; ptxas -v, tuning run 21).
 template <typename S>
 __device__ __forceinline__ float2 widen_pair(uint32_t word) {
     if constexpr (std::is_same_v<S, __nv_bfloat16>) {
@@ -52,7 +52,7 @@ __device__ __forceinline__ float2 widen_pair(uint32_t word) {
 // as rounded to residual_out's dtype, or dy and h as loaded).
 // PAIRS: 16-bit values are widened a word at a time (widen_pair), as the
 // forward does; the backward widens them one by one, as it was tuned: paired,
-// it measured 1-2% slower at 1024-2048 elements (tuning run 24).
+// it measured up to 2.4% slower at 1024-2048 elements (tuning run 24).
 template <typename S, bool PAIRS = false>
 struct Held {
     uint32_t words[kChunk * sizeof(S) / 4];
@@ -119,10 +119,10 @@ constexpr int kBackwardMinBlocks = !std::is_same_v<A, double> && HELD_BYTES <= 1
 // them from the start (their latency hidden behind the row sums) measured
 // no faster on the H100 and made ptxas spill. Without a residual x is
 // loaded straight into h, and 16-bit rows count that one copy: 4 chunks a
-// thread take 64 registers, four 256-thread blocks an SM or two of 512,
-// 3-21% faster than at 80 on the H100 from 1024 elements up (tuning run
-// 21). fp32 still counts x twice (80 registers for 2 chunks): at 64 it ran
-// 1-10% slower.
+// thread take 64 registers, four 256-thread blocks an SM or two of 512:
+// against 80 registers on the H100, 6-10% faster at 16384 elements, 10-21%
+// at 4096 x 1024, elsewhere within -1% and +6% (tuning run 21). fp32 still
+// counts x twice (80 registers for 2 chunks): at 64 it ran 1-10% slower.
 template <typename T, typename R, int CPT, bool RESIDUAL>
 struct ForwardHeld {
     static constexpr bool kOneCopy = !RESIDUAL && sizeof(T) == 2;
