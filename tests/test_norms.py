@@ -146,9 +146,9 @@ def test_add_norm_without_dropout(shape, kind, residual_dtype, dtype, device):
     assert residual.grad.dtype == r_dtype and x.grad.dtype == dtype
 
 
-# one chunk a thread in registers; 4 on 512 threads, the last ones past the
-# row; and 4 filling a row of 16384 (each its own instantiation with fp32
-# weights)
+# fp32 weights beside 16-bit x: one chunk a thread in registers; then 4 on
+# 512 threads (one instantiation), with the last ones past the row and
+# filling a row of 16384
 @pytest.mark.parametrize("rows, cols", [(9, 48), (5, 9000), (3, 16384)])
 def test_mixed_fp32_params_with_half_x(rows, cols, device):
     for dtype in (torch.float16, torch.bfloat16):

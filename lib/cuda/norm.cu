@@ -343,6 +343,8 @@ extern "C" int fo_cuda_norm_forward(int device_index, uintptr_t stream,
             // copy ceiling on the H100 and the shared-memory kernel 8-30%
             // faster (bench/results/h100/tuning, run 9); at 64, 16-bit rows
             // of 16384 ran 5-10% faster than in shared memory (runs 20-21).
+            // (A row takes 512 threads only once kForwardMaxChunks a thread
+            // would not hold it on 256, so it holds that many.)
             constexpr bool two_rows_an_sm =
                 ForwardHeld<T, T, kForwardMaxChunks<T>, false>::kRegisters <= 64;
             const bool shared =
