@@ -344,7 +344,8 @@ extern "C" int fo_cuda_norm_forward(int device_index, uintptr_t stream,
             // faster (bench/results/h100/tuning, run 9); at 64, 16-bit rows
             // of 16384 ran 5-10% faster than in shared memory (runs 20-21).
             // (A row takes 512 threads only once kForwardMaxChunks a thread
-            // would not hold it on 256, so it holds that many.)
+            // would not hold it on 256, so it holds that many; unless the
+            // tuning knob FO_FORWARD_ROW_THREADS is 512.)
             constexpr bool two_rows_an_sm =
                 ForwardHeld<T, T, kForwardMaxChunks<T>, false>::kRegisters <= 64;
             const bool shared =
