@@ -16,6 +16,10 @@ against a device-to-device copy measured in the same run (the copy ceiling).
 On CPU (--quick, --device cpu) only call_ms exists: perf_counter medians.
 fwd is the training forward (inputs require grad: fused saves its mask), bwd
 the backward alone, fwdbwd both. Exits 1 if any provider's check is BAD.
+--isolate times each provider in a process of its own, joined as combine.py
+joins parts: one provider's state can move another's times (tuning run 26:
+after torch.compile had run in the process, Liger's LayerNorm forward read
+15.5 us at 4096x2048 bf16, alone 18.3 us).
 
     python bench/bench_ops.py                         # the full GPU set
     python bench/bench_ops.py --quick --out /tmp/b    # CPU smoke run
@@ -26,10 +30,13 @@ import argparse
 import csv
 import json
 import math
+import os
 import platform
 import re
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -525,6 +532,8 @@ def parse_args(argv):
     p.add_argument("--compile-dynamic", action="store_true",
                    help="torch.compile(dynamic=None: automatic dynamic shapes), not dynamic=False")
     p.add_argument("--out", type=Path, help="default bench/results/<device-slug>/")
+    p.add_argument("--isolate", action="store_true",
+                   help="each provider in a process of its own, the results joined")
     args = p.parse_args(argv)
     args.dtypes = args.dtypes or (["fp32"] if args.quick else list(DTYPES))
     if args.shapes:
@@ -536,8 +545,45 @@ def parse_args(argv):
     return args
 
 
+def run_isolated(args, argv):
+    """Runs this script once a provider (argv without --isolate, --providers
+    and --out) and joins the runs into args.out; 1 if any run failed."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))  # combine.py is beside this file
+    import combine
+
+    passed, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in ("--providers", "--out"):
+            skip = True
+        elif arg != "--isolate" and not arg.startswith(("--providers=", "--out=")):
+            passed.append(arg)
+    out = args.out or results_dir(device_name(torch.device(args.device)))
+    # the runs import the fused_ops_py this process imported
+    env = dict(os.environ)
+    paths = [str(Path(fo.__file__).resolve().parent.parent), env.get("PYTHONPATH", "")]
+    env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+    with tempfile.TemporaryDirectory() as parts:
+        failed = 0
+        for provider in args.providers:
+            part = Path(parts) / provider
+            print(f"== {provider}: its own process", flush=True)
+            failed |= subprocess.run([sys.executable, __file__, *passed, "--providers", provider,
+                                      "--out", str(part)], env=env).returncode
+        # a run that died wrote nothing: the others are still joined
+        written = [Path(parts) / p for p in args.providers if (Path(parts) / p / "results.json").exists()]
+        summary, count = combine.combine(out, written)
+    print("\n" + summary)
+    print(f"{count} rows from {len(args.providers)} processes -> {out}", flush=True)
+    return 1 if failed else 0
+
+
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
+    if args.isolate:
+        return run_isolated(args, argv)
     device = torch.device(args.device)
     if device.type == "cuda":
         if device.index is None:
@@ -559,7 +605,7 @@ def main(argv=None):
             "fused_ops_py": fo.__version__, "python": platform.python_version(),
             "scale": SCALE, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "cpu_threads": torch.get_num_threads(),  # torch's CPU ops use them all
-            "argv": sys.argv[1:] if argv is None else argv}
+            "argv": argv}
     try:
         import triton
         meta["triton"] = triton.__version__

@@ -5,7 +5,8 @@ summary.md as one run would have written them. Each part keeps the copy
 ceiling it measured (its rows' fraction_of_ceiling use it); the joined
 meta lists every part and states their median ceiling. A case (op,
 direction, shape, dtype, provider) measured in two parts keeps the later
-part's row: a re-run replaces what it re-measured.
+part's row: a re-run replaces what it re-measured. The ratios between
+providers are worked out again over the joined rows.
 
     python bench/combine.py bench/results/h100 /tmp/part1 /tmp/part2 ...
 """
@@ -33,6 +34,14 @@ def combine(out, parts):
         # JSON holds NaN as null; the writers expect NaN
         for r in data["rows"]:
             rows[tuple(r[k] for k in KEY)] = {k: math.nan if v is None else v for k, v in r.items()}
+    cases = {}
+    for row in rows.values():
+        for field in bench_ops.FIELDS:
+            if "speedup_vs_" in field:
+                row[field] = math.nan
+        cases.setdefault(tuple(row[k] for k in KEY[:-1]), []).append(row)
+    for group in cases.values():
+        bench_ops.add_speedups(group)
     meta = dict(metas[0])
     meta["parts"] = [{k: m.get(k) for k in ("argv", "started", "seconds", "copy_ceiling_gbs")}
                      for m in metas]

@@ -103,6 +103,23 @@ def test_combine_joins_parts_and_a_rerun_replaces_its_rows(tmp_path):
     assert "| relu | bwd | 16x64 |" in summary and "| square | fwd | 16x64 |" in summary
 
 
+def test_isolate_runs_each_provider_alone_and_joins_them_with_their_ratios(tmp_path):
+    bench_ops = load("bench_ops")
+    status = bench_ops.main([
+        "--device", "cpu", "--quick", "--ops", "relu", "--directions", "fwd", "--isolate",
+        "--providers", "fused,eager", "--shapes", "16x64", "--out", str(tmp_path),
+    ])
+    assert status == 0
+    with open(tmp_path / "results.csv") as f:
+        rows = {r["provider"]: r for r in csv.DictReader(f)}
+    assert set(rows) == {"fused", "eager"} and all(r["check"] == "ok" for r in rows.values())
+    # the ratio between two processes' rows, worked out when they were joined
+    fused, eager = (float(rows[p]["call_ms"]) for p in ("fused", "eager"))
+    assert float(rows["fused"]["speedup_vs_eager"]) == pytest.approx(eager / fused)
+    meta = json.loads((tmp_path / "results.json").read_text())["meta"]
+    assert [p["argv"][-3] for p in meta["parts"]] == ["fused", "eager"]  # --providers X --out D
+
+
 def synthetic_row(op, direction, shape, dtype, provider, gbs, call_us, peak=""):
     rows, cols = shape
     # kernel time from GB/s over a nominal byte count: only ratios matter here
