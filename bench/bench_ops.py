@@ -17,7 +17,7 @@ On CPU (--quick, --device cpu) only call_ms exists: perf_counter medians.
 fwd is the training forward (inputs require grad: fused saves its mask), bwd
 the backward alone, fwdbwd both. Exits 1 if any provider's check is BAD.
 --isolate times each provider in a process of its own, joined as combine.py
-joins parts: one provider's state can move another's times (tuning run 26:
+joins parts: one provider's state can move another's times (tuning run 27:
 after torch.compile had run in the process, Liger's LayerNorm forward read
 15.5 us at 4096x2048 bf16, alone 18.3 us).
 
@@ -573,6 +573,9 @@ def run_isolated(args, argv):
                                       "--out", str(part)], env=env).returncode
         # a run that died wrote nothing: the others are still joined
         written = [Path(parts) / p for p in args.providers if (Path(parts) / p / "results.json").exists()]
+        if not written:
+            print("no provider's run wrote results", flush=True)
+            return 1
         summary, count = combine.combine(out, written)
     print("\n" + summary)
     print(f"{count} rows from {len(args.providers)} processes -> {out}", flush=True)
