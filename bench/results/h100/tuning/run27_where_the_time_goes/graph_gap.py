@@ -1,7 +1,7 @@
 """Graph replays as bench_ops times them (flush, event, replay, event):
 every GPU activity with its start relative to the flush's end.
 graph_gap_a.txt and _b.txt came from it before the three timings and the
- after them (graph_gap_c.txt) were added."""
+"continue" after them (graph_gap_c.txt) were added."""
 import sys
 import torch
 from torch.profiler import ProfilerActivity, profile
