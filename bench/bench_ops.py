@@ -439,7 +439,7 @@ def summary_markdown(rows, meta):
     lines = [
         f"# fused_ops_py benchmark, {', '.join(dtypes)}",
         "",
-        f"{meta['device']}{'' if meta['cuda'] else ' (torch on %d threads; fused_ops_py CPU kernels are single-threaded)' % meta['cpu_threads']}; "
+        f"{meta['device']}{'' if meta['cuda'] else ' (torch and fused_ops_py on %d threads)' % meta['cpu_threads']}; "
         f"torch {meta['torch']}; fused_ops_py {meta['fused_ops_py']}; "
         f"copy ceiling {meta['copy_ceiling_gbs']:.0f} GB/s (read + write). GB/s from "
         f"{'CUDA-graph kernel time' if meta['cuda'] else 'call time'}, over the fewest "

@@ -23,6 +23,11 @@ _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
 
 _CPU_ARGS = (lib.FO_DEVICE_CPU, 0, 0)
+# The CPU kernels take as many threads as torch's own CPU ops:
+# torch.get_num_threads(), told to the library when it changes (0.1 us a
+# call to ask). A library older than fo_set_cpu_threads keeps its default.
+_set_cpu_threads = getattr(lib, "fo_set_cpu_threads", None)
+_cpu_threads_told = [0]
 
 
 def device_args(tensor):
@@ -34,6 +39,10 @@ def device_args(tensor):
         if _raw_stream is not None:
             return lib.FO_DEVICE_CUDA, index, _raw_stream(index)
         return lib.FO_DEVICE_CUDA, index, torch.cuda.current_stream(index).cuda_stream
+    threads = torch.get_num_threads()
+    if threads != _cpu_threads_told[0] and _set_cpu_threads is not None:
+        _set_cpu_threads(threads)
+        _cpu_threads_told[0] = threads
     return _CPU_ARGS
 
 

@@ -7,6 +7,7 @@
 #include <math.h>
 
 #include "cpu_convert.h"
+#include "cpu_parallel.h"
 #include "internal.h"
 
 static int fo_check_mask(const char *op, uintptr_t mask, int64_t rows,
@@ -41,69 +42,98 @@ static int check_common(const char *op, int device_type, int device_index,
     return FO_OK;
 }
 
-static void cpu_forward(const fo_bias_scale_relu_forward_args *a) {
+/* Pieces [k0, k1) of the rows x fo_cpu_chunks(cols) pieces, each
+ * independent (a piece's mask bytes are its own: CPU_CHUNK is a multiple of
+ * 8). */
+static void forward_pieces(const void *ctx, int64_t k0, int64_t k1) {
+    const fo_bias_scale_relu_forward_args *a = ctx;
     double x[CPU_CHUNK], bias[CPU_CHUNK], y[CPU_CHUNK];
     const double scale = a->scale;
-    int64_t mask_row_bytes = fo_mask_row_bytes(a->cols);
-    for (int64_t r = 0; r < a->rows; r++) {
-        for (int64_t c0 = 0; c0 < a->cols; c0 += CPU_CHUNK) {
-            int64_t n = a->cols - c0 < CPU_CHUNK ? a->cols - c0 : CPU_CHUNK;
-            fo_cpu_load(x, a->x, r * a->x_row_stride + c0, n, a->dtype);
-            if (a->bias)
-                fo_cpu_load(bias, a->bias, c0, n, a->bias_dtype);
-            else
-                for (int64_t i = 0; i < n; i++) bias[i] = 0.0;
-            /* branch-free, so it vectorizes; NaN passes through, as in torch */
-            for (int64_t i = 0; i < n; i++) {
-                double v = x[i] * scale + bias[i];
-                y[i] = v < 0.0 ? 0.0 : v;
-            }
-            fo_cpu_store(a->y, r * a->cols + c0, y, n, a->dtype);
-            if (!a->mask)
-                continue;
-            /* the mask says where the y as stored is not <= 0: a tiny
-             * positive value rounded to 0 passes no gradient, and NaN passes
-             * it, as torch's threshold_backward does */
-            fo_cpu_load(y, a->y, r * a->cols + c0, n, a->dtype);
-            /* c0 is a multiple of 8, so every mask byte lies in one chunk */
-            unsigned char *mask = a->mask + r * mask_row_bytes + c0 / 8;
-            for (int64_t i = 0; i < n; i += 8) {
-                unsigned bits = 0;
-                for (int64_t b = 0; b < 8 && i + b < n; b++)
-                    bits |= (unsigned)!(y[i + b] <= 0.0) << b;
-                mask[i / 8] = (unsigned char)bits;
-            }
+    const int64_t mask_row_bytes = fo_mask_row_bytes(a->cols);
+    const int64_t chunks = fo_cpu_chunks(a->cols);
+    for (int64_t k = k0; k < k1; k++) {
+        const int64_t r = k / chunks, c0 = k % chunks * CPU_CHUNK;
+        const int64_t n = a->cols - c0 < CPU_CHUNK ? a->cols - c0 : CPU_CHUNK;
+        fo_cpu_load(x, a->x, r * a->x_row_stride + c0, n, a->dtype);
+        if (a->bias)
+            fo_cpu_load(bias, a->bias, c0, n, a->bias_dtype);
+        else
+            for (int64_t i = 0; i < n; i++) bias[i] = 0.0;
+        /* branch-free, so it vectorizes; NaN passes through, as in torch */
+        for (int64_t i = 0; i < n; i++) {
+            double v = x[i] * scale + bias[i];
+            y[i] = v < 0.0 ? 0.0 : v;
+        }
+        fo_cpu_store(a->y, r * a->cols + c0, y, n, a->dtype);
+        if (!a->mask)
+            continue;
+        /* the mask says where the y as stored is not <= 0: a tiny positive
+         * value rounded to 0 passes no gradient, and NaN passes it, as
+         * torch's threshold_backward does */
+        fo_cpu_load(y, a->y, r * a->cols + c0, n, a->dtype);
+        /* c0 is a multiple of 8, so every mask byte lies in one chunk */
+        unsigned char *mask = a->mask + r * mask_row_bytes + c0 / 8;
+        for (int64_t i = 0; i < n; i += 8) {
+            unsigned bits = 0;
+            for (int64_t b = 0; b < 8 && i + b < n; b++)
+                bits |= (unsigned)!(y[i + b] <= 0.0) << b;
+            mask[i / 8] = (unsigned char)bits;
         }
     }
 }
 
-static void cpu_backward(const fo_bias_scale_relu_backward_args *a) {
-    double dy[CPU_CHUNK], dx[CPU_CHUNK], dbias[CPU_CHUNK];
+/* dx of one piece (row r, columns c0 .. c0 + n), its gradient added into
+ * dbias[0 .. n). */
+static void backward_piece(const fo_bias_scale_relu_backward_args *a,
+                           int64_t r, int64_t c0, int64_t n, double *dbias) {
+    double dy[CPU_CHUNK], dx[CPU_CHUNK];
     unsigned char kept[CPU_CHUNK];
-    const double scale = a->scale;
-    int64_t mask_row_bytes = fo_mask_row_bytes(a->cols);
-    /* columns outer, rows inner: each dbias chunk is summed in row order */
-    for (int64_t c0 = 0; c0 < a->cols; c0 += CPU_CHUNK) {
-        int64_t n = a->cols - c0 < CPU_CHUNK ? a->cols - c0 : CPU_CHUNK;
-        for (int64_t i = 0; i < n; i++) dbias[i] = 0.0;
-        for (int64_t r = 0; r < a->rows; r++) {
-            const unsigned char *mask = a->mask + r * mask_row_bytes + c0 / 8;
-            fo_cpu_load(dy, a->dy, r * a->dy_row_stride + c0, n, a->dtype);
-            /* bits to flags first: the select below then compiles to a
-             * vector blend, not a branch that random masks mispredict */
-            for (int64_t i = 0; i < n; i++)
-                kept[i] = (mask[i >> 3] >> (i & 7)) & 1u;
-            for (int64_t i = 0; i < n; i++) {
-                double g = kept[i] ? dy[i] : 0.0;
-                dbias[i] += g;
-                dx[i] = g * scale;
-            }
-            if (a->dx)
-                fo_cpu_store(a->dx, r * a->cols + c0, dx, n, a->dtype);
-        }
-        if (a->dbias)
-            fo_cpu_store(a->dbias, c0, dbias, n, a->bias_dtype);
+    const unsigned char *mask = a->mask + r * fo_mask_row_bytes(a->cols) + c0 / 8;
+    fo_cpu_load(dy, a->dy, r * a->dy_row_stride + c0, n, a->dtype);
+    /* bits to flags first: the select below then compiles to a vector
+     * blend, not a branch that random masks mispredict */
+    for (int64_t i = 0; i < n; i++)
+        kept[i] = (mask[i >> 3] >> (i & 7)) & 1u;
+    for (int64_t i = 0; i < n; i++) {
+        double g = kept[i] ? dy[i] : 0.0;
+        dbias[i] += g;
+        dx[i] = g * a->scale;
     }
+    if (a->dx)
+        fo_cpu_store(a->dx, r * a->cols + c0, dx, n, a->dtype);
+}
+
+/* With a bias gradient: column chunks [k0, k1), all rows, columns outer,
+ * so each dbias chunk is summed in row order, whichever thread takes it. */
+static void backward_columns(const void *ctx, int64_t k0, int64_t k1) {
+    const fo_bias_scale_relu_backward_args *a = ctx;
+    double dbias[CPU_CHUNK];
+    for (int64_t k = k0; k < k1; k++) {
+        const int64_t c0 = k * CPU_CHUNK;
+        const int64_t n = a->cols - c0 < CPU_CHUNK ? a->cols - c0 : CPU_CHUNK;
+        for (int64_t i = 0; i < n; i++) dbias[i] = 0.0;
+        for (int64_t r = 0; r < a->rows; r++) backward_piece(a, r, c0, n, dbias);
+        fo_cpu_store(a->dbias, c0, dbias, n, a->bias_dtype);
+    }
+}
+
+/* Without one: pieces [k0, k1) of the rows x fo_cpu_chunks(cols) pieces. */
+static void backward_pieces(const void *ctx, int64_t k0, int64_t k1) {
+    const fo_bias_scale_relu_backward_args *a = ctx;
+    double unused[CPU_CHUNK] = {0};
+    const int64_t chunks = fo_cpu_chunks(a->cols);
+    for (int64_t k = k0; k < k1; k++) {
+        const int64_t r = k / chunks, c0 = k % chunks * CPU_CHUNK;
+        backward_piece(a, r, c0, a->cols - c0 < CPU_CHUNK ? a->cols - c0 : CPU_CHUNK, unused);
+    }
+}
+
+static void cpu_backward(const fo_bias_scale_relu_backward_args *a) {
+    const int64_t chunks = fo_cpu_chunks(a->cols);
+    if (a->dbias)
+        fo_cpu_parallel(chunks, a->rows * CPU_CHUNK, backward_columns, a);
+    else
+        fo_cpu_parallel(a->rows * chunks, CPU_CHUNK, backward_pieces, a);
 }
 
 int fo_bias_scale_relu_forward(int device_type, int device_index,
@@ -128,7 +158,7 @@ int fo_bias_scale_relu_forward(int device_type, int device_index,
         return FO_OK;
     if (device_type == FO_DEVICE_CUDA)
         return fo_cuda_bias_scale_relu_forward(device_index, stream, &a);
-    cpu_forward(&a);
+    fo_cpu_parallel(rows * fo_cpu_chunks(cols), CPU_CHUNK, forward_pieces, &a);
     return FO_OK;
 }
 

@@ -8,6 +8,12 @@
 
 #define CPU_CHUNK 256
 
+/* The CPU_CHUNK-element pieces of a row of cols elements (the last one may
+ * be short). */
+static inline int64_t fo_cpu_chunks(int64_t cols) {
+    return (cols + CPU_CHUNK - 1) / CPU_CHUNK;
+}
+
 /* dst[i] = src[offset + i] as double, for i < n. */
 void fo_cpu_load(double *dst, const void *src, int64_t offset, int64_t n,
                  int dtype);

@@ -102,6 +102,17 @@ FO_API const char *fo_cuda_archs(void);
  * (1000 * major + 10 * minor), or 0 for a CPU-only build. */
 FO_API int fo_cuda_runtime_version(void);
 
+/* The threads the CPU kernels may use (process-wide): threads > 0 sets the
+ * count, 0 restores the default, every CPU this process may run on (its
+ * affinity mask). A call too small to be worth a thread runs on the
+ * caller's alone. The outputs have the same bits on any number of threads.
+ * The Python package sets it to torch.get_num_threads(). */
+FO_API void fo_set_cpu_threads(int threads);
+
+/* @return the threads the CPU kernels may use now (1 where the library was
+ * built without pthreads). */
+FO_API int fo_get_cpu_threads(void);
+
 /*
  * relu(x * scale + bias), row-wise: y[r, c] = max(x[r, c] * scale + bias[c], 0).
  *   y:     output, rows x cols, dense, dtype `dtype`.

@@ -1,11 +1,14 @@
 /* norm.c: LayerNorm and RMSNorm with fused residual add and dropout, forward
  * and backward: argument checks, CPU/CUDA dispatch and the CPU kernels.
- * The CPU works in double over CPU_CHUNK-element pieces of a row. */
+ * The CPU works in double over CPU_CHUNK-element pieces of a row, rows
+ * (and, for the weight and bias gradients, column chunks) split over
+ * threads (cpu_parallel.h). */
 #include <inttypes.h>
 #include <math.h>
 
 #include "cpu_convert.h"
 #include "cpu_lanes.h"
+#include "cpu_parallel.h"
 #include "internal.h"
 #include "philox.h"
 
@@ -76,7 +79,9 @@ static double stat_at(const void *stats, int64_t row, int dtype) {
     return value;
 }
 
-static void cpu_forward(const fo_norm_forward_args *a) {
+/* Rows [r0, r1) of the forward (each row is independent: any thread). */
+static void forward_rows(const void *ctx, int64_t r0, int64_t r1) {
+    const fo_norm_forward_args *a = ctx;
     double h[CPU_CHUNK], other[CPU_CHUNK];
     const int64_t cols = a->cols;
     const int rms = a->kind == FO_NORM_RMS;
@@ -84,7 +89,7 @@ static void cpu_forward(const fo_norm_forward_args *a) {
     const void *h_src = a->residual ? a->residual_out : a->x;
     const int h_dtype = a->residual ? a->residual_dtype : a->dtype;
     const int stats = fo_stats_dtype(a->dtype);
-    for (int64_t r = 0; r < a->rows; r++) {
+    for (int64_t r = r0; r < r1; r++) {
         const int64_t h_offset = a->residual ? r * cols : r * a->x_row_stride;
         fo_lanes sum = fo_lanes_zero(), sum_squares = fo_lanes_zero();
         /* h = dropout(x) + residual, rounded to its dtype, and its sums */
@@ -138,6 +143,10 @@ static void cpu_forward(const fo_norm_forward_args *a) {
     }
 }
 
+static void cpu_forward(const fo_norm_forward_args *a) {
+    fo_cpu_parallel(a->rows, a->cols, forward_rows, a);
+}
+
 /* dy * weight for columns c0.. of row r, into wdy. */
 static void load_weighted_dy(double *wdy, double *weight,
                              const fo_norm_backward_args *a, int64_t r,
@@ -148,11 +157,13 @@ static void load_weighted_dy(double *wdy, double *weight,
     for (int64_t i = 0; i < n; i++) wdy[i] *= weight[i];
 }
 
-static void cpu_backward(const fo_norm_backward_args *a) {
+/* dx (and dresidual) of rows [r0, r1): each row is independent. */
+static void backward_rows(const void *ctx, int64_t r0, int64_t r1) {
+    const fo_norm_backward_args *a = ctx;
     double wdy[CPU_CHUNK], xhat[CPU_CHUNK], other[CPU_CHUNK];
     const int64_t cols = a->cols;
     const int rms = a->kind == FO_NORM_RMS;
-    for (int64_t r = 0; r < a->rows && (a->dx || a->dresidual); r++) {
+    for (int64_t r = r0; r < r1; r++) {
         const double mean = rms ? 0.0 : stat_at(a->mean, r, a->dtype);
         const double rstd = stat_at(a->rstd, r, a->dtype);
         /* the two row sums of the gradient of a normalization */
@@ -190,11 +201,18 @@ static void cpu_backward(const fo_norm_backward_args *a) {
             }
         }
     }
-    if (!a->dweight && !a->dbias) return;
-    /* columns outer, rows inner: each column's sums run in row order */
-    double dweight[CPU_CHUNK], dbias[CPU_CHUNK];
-    for (int64_t c0 = 0; c0 < cols; c0 += CPU_CHUNK) {
-        int64_t n = cols - c0 < CPU_CHUNK ? cols - c0 : CPU_CHUNK;
+}
+
+/* dweight and dbias of the column chunks [k0, k1): each column's sums run
+ * down the rows in order, whichever thread takes the chunk. */
+static void parameter_gradient_chunks(const void *ctx, int64_t k0, int64_t k1) {
+    const fo_norm_backward_args *a = ctx;
+    double wdy[CPU_CHUNK], xhat[CPU_CHUNK], dweight[CPU_CHUNK], dbias[CPU_CHUNK];
+    const int64_t cols = a->cols;
+    const int rms = a->kind == FO_NORM_RMS;
+    for (int64_t k = k0; k < k1; k++) {
+        const int64_t c0 = k * CPU_CHUNK;
+        const int64_t n = cols - c0 < CPU_CHUNK ? cols - c0 : CPU_CHUNK;
         for (int64_t i = 0; i < n; i++) dweight[i] = dbias[i] = 0.0;
         for (int64_t r = 0; r < a->rows; r++) {
             const double mean = rms ? 0.0 : stat_at(a->mean, r, a->dtype);
@@ -210,6 +228,14 @@ static void cpu_backward(const fo_norm_backward_args *a) {
             fo_cpu_store(a->dweight, c0, dweight, n, a->param_dtype);
         if (a->dbias) fo_cpu_store(a->dbias, c0, dbias, n, a->param_dtype);
     }
+}
+
+static void cpu_backward(const fo_norm_backward_args *a) {
+    if (a->dx || a->dresidual)
+        fo_cpu_parallel(a->rows, a->cols, backward_rows, a);
+    if (a->dweight || a->dbias)
+        fo_cpu_parallel((a->cols + CPU_CHUNK - 1) / CPU_CHUNK, a->rows * CPU_CHUNK,
+                        parameter_gradient_chunks, a);
 }
 
 /* --- entry points ------------------------------------------------------- */

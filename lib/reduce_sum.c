@@ -1,11 +1,14 @@
 /* reduce_sum.c: the sum of all elements: argument checks, CPU/CUDA dispatch
  * and the CPU implementation. The CPU sums in double in eight interleaved
  * lanes (cpu_lanes.h), at least as precise as the fp32 accumulation the GPU
- * uses for float types, in a fixed order. */
+ * uses for float types, in a fixed order (the same on any number of
+ * threads). */
 #include <inttypes.h>
+#include <stdlib.h>
 
 #include "cpu_convert.h"
 #include "cpu_lanes.h"
+#include "cpu_parallel.h"
 #include "internal.h"
 
 static int check_numel(const char *op, int64_t numel) {
@@ -19,15 +22,48 @@ static int check_numel(const char *op, int64_t numel) {
     return FO_OK;
 }
 
-static void cpu_reduce_sum(const fo_reduce_sum_args *a) {
+/* The sum is taken in blocks of SUM_BLOCK elements, each in the lanes of
+ * cpu_lanes.h, and the blocks' totals added in order: the blocks are what
+ * threads share out, and their size is fixed, so the bits of the sum do not
+ * depend on the number of threads. */
+#define SUM_BLOCK ((int64_t)1 << 16)
+
+typedef struct {
+    const fo_reduce_sum_args *a;
+    double *totals; /* one a block */
+} sum_work;
+
+static double block_total(const fo_reduce_sum_args *a, int64_t block) {
     double x[CPU_CHUNK];
     fo_lanes lanes = fo_lanes_zero();
-    for (int64_t i0 = 0; i0 < a->numel; i0 += CPU_CHUNK) {
-        int64_t n = a->numel - i0 < CPU_CHUNK ? a->numel - i0 : CPU_CHUNK;
+    const int64_t end = a->numel - block * SUM_BLOCK < SUM_BLOCK
+                            ? a->numel : (block + 1) * SUM_BLOCK;
+    for (int64_t i0 = block * SUM_BLOCK; i0 < end; i0 += CPU_CHUNK) {
+        int64_t n = end - i0 < CPU_CHUNK ? end - i0 : CPU_CHUNK;
         fo_cpu_load(x, a->x, i0, n, a->dtype);
         fo_lanes_add(&lanes, x, NULL, n);
     }
-    const double total = fo_lanes_total(&lanes);
+    return fo_lanes_total(&lanes);
+}
+
+static void block_totals(const void *ctx, int64_t b0, int64_t b1) {
+    const sum_work *work = ctx;
+    for (int64_t b = b0; b < b1; b++) work->totals[b] = block_total(work->a, b);
+}
+
+static void cpu_reduce_sum(const fo_reduce_sum_args *a) {
+    const int64_t blocks = (a->numel + SUM_BLOCK - 1) / SUM_BLOCK;
+    double total = 0.0;
+    sum_work work = {a, NULL};
+    if (blocks > 1 && fo_get_cpu_threads() > 1)
+        work.totals = malloc((size_t)blocks * sizeof(double));
+    if (work.totals) {
+        fo_cpu_parallel(blocks, SUM_BLOCK, block_totals, &work);
+        for (int64_t b = 0; b < blocks; b++) total += work.totals[b];
+        free(work.totals);
+    } else { /* one thread (or no memory for the totals): the same sum */
+        for (int64_t b = 0; b < blocks; b++) total += block_total(a, b);
+    }
     fo_cpu_store(a->out, 0, &total, 1, a->dtype);
 }
 

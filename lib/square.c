@@ -1,23 +1,26 @@
 /* square.c: y = x * x and its gradient dx = 2 * x * dy: argument checks,
  * CPU/CUDA dispatch and the CPU implementation. */
 #include "cpu_convert.h"
+#include "cpu_parallel.h"
 #include "internal.h"
 
-/* One loop for both passes: dy == 0 means forward. */
-static void cpu_square(const fo_square_args *a) {
+/* Pieces [k0, k1) of the rows x fo_cpu_chunks(cols) pieces (each
+ * independent); one loop for both passes: dy == 0 means forward. */
+static void square_pieces(const void *ctx, int64_t k0, int64_t k1) {
+    const fo_square_args *a = ctx;
     double x[CPU_CHUNK], dy[CPU_CHUNK], out[CPU_CHUNK];
-    for (int64_t r = 0; r < a->rows; r++) {
-        for (int64_t c0 = 0; c0 < a->cols; c0 += CPU_CHUNK) {
-            int64_t n = a->cols - c0 < CPU_CHUNK ? a->cols - c0 : CPU_CHUNK;
-            fo_cpu_load(x, a->x, r * a->x_row_stride + c0, n, a->dtype);
-            if (a->dy) {
-                fo_cpu_load(dy, a->dy, r * a->dy_row_stride + c0, n, a->dtype);
-                for (int64_t i = 0; i < n; i++) out[i] = 2.0 * x[i] * dy[i];
-            } else {
-                for (int64_t i = 0; i < n; i++) out[i] = x[i] * x[i];
-            }
-            fo_cpu_store(a->out, r * a->cols + c0, out, n, a->dtype);
+    const int64_t chunks = fo_cpu_chunks(a->cols);
+    for (int64_t k = k0; k < k1; k++) {
+        const int64_t r = k / chunks, c0 = k % chunks * CPU_CHUNK;
+        const int64_t n = a->cols - c0 < CPU_CHUNK ? a->cols - c0 : CPU_CHUNK;
+        fo_cpu_load(x, a->x, r * a->x_row_stride + c0, n, a->dtype);
+        if (a->dy) {
+            fo_cpu_load(dy, a->dy, r * a->dy_row_stride + c0, n, a->dtype);
+            for (int64_t i = 0; i < n; i++) out[i] = 2.0 * x[i] * dy[i];
+        } else {
+            for (int64_t i = 0; i < n; i++) out[i] = x[i] * x[i];
         }
+        fo_cpu_store(a->out, r * a->cols + c0, out, n, a->dtype);
     }
 }
 
@@ -27,7 +30,7 @@ static int run(int device_type, int device_index,
         return FO_OK;
     if (device_type == FO_DEVICE_CUDA)
         return fo_cuda_square(device_index, stream, a);
-    cpu_square(a);
+    fo_cpu_parallel(a->rows * fo_cpu_chunks(a->cols), CPU_CHUNK, square_pieces, a);
     return FO_OK;
 }
 

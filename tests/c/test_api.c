@@ -1387,6 +1387,75 @@ static void test_reduce_sum_values(void) {
     }
 }
 
+/* ========================================================================
+ * The CPU kernels' threads
+ * ======================================================================== */
+
+/* The outputs of relu(x * 0.5 + bias) forward (y, mask), its backward (dx,
+ * dbias) and reduce_sum of x, f64 (the CPU adds in double: f32 outputs
+ * would round away a sum taken in another order), on `threads` threads,
+ * into out (dense: y, dx, dbias, the sum, then the mask). Odd sizes: each
+ * row ends in a short piece. */
+enum { SPLIT_ROWS = 1031, SPLIT_COLS = 1029 };
+static int split_outputs(int threads, const guarded *x, const guarded *bias,
+                         const guarded *dy, unsigned char *out) {
+    const int64_t n = (int64_t)SPLIT_ROWS * SPLIT_COLS;
+    unsigned char *y = out, *dx = y + n * 8, *dbias = dx + n * 8;
+    unsigned char *sum = dbias + SPLIT_COLS * 8, *mask = sum + 8; /* doubles first */
+    fo_set_cpu_threads(threads);
+    int st = fo_bias_scale_relu_forward(CPU, 0, 0, (uintptr_t)y, (uintptr_t)mask, addr(x),
+                                        SPLIT_COLS, addr(bias), SPLIT_ROWS, SPLIT_COLS, F64,
+                                        F64, 0.5);
+    if (st == OK)
+        st = fo_bias_scale_relu_backward(CPU, 0, 0, (uintptr_t)dx, (uintptr_t)dbias, 0, 0,
+                                         addr(dy), SPLIT_COLS, (uintptr_t)mask, SPLIT_ROWS,
+                                         SPLIT_COLS, F64, F64, 0.5);
+    if (st == OK) st = fo_reduce_sum(CPU, 0, 0, (uintptr_t)sum, 0, 0, addr(x), n, F64);
+    fo_set_cpu_threads(0);
+    return CHECK(st == OK, "%d threads: status %d (%s)", threads, st, fo_last_error());
+}
+
+static void test_cpu_threads(void) {
+    section("fo_set_cpu_threads, and the same bits on any number of threads");
+    fo_set_cpu_threads(0);
+    const int usable = fo_get_cpu_threads();
+    CHECK(usable >= 1, "the default is %d threads", usable);
+    fo_set_cpu_threads(3);
+    CHECK(fo_get_cpu_threads() == 3, "set to 3, got %d", fo_get_cpu_threads());
+    fo_set_cpu_threads(-1);
+    CHECK(fo_get_cpu_threads() == usable, "a count below 1 gave %d, not the default %d",
+          fo_get_cpu_threads(), usable);
+
+    /* the sums (dbias down the rows, reduce_sum) are where an order could
+     * follow the split: 1, 2 and 7 threads must give the same bytes */
+    const int64_t n = (int64_t)SPLIT_ROWS * SPLIT_COLS;
+    const size_t bytes = (size_t)(n * 8 + n * 8 + SPLIT_COLS * 8 + 8 + SPLIT_ROWS * ((SPLIT_COLS + 7) / 8));
+    guarded x = guarded_new((size_t)n * 8, 0), dy = guarded_new((size_t)n * 8, 0);
+    guarded bias = guarded_new(SPLIT_COLS * 8, 0);
+    uint64_t rng = 5000;
+    for (int64_t i = 0; i < n; i++) {
+        put(x.data, i, F64, rng_uniform(&rng));
+        put(dy.data, i, F64, rng_uniform(&rng));
+    }
+    for (int64_t i = 0; i < SPLIT_COLS; i++) put(bias.data, i, F64, rng_uniform(&rng));
+    unsigned char *one = malloc(bytes), *many = malloc(bytes);
+    if (CHECK(one && many, "out of memory") && split_outputs(1, &x, &bias, &dy, one)) {
+        static const int counts[] = {2, 7};
+        for (size_t k = 0; k < COUNT(counts); k++) {
+            memset(many, 0x5A, bytes);
+            if (split_outputs(counts[k], &x, &bias, &dy, many))
+                CHECK(memcmp(one, many, bytes) == 0,
+                      "relu forward/backward and reduce_sum: other bytes on %d threads than on 1",
+                      counts[k]);
+        }
+    }
+    free(one);
+    free(many);
+    guarded_free(&x);
+    guarded_free(&dy);
+    guarded_free(&bias);
+}
+
 int main(void) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     printf("libfused_ops %d (ABI %d), CUDA %s%s%s\n", fo_version(), fo_abi_version(),
@@ -1419,6 +1488,7 @@ int main(void) {
     test_square_exhaustive(BF16);
     test_square_values();
     test_reduce_sum_values();
+    test_cpu_threads();
 
     guarded_free(&E_OUT);
     guarded_free(&E_OUT2);

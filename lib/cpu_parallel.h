@@ -1,0 +1,26 @@
+/* cpu_parallel.h: the threads of the CPU kernels.
+ *
+ * A CPU kernel splits its work into items that are independent of each
+ * other (rows, or chunks of columns whose sums run down the rows): each
+ * item is computed whole by one thread, in the same order on any number of
+ * threads, so every output has the same bits on 1 thread or 64.
+ * fo_cpu_parallel runs fn over contiguous ranges of the items on up to
+ * fo_get_cpu_threads() threads, started for the call and joined before it
+ * returns: nothing outlives a call, so nothing is left broken by fork()
+ * (a DataLoader's workers). */
+#ifndef FO_CPU_PARALLEL_H
+#define FO_CPU_PARALLEL_H
+
+#include <stdint.h>
+
+/* Computes items [begin, end) of the work described by ctx. */
+typedef void (*fo_cpu_range_fn)(const void *ctx, int64_t begin, int64_t end);
+
+/* fn over items [0, items), each costing about item_elements elements of
+ * work: on one thread when that is all the call is worth, else split in
+ * contiguous ranges over up to fo_get_cpu_threads() threads (the caller's
+ * own thread takes the first range). */
+void fo_cpu_parallel(int64_t items, int64_t item_elements, fo_cpu_range_fn fn,
+                     const void *ctx);
+
+#endif

@@ -1,0 +1,81 @@
+"""The CPU kernels split their work over torch.get_num_threads() threads:
+every output, gradients included, has the same bits on one thread as on
+several, and the values agree with float64 references on a shape large
+enough to be split."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import fused_ops_py as fo
+from conftest import assert_close, random
+from fused_ops_py._ffi import lib
+
+# 1.07M elements, worth 4 threads (a thread takes at least 2^18 elements);
+# 1032 columns: five 256-element pieces a row, the last one short.
+SHAPE = (1040, 1032)
+COLS = SHAPE[-1]
+
+# name: (fused call, float64 reference or None, its inputs): x and r are
+# [rows, cols], w is [cols].
+CASES = {
+    "layer_norm": (lambda x, w: fo.fused_layer_norm(x, w, w * 0.5),
+                   lambda x, w: F.layer_norm(x, (COLS,), w, w * 0.5), "xw"),
+    "rms_norm": (lambda x, w: fo.fused_rms_norm(x, w),
+                 lambda x, w: F.rms_norm(x, (COLS,), w, torch.finfo(torch.float32).eps), "xw"),
+    "add_rms_norm_dropout": (lambda x, r, w: fo.fused_add_rms_norm(x, r, w, dropout_p=0.25), None, "xrw"),
+    "bias_scale_relu": (lambda x, w: fo.fused_bias_scale_relu(x, w, 0.5),
+                        lambda x, w: torch.relu(x * 0.5 + w), "xw"),
+    "relu": (fo.relu, torch.relu, "x"),
+    "square": (fo.square, lambda x: x * x, "x"),
+    "swiglu": (fo.fused_swiglu, lambda x, r: F.silu(x) * r, "xr"),
+    "reduce_sum": (fo.reduce_sum, torch.sum, "x"),
+}
+INPUTS = {"x": (SHAPE, 1), "r": (SHAPE, 2), "w": ((COLS,), 3)}
+
+
+def inputs_of(names, dtype):
+    return [random(INPUTS[n][0], dtype, "cpu", seed=INPUTS[n][1]) for n in names]
+
+
+def run(fn, inputs, threads):
+    """(outputs..., input gradients...) of fn on `threads` CPU threads."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        torch.manual_seed(0)  # the dropout seed
+        leaves = [t.detach().requires_grad_() for t in inputs]
+        outputs = fn(*leaves)
+        outputs = outputs if isinstance(outputs, tuple) else (outputs,)
+        assert lib.fo_get_cpu_threads() == threads
+        cotangents = [random(o.shape, o.dtype, "cpu", seed=9 + i) for i, o in enumerate(outputs)]
+        grads = torch.autograd.grad(outputs, leaves, cotangents)
+        return [o.detach() for o in outputs] + list(grads)
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_same_bits_on_one_thread_and_several(case):
+    fused, _, names = CASES[case]
+    # float64: the CPU adds in double, and float32 outputs would round away
+    # a sum taken in another order
+    inputs = inputs_of(names, torch.float64)
+    one = run(fused, inputs, 1)
+    for threads in (2, 4):
+        many = run(fused, inputs, threads)
+        for a, b in zip(one, many, strict=True):
+            assert torch.equal(a, b), f"{case}: other bits on {threads} threads than on 1"
+
+
+@pytest.mark.parametrize("case", [name for name, (_, reference, _) in CASES.items() if reference])
+def test_values_when_split(case):
+    fused, reference, names = CASES[case]
+    inputs = inputs_of(names, torch.float32)
+    got = run(fused, inputs, 4)
+    leaves = [t.double().requires_grad_() for t in inputs]
+    expected = reference(*leaves)
+    cotangent = random(expected.shape, torch.float32, "cpu", seed=9)
+    grads = torch.autograd.grad(expected, leaves, cotangent.double())
+    for g, e in zip(got, [expected.detach(), *grads], strict=True):
+        assert_close(g, e, torch.float32)  # sums too: the CPU adds in double
