@@ -42,5 +42,5 @@ for op, directions in b.OPS.items():
             one.append(median_ms(call, 1))
             several.append(median_ms(call, many))
         t1, tn = statistics.median(one), statistics.median(several)
-        print(f"| {op} | {direction} | {t1:.2f} | {tn:.2f} | {t1 / tn:.2f} |", flush=True)
+        print(f"| {op} | {direction} | {t1:.3g} | {tn:.3g} | {t1 / tn:.2f} |", flush=True)
 torch.set_num_threads(many)

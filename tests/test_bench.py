@@ -174,3 +174,18 @@ def test_targets_name_every_row_that_misses_and_only_those(tmp_path):
                                       ["| relu", "fwd", "8x64"]]
     targets.main([str(tmp_path)])
     assert "## backward: missed" in (tmp_path / "targets.md").read_text()
+
+
+def test_cpu_threads_times_every_op_on_one_thread_and_all(tmp_path):
+    import subprocess
+
+    bench_ops = load("bench_ops")
+    out = subprocess.run([sys.executable, str(BENCH / "cpu_threads.py"), "16x64"],
+                         capture_output=True, text=True, check=True).stdout
+    rows = [line.split("|")[1:-1] for line in out.splitlines()
+            if line.startswith("| ") and not line.startswith("| op ")]
+    assert [(r[0].strip(), r[1].strip()) for r in rows] == [
+        (op, d) for op, dirs in bench_ops.OPS.items() for d in dirs]
+    for _, _, one, several, speedup in rows:
+        assert float(one) > 0 and float(several) > 0
+        assert float(speedup) == pytest.approx(float(one) / float(several), rel=0.02, abs=0.01)
