@@ -131,7 +131,7 @@ static void backward_pieces(const void *ctx, int64_t k0, int64_t k1) {
 static void cpu_backward(const fo_bias_scale_relu_backward_args *a) {
     const int64_t chunks = fo_cpu_chunks(a->cols);
     if (a->dbias)
-        fo_cpu_parallel(chunks, a->rows * CPU_CHUNK, backward_columns, a);
+        fo_cpu_parallel(chunks, a->rows * fo_cpu_chunk_width(a->cols), backward_columns, a);
     else
         fo_cpu_parallel(a->rows * chunks, CPU_CHUNK, backward_pieces, a);
 }

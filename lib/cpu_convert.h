@@ -14,6 +14,13 @@ static inline int64_t fo_cpu_chunks(int64_t cols) {
     return (cols + CPU_CHUNK - 1) / CPU_CHUNK;
 }
 
+/* The elements of one piece, but for a short last one: a column chunk of
+ * `rows` rows holds rows * fo_cpu_chunk_width(cols) elements, which fits in
+ * int64 wherever rows * cols does. */
+static inline int64_t fo_cpu_chunk_width(int64_t cols) {
+    return cols < CPU_CHUNK ? cols : CPU_CHUNK;
+}
+
 /* dst[i] = src[offset + i] as double, for i < n. */
 void fo_cpu_load(double *dst, const void *src, int64_t offset, int64_t n,
                  int dtype);

@@ -25,6 +25,12 @@ void fo_set_cpu_threads(int threads) { (void)threads; }
 
 int fo_get_cpu_threads(void) { return 1; }
 
+int64_t fo_cpu_threads_for(int64_t items, int64_t item_elements) {
+    (void)items;
+    (void)item_elements;
+    return 1;
+}
+
 void fo_cpu_parallel(int64_t items, int64_t item_elements, fo_cpu_range_fn fn,
                      const void *ctx) {
     (void)item_elements;
@@ -69,17 +75,22 @@ static void *run_range(void *arg) {
     return NULL;
 }
 
-void fo_cpu_parallel(int64_t items, int64_t item_elements, fo_cpu_range_fn fn,
-                     const void *ctx) {
-    if (items <= 0) return;
+int64_t fo_cpu_threads_for(int64_t items, int64_t item_elements) {
     if (item_elements < 1) item_elements = 1;
-    int64_t threads = fo_get_cpu_threads();
     /* every thread gets MIN_ELEMENTS_A_THREAD elements of work, and an item */
     int64_t worth = items > INT64_MAX / item_elements
                         ? items
                         : items * item_elements / MIN_ELEMENTS_A_THREAD;
-    if (threads > worth) threads = worth;
-    if (threads > items) threads = items;
+    if (worth > items) worth = items;
+    if (worth <= 1) return 1; /* before asking the system for its CPUs */
+    const int64_t threads = fo_get_cpu_threads();
+    return threads < worth ? threads : worth;
+}
+
+void fo_cpu_parallel(int64_t items, int64_t item_elements, fo_cpu_range_fn fn,
+                     const void *ctx) {
+    if (items <= 0) return;
+    const int64_t threads = fo_cpu_threads_for(items, item_elements);
     if (threads <= 1) {
         fn(ctx, 0, items);
         return;

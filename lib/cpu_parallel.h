@@ -16,6 +16,11 @@
 /* Computes items [begin, end) of the work described by ctx. */
 typedef void (*fo_cpu_range_fn)(const void *ctx, int64_t begin, int64_t end);
 
+/* The threads fo_cpu_parallel would run items of item_elements elements
+ * each on: 1 where the work is not worth more (without asking the system
+ * how many CPUs there are). */
+int64_t fo_cpu_threads_for(int64_t items, int64_t item_elements);
+
 /* fn over items [0, items), each costing about item_elements elements of
  * work: on one thread when that is all the call is worth, else split in
  * contiguous ranges over up to fo_get_cpu_threads() threads (the caller's

@@ -103,9 +103,9 @@ FO_API const char *fo_cuda_archs(void);
 FO_API int fo_cuda_runtime_version(void);
 
 /* The threads the CPU kernels may use (process-wide): threads > 0 sets the
- * count, 0 restores the default, every CPU this process may run on (its
- * affinity mask). A call too small to be worth a thread runs on the
- * caller's alone. The outputs have the same bits on any number of threads.
+ * count (at most 256 are used), 0 restores the default, every CPU this
+ * process may run on (its affinity mask). A call too small to be worth a
+ * thread runs on the caller's alone. The outputs have the same bits on any number of threads.
  * The Python package sets it to torch.get_num_threads(). */
 FO_API void fo_set_cpu_threads(int threads);
 

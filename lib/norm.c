@@ -234,7 +234,7 @@ static void cpu_backward(const fo_norm_backward_args *a) {
     if (a->dx || a->dresidual)
         fo_cpu_parallel(a->rows, a->cols, backward_rows, a);
     if (a->dweight || a->dbias)
-        fo_cpu_parallel(fo_cpu_chunks(a->cols), a->rows * CPU_CHUNK,
+        fo_cpu_parallel(fo_cpu_chunks(a->cols), a->rows * fo_cpu_chunk_width(a->cols),
                         parameter_gradient_chunks, a);
 }
 

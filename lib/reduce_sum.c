@@ -55,7 +55,7 @@ static void cpu_reduce_sum(const fo_reduce_sum_args *a) {
     const int64_t blocks = (a->numel + SUM_BLOCK - 1) / SUM_BLOCK;
     double total = 0.0;
     sum_work work = {a, NULL};
-    if (blocks > 1 && fo_get_cpu_threads() > 1)
+    if (fo_cpu_threads_for(blocks, SUM_BLOCK) > 1)
         work.totals = malloc((size_t)blocks * sizeof(double));
     if (work.totals) {
         fo_cpu_parallel(blocks, SUM_BLOCK, block_totals, &work);

@@ -1427,7 +1427,8 @@ static void test_cpu_threads(void) {
           fo_get_cpu_threads(), usable);
 
     /* the sums (dbias down the rows, reduce_sum) are where an order could
-     * follow the split: 1, 2 and 7 threads must give the same bytes */
+     * follow the split: 1, 2 and 7 threads asked for (the work is worth 4
+     * or 5) must give the same bytes */
     const int64_t n = (int64_t)SPLIT_ROWS * SPLIT_COLS;
     const size_t bytes = (size_t)(n * 8 + n * 8 + SPLIT_COLS * 8 + 8 + SPLIT_ROWS * ((SPLIT_COLS + 7) / 8));
     guarded x = guarded_new((size_t)n * 8, 0), dy = guarded_new((size_t)n * 8, 0);
