@@ -231,8 +231,18 @@ RegisterRows forward_register_rows(int64_t rows, int64_t cols) {
 // threads within 64 registers on the H100, for the same reason as forward.
 // fp32 holds twice the bytes a chunk and stays at 1 (2 measured 2-3%
 // slower).
+// Build-time knobs for tuning: FO_BACKWARD_FP32_CHUNKS (fp32's target, 1),
+// and FO_BACKWARD_MIN_ROWS (0: off), the fewest rows a block sums, which
+// caps the groups where rows are few (each group writes a partial row of
+// dweight and dbias: 2 x groups x cols fp32).
+#ifndef FO_BACKWARD_FP32_CHUNKS
+#define FO_BACKWARD_FP32_CHUNKS 1
+#endif
+#ifndef FO_BACKWARD_MIN_ROWS
+#define FO_BACKWARD_MIN_ROWS 0
+#endif
 template <typename T>
-constexpr int kBackwardTargetChunks = sizeof(T) == 2 ? 2 : 1;
+constexpr int kBackwardTargetChunks = sizeof(T) == 2 ? 2 : FO_BACKWARD_FP32_CHUNKS;
 template <typename T>
 RegisterRows backward_register_rows(int64_t rows, int64_t cols) {
     RegisterRows g = register_rows(rows, cols, kBackwardTargetChunks<T>, kMaxRowThreads,
@@ -240,6 +250,11 @@ RegisterRows backward_register_rows(int64_t rows, int64_t cols) {
     if (g.cpt == 0) return g;
     const int64_t blocks = backward_threads<T>(g.cpt) / (int64_t(g.tx) * g.ty);
     if (g.groups > blocks) g.groups = blocks;
+    if (FO_BACKWARD_MIN_ROWS > 0) {
+        const int64_t per_group = int64_t(g.ty) * FO_BACKWARD_MIN_ROWS;
+        const int64_t most = (rows + per_group - 1) / per_group;
+        if (g.groups > most) g.groups = most < 1 ? 1 : most;
+    }
     return g;
 }
 
