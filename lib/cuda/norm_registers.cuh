@@ -144,7 +144,10 @@ template <typename T>
 constexpr int kBackwardMaxChunks = std::is_same_v<T, double> ? 1 : 2;
 // Backward prefetches the next row's dy and h from 2 chunks a thread of
 // 16-bit types: 26% faster there on the H100; at 1 chunk 2-4% slower (the
-// extra registers spill within 64), and in fp32 at 2 chunks it spilled.
+// extra registers spill within 64). fp32 prefetches at 1 chunk: one
+// 512-thread block an SM at up to 128 registers (112, no spills) instead of
+// two without, 12-21% faster at 4096 rows x 1024-4096 and 2-7% at 16384-65536
+// rows (tuning run 30); at 2 chunks it spilled and measured level.
 // Build-time knob: 0 never, 1 always, 2 so.
 #ifndef FO_BACKWARD_PREFETCH
 #define FO_BACKWARD_PREFETCH 2
@@ -152,7 +155,8 @@ constexpr int kBackwardMaxChunks = std::is_same_v<T, double> ? 1 : 2;
 template <typename T>
 constexpr bool backward_prefetch(int cpt) {
     return FO_BACKWARD_PREFETCH == 1 ||
-           (FO_BACKWARD_PREFETCH == 2 && cpt >= 2 && sizeof(T) == 2);
+           (FO_BACKWARD_PREFETCH == 2 && ((sizeof(T) == 2 && cpt >= 2) ||
+                                          (std::is_same_v<T, float> && cpt == 1)));
 }
 // dy and h (twice with the next row's), and the fp32 weight/bias partials
 template <typename T>
@@ -231,10 +235,15 @@ RegisterRows forward_register_rows(int64_t rows, int64_t cols) {
 // threads within 64 registers on the H100, for the same reason as forward.
 // fp32 holds twice the bytes a chunk and stays at 1 (2 measured 2-3%
 // slower).
-// Build-time knobs for tuning: FO_BACKWARD_FP32_CHUNKS (fp32's target, 1),
-// and FO_BACKWARD_MIN_ROWS (0: off), the fewest rows a block sums, which
-// caps the groups where rows are few (each group writes a partial row of
-// dweight and dbias: 2 x groups x cols fp32).
+// Build-time knobs for tuning: FO_BACKWARD_HALF_CHUNKS and
+// FO_BACKWARD_FP32_CHUNKS (the targets, 2 and 1), and FO_BACKWARD_MIN_ROWS
+// (0: off), the fewest rows a block sums, which caps the groups where rows
+// are few (each group writes a partial row of dweight and dbias). Run 30:
+// fp32 at 2 chunks 0-5% slower than at 1 with its prefetch; 16 or 32 rows
+// a block at 4096 rows, up to 30% slower (too few blocks in flight).
+#ifndef FO_BACKWARD_HALF_CHUNKS
+#define FO_BACKWARD_HALF_CHUNKS 2
+#endif
 #ifndef FO_BACKWARD_FP32_CHUNKS
 #define FO_BACKWARD_FP32_CHUNKS 1
 #endif
@@ -242,7 +251,8 @@ RegisterRows forward_register_rows(int64_t rows, int64_t cols) {
 #define FO_BACKWARD_MIN_ROWS 0
 #endif
 template <typename T>
-constexpr int kBackwardTargetChunks = sizeof(T) == 2 ? 2 : FO_BACKWARD_FP32_CHUNKS;
+constexpr int kBackwardTargetChunks =
+    sizeof(T) == 2 ? FO_BACKWARD_HALF_CHUNKS : FO_BACKWARD_FP32_CHUNKS;
 template <typename T>
 RegisterRows backward_register_rows(int64_t rows, int64_t cols) {
     RegisterRows g = register_rows(rows, cols, kBackwardTargetChunks<T>, kMaxRowThreads,
