@@ -79,9 +79,81 @@ static double stat_at(const void *stats, int64_t row, int dtype) {
     return value;
 }
 
+/* The float32 path: the generic one below converts every element to double
+ * and back through buffers, and reads a row three times; here the row's
+ * statistics come in one pass and the output in float math (fp32 kernels).
+ * Taken when every tensor is float32 and there is no dropout. */
+static int forward_is_f32(const fo_norm_forward_args *a) {
+    return a->dtype == FO_DTYPE_F32 && a->param_dtype == FO_DTYPE_F32 &&
+           (!a->residual || a->residual_dtype == FO_DTYPE_F32) &&
+           a->dropout_p == 0.0;
+}
+
+/* h - center for float h and a double center, in float: the center as two
+ * floats, hi + lo, so a mean far from zero loses no bits of h - center. */
+typedef struct {
+    float hi, lo;
+} split_center;
+
+static split_center split(double center) {
+    split_center c;
+    c.hi = (float)center;
+    c.lo = (float)(center - (double)c.hi);
+    return c;
+}
+
+/* One row of the float32 forward. */
+static void forward_row_f32(const fo_norm_forward_args *a, int64_t r) {
+    const int64_t cols = a->cols;
+    const float *restrict x = (const float *)a->x + r * a->x_row_stride;
+    const float *restrict w = a->weight, *restrict b = a->bias;
+    float *restrict y = (float *)a->y + r * cols;
+    const float *h = x;
+    if (a->residual) { /* h = x + residual: one float rounding, as in double */
+        const float *restrict res =
+            (const float *)a->residual + r * a->residual_row_stride;
+        float *restrict h_out = (float *)a->residual_out + r * cols;
+        for (int64_t i = 0; i < cols; i++) h_out[i] = x[i] + res[i];
+        h = h_out;
+    }
+    /* mean and sum of squared deviations M2 (the sum of squares for RMS):
+     * each chunk's own, in double, merged in order by Chan's rule, so M2
+     * never takes a difference of two large sums */
+    double mean = 0.0, m2 = 0.0;
+    for (int64_t c0 = 0; c0 < cols; c0 += CPU_CHUNK) {
+        const int64_t n = cols - c0 < CPU_CHUNK ? cols - c0 : CPU_CHUNK;
+        double chunk_mean = 0.0;
+        if (a->kind != FO_NORM_RMS) {
+            fo_lanes sum = fo_lanes_zero();
+            fo_lanes_add_f32(&sum, h + c0, n);
+            chunk_mean = fo_lanes_total(&sum) / (double)n;
+        }
+        fo_lanes squares = fo_lanes_zero();
+        fo_lanes_add_squares_f32(&squares, h + c0, chunk_mean, n);
+        const double delta = chunk_mean - mean;
+        mean += delta * (double)n / (double)(c0 + n);
+        m2 += fo_lanes_total(&squares) +
+              delta * delta * (double)c0 * (double)n / (double)(c0 + n);
+    }
+    const double rstd = 1.0 / sqrt(m2 / (double)cols + a->eps);
+    if (a->mean) ((float *)a->mean)[r] = (float)mean;
+    if (a->rstd) ((float *)a->rstd)[r] = (float)rstd;
+    const split_center m = split(mean);
+    const float rstd_f = (float)rstd;
+    for (int64_t i = 0; i < cols; i++) y[i] = (h[i] - m.hi - m.lo) * rstd_f;
+    if (w)
+        for (int64_t i = 0; i < cols; i++) y[i] *= w[i];
+    if (b)
+        for (int64_t i = 0; i < cols; i++) y[i] += b[i];
+}
+
 /* Rows [r0, r1) of the forward (each row is independent: any thread). */
 static void forward_rows(const void *ctx, int64_t r0, int64_t r1) {
     const fo_norm_forward_args *a = ctx;
+    if (forward_is_f32(a)) {
+        for (int64_t r = r0; r < r1; r++) forward_row_f32(a, r);
+        return;
+    }
     double h[CPU_CHUNK], other[CPU_CHUNK];
     const int64_t cols = a->cols;
     const int rms = a->kind == FO_NORM_RMS;
