@@ -5,6 +5,7 @@
  * threads (cpu_parallel.h). */
 #include <inttypes.h>
 #include <math.h>
+#include <string.h>
 
 #include "cpu_convert.h"
 #include "cpu_lanes.h"
@@ -229,9 +230,69 @@ static void load_weighted_dy(double *wdy, double *weight,
     for (int64_t i = 0; i < n; i++) wdy[i] *= weight[i];
 }
 
+/* The float32 backward, for the same reason as the forward's: when every
+ * tensor is float32 and there is no dropout. */
+static int backward_is_f32(const fo_norm_backward_args *a) {
+    return a->dtype == FO_DTYPE_F32 && a->h_dtype == FO_DTYPE_F32 &&
+           a->param_dtype == FO_DTYPE_F32 && a->dropout_p == 0.0;
+}
+
+/* One row of the float32 dx (and dresidual). */
+static void backward_row_f32(const fo_norm_backward_args *a, int64_t r) {
+    const int64_t cols = a->cols;
+    const float *restrict dy = (const float *)a->dy + r * a->dy_row_stride;
+    const float *restrict h = (const float *)a->h + r * a->h_row_stride;
+    const float *restrict w = a->weight;
+    const double mean = a->kind == FO_NORM_RMS ? 0.0 : ((const float *)a->mean)[r];
+    const double rstd = ((const float *)a->rstd)[r];
+    /* the two row sums, in double lanes (see cpu_lanes.h); rstd is taken
+     * out of the second */
+    double sum_wdy[CPU_LANES] = {0}, sum_wdy_xc[CPU_LANES] = {0};
+    int64_t i = 0;
+    for (; i + CPU_LANES <= cols; i += CPU_LANES)
+        for (int l = 0; l < CPU_LANES; l++) {
+            const double wdy = (double)dy[i + l] * (w ? (double)w[i + l] : 1.0);
+            sum_wdy[l] += wdy;
+            sum_wdy_xc[l] += wdy * ((double)h[i + l] - mean);
+        }
+    for (; i < cols; i++) {
+        const double wdy = (double)dy[i] * (w ? (double)w[i] : 1.0);
+        sum_wdy[i % CPU_LANES] += wdy;
+        sum_wdy_xc[i % CPU_LANES] += wdy * ((double)h[i] - mean);
+    }
+    fo_lanes s1, s2;
+    for (int l = 0; l < CPU_LANES; l++) {
+        s1.lane[l] = sum_wdy[l];
+        s2.lane[l] = sum_wdy_xc[l];
+    }
+    const float mean_wdy =
+        a->kind == FO_NORM_RMS ? 0.0f : (float)(fo_lanes_total(&s1) / (double)cols);
+    const float mean_wdy_xhat = (float)(fo_lanes_total(&s2) * rstd / (double)cols);
+    const split_center m = split(mean);
+    const float rstd_f = (float)rstd;
+    /* dx and dresidual are the same values without dropout */
+    float *restrict out = (float *)(a->dx ? a->dx : a->dresidual) + r * cols;
+    for (i = 0; i < cols; i++) {
+        const float xhat = (h[i] - m.hi - m.lo) * rstd_f;
+        const float wdy = dy[i] * (w ? w[i] : 1.0f);
+        out[i] = rstd_f * (wdy - mean_wdy - xhat * mean_wdy_xhat);
+    }
+    if (a->dresidual_out) {
+        const float *restrict more = (const float *)a->dresidual_out +
+                                     r * a->dresidual_out_row_stride;
+        for (i = 0; i < cols; i++) out[i] += more[i];
+    }
+    if (a->dx && a->dresidual)
+        memcpy((float *)a->dresidual + r * cols, out, (size_t)cols * sizeof(float));
+}
+
 /* dx (and dresidual) of rows [r0, r1): each row is independent. */
 static void backward_rows(const void *ctx, int64_t r0, int64_t r1) {
     const fo_norm_backward_args *a = ctx;
+    if (backward_is_f32(a)) {
+        for (int64_t r = r0; r < r1; r++) backward_row_f32(a, r);
+        return;
+    }
     double wdy[CPU_CHUNK], xhat[CPU_CHUNK], other[CPU_CHUNK];
     const int64_t cols = a->cols;
     const int rms = a->kind == FO_NORM_RMS;
@@ -275,27 +336,54 @@ static void backward_rows(const void *ctx, int64_t r0, int64_t r1) {
     }
 }
 
+/* dweight and dbias of columns [c0, c0 + n), float32, into double sums. */
+static void parameter_gradient_chunk_f32(const fo_norm_backward_args *a,
+                                         int64_t c0, int64_t n,
+                                         double *restrict dweight,
+                                         double *restrict dbias) {
+    for (int64_t r = 0; r < a->rows; r++) {
+        const double mean = a->kind == FO_NORM_RMS ? 0.0 : ((const float *)a->mean)[r];
+        const double rstd = ((const float *)a->rstd)[r];
+        const float *restrict dy = (const float *)a->dy + r * a->dy_row_stride + c0;
+        const float *restrict h = (const float *)a->h + r * a->h_row_stride + c0;
+        for (int64_t i = 0; i < n; i++) {
+            dweight[i] += (double)dy[i] * ((double)h[i] - mean) * rstd;
+            dbias[i] += (double)dy[i];
+        }
+    }
+}
+
+/* dweight and dbias of columns [c0, c0 + n), any dtypes, into double sums. */
+static void parameter_gradient_chunk(const fo_norm_backward_args *a,
+                                     int64_t c0, int64_t n, double *dweight,
+                                     double *dbias) {
+    double wdy[CPU_CHUNK], xhat[CPU_CHUNK];
+    const int rms = a->kind == FO_NORM_RMS;
+    for (int64_t r = 0; r < a->rows; r++) {
+        const double mean = rms ? 0.0 : stat_at(a->mean, r, a->dtype);
+        const double rstd = stat_at(a->rstd, r, a->dtype);
+        fo_cpu_load(wdy, a->dy, r * a->dy_row_stride + c0, n, a->dtype);
+        fo_cpu_load(xhat, a->h, r * a->h_row_stride + c0, n, a->h_dtype);
+        for (int64_t i = 0; i < n; i++) {
+            dweight[i] += wdy[i] * (xhat[i] - mean) * rstd;
+            dbias[i] += wdy[i];
+        }
+    }
+}
+
 /* dweight and dbias of the column chunks [k0, k1): each column's sums run
  * down the rows in order, whichever thread takes the chunk. */
 static void parameter_gradient_chunks(const void *ctx, int64_t k0, int64_t k1) {
     const fo_norm_backward_args *a = ctx;
-    double wdy[CPU_CHUNK], xhat[CPU_CHUNK], dweight[CPU_CHUNK], dbias[CPU_CHUNK];
-    const int64_t cols = a->cols;
-    const int rms = a->kind == FO_NORM_RMS;
+    double dweight[CPU_CHUNK], dbias[CPU_CHUNK];
     for (int64_t k = k0; k < k1; k++) {
         const int64_t c0 = k * CPU_CHUNK;
-        const int64_t n = cols - c0 < CPU_CHUNK ? cols - c0 : CPU_CHUNK;
+        const int64_t n = a->cols - c0 < CPU_CHUNK ? a->cols - c0 : CPU_CHUNK;
         for (int64_t i = 0; i < n; i++) dweight[i] = dbias[i] = 0.0;
-        for (int64_t r = 0; r < a->rows; r++) {
-            const double mean = rms ? 0.0 : stat_at(a->mean, r, a->dtype);
-            const double rstd = stat_at(a->rstd, r, a->dtype);
-            fo_cpu_load(wdy, a->dy, r * a->dy_row_stride + c0, n, a->dtype);
-            fo_cpu_load(xhat, a->h, r * a->h_row_stride + c0, n, a->h_dtype);
-            for (int64_t i = 0; i < n; i++) {
-                dweight[i] += wdy[i] * (xhat[i] - mean) * rstd;
-                dbias[i] += wdy[i];
-            }
-        }
+        if (backward_is_f32(a))
+            parameter_gradient_chunk_f32(a, c0, n, dweight, dbias);
+        else
+            parameter_gradient_chunk(a, c0, n, dweight, dbias);
         if (a->dweight)
             fo_cpu_store(a->dweight, c0, dweight, n, a->param_dtype);
         if (a->dbias) fo_cpu_store(a->dbias, c0, dbias, n, a->param_dtype);
