@@ -237,6 +237,27 @@ static int backward_is_f32(const fo_norm_backward_args *a) {
            a->param_dtype == FO_DTYPE_F32 && a->dropout_p == 0.0;
 }
 
+/* The two row sums of the float32 backward, of wdy = dy * w and of
+ * wdy * (h - mean): the terms in float (a rounding or two each), summed in
+ * double lanes (see cpu_lanes.h). Called with w either null or known not
+ * to be, so each inlined copy vectorizes. */
+static inline void row_sums_f32(fo_lanes *sum_wdy, fo_lanes *sum_wdy_xc,
+                                const float *restrict dy,
+                                const float *restrict w,
+                                const float *restrict h, split_center m,
+                                int64_t cols) {
+    float wdy[CPU_CHUNK], wdy_xc[CPU_CHUNK];
+    for (int64_t c0 = 0; c0 < cols; c0 += CPU_CHUNK) {
+        const int64_t n = cols - c0 < CPU_CHUNK ? cols - c0 : CPU_CHUNK;
+        for (int64_t i = 0; i < n; i++) {
+            wdy[i] = dy[c0 + i] * (w ? w[c0 + i] : 1.0f);
+            wdy_xc[i] = wdy[i] * (h[c0 + i] - m.hi - m.lo);
+        }
+        fo_lanes_add_f32(sum_wdy, wdy, n);
+        fo_lanes_add_f32(sum_wdy_xc, wdy_xc, n);
+    }
+}
+
 /* One row of the float32 dx (and dresidual). */
 static void backward_row_f32(const fo_norm_backward_args *a, int64_t r) {
     const int64_t cols = a->cols;
@@ -245,34 +266,19 @@ static void backward_row_f32(const fo_norm_backward_args *a, int64_t r) {
     const float *restrict w = a->weight;
     const double mean = a->kind == FO_NORM_RMS ? 0.0 : ((const float *)a->mean)[r];
     const double rstd = ((const float *)a->rstd)[r];
-    /* the two row sums, in double lanes (see cpu_lanes.h); rstd is taken
-     * out of the second */
-    double sum_wdy[CPU_LANES] = {0}, sum_wdy_xc[CPU_LANES] = {0};
-    int64_t i = 0;
-    for (; i + CPU_LANES <= cols; i += CPU_LANES)
-        for (int l = 0; l < CPU_LANES; l++) {
-            const double wdy = (double)dy[i + l] * (w ? (double)w[i + l] : 1.0);
-            sum_wdy[l] += wdy;
-            sum_wdy_xc[l] += wdy * ((double)h[i + l] - mean);
-        }
-    for (; i < cols; i++) {
-        const double wdy = (double)dy[i] * (w ? (double)w[i] : 1.0);
-        sum_wdy[i % CPU_LANES] += wdy;
-        sum_wdy_xc[i % CPU_LANES] += wdy * ((double)h[i] - mean);
-    }
-    fo_lanes s1, s2;
-    for (int l = 0; l < CPU_LANES; l++) {
-        s1.lane[l] = sum_wdy[l];
-        s2.lane[l] = sum_wdy_xc[l];
-    }
+    const split_center m = split(mean);
+    fo_lanes s1 = fo_lanes_zero(), s2 = fo_lanes_zero(); /* s2 without rstd */
+    if (w)
+        row_sums_f32(&s1, &s2, dy, w, h, m, cols);
+    else
+        row_sums_f32(&s1, &s2, dy, NULL, h, m, cols);
     const float mean_wdy =
         a->kind == FO_NORM_RMS ? 0.0f : (float)(fo_lanes_total(&s1) / (double)cols);
     const float mean_wdy_xhat = (float)(fo_lanes_total(&s2) * rstd / (double)cols);
-    const split_center m = split(mean);
     const float rstd_f = (float)rstd;
     /* dx and dresidual are the same values without dropout */
     float *restrict out = (float *)(a->dx ? a->dx : a->dresidual) + r * cols;
-    for (i = 0; i < cols; i++) {
+    for (int64_t i = 0; i < cols; i++) {
         const float xhat = (h[i] - m.hi - m.lo) * rstd_f;
         const float wdy = dy[i] * (w ? w[i] : 1.0f);
         out[i] = rstd_f * (wdy - mean_wdy - xhat * mean_wdy_xhat);
@@ -280,7 +286,7 @@ static void backward_row_f32(const fo_norm_backward_args *a, int64_t r) {
     if (a->dresidual_out) {
         const float *restrict more = (const float *)a->dresidual_out +
                                      r * a->dresidual_out_row_stride;
-        for (i = 0; i < cols; i++) out[i] += more[i];
+        for (int64_t i = 0; i < cols; i++) out[i] += more[i];
     }
     if (a->dx && a->dresidual)
         memcpy((float *)a->dresidual + r * cols, out, (size_t)cols * sizeof(float));
