@@ -1,8 +1,8 @@
 /* norm.c: LayerNorm and RMSNorm with fused residual add and dropout, forward
  * and backward: argument checks, CPU/CUDA dispatch and the CPU kernels.
- * The CPU works in double over CPU_CHUNK-element pieces of a row, rows
- * (and, for the weight and bias gradients, column chunks) split over
- * threads (cpu_parallel.h). */
+ * The CPU works in double over CPU_CHUNK-element pieces of a row (float32
+ * has its own faster path), rows (and, for the weight and bias gradients,
+ * column chunks) split over threads (cpu_parallel.h). */
 #include <inttypes.h>
 #include <math.h>
 #include <string.h>
