@@ -46,6 +46,38 @@ static inline void fo_lanes_add(fo_lanes *s, const double *x, const double *y,
     for (int l = 0; l < CPU_LANES; l++) s->lane[l] = lane[l];
 }
 
+/* s += x[i] for float x[i < n], with the lanes of fo_lanes_add: the same
+ * sum as loading x into doubles first, without the buffer (fp32 paths). */
+static inline void fo_lanes_add_f32(fo_lanes *s, const float *restrict x,
+                                    int64_t n) {
+    double lane[CPU_LANES];
+    for (int l = 0; l < CPU_LANES; l++) lane[l] = s->lane[l];
+    int64_t i = 0;
+    for (; i + CPU_LANES <= n; i += CPU_LANES)
+        for (int l = 0; l < CPU_LANES; l++) lane[l] += (double)x[i + l];
+    for (; i < n; i++) lane[i % CPU_LANES] += (double)x[i];
+    for (int l = 0; l < CPU_LANES; l++) s->lane[l] = lane[l];
+}
+
+/* s += (x[i] - center)^2 for float x[i < n], in double. */
+static inline void fo_lanes_add_squares_f32(fo_lanes *s,
+                                            const float *restrict x,
+                                            double center, int64_t n) {
+    double lane[CPU_LANES];
+    for (int l = 0; l < CPU_LANES; l++) lane[l] = s->lane[l];
+    int64_t i = 0;
+    for (; i + CPU_LANES <= n; i += CPU_LANES)
+        for (int l = 0; l < CPU_LANES; l++) {
+            const double d = (double)x[i + l] - center;
+            lane[l] += d * d;
+        }
+    for (; i < n; i++) {
+        const double d = (double)x[i] - center;
+        lane[i % CPU_LANES] += d * d;
+    }
+    for (int l = 0; l < CPU_LANES; l++) s->lane[l] = lane[l];
+}
+
 static inline double fo_lanes_total(const fo_lanes *s) {
     const double *v = s->lane;
     return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));

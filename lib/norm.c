@@ -1,10 +1,11 @@
 /* norm.c: LayerNorm and RMSNorm with fused residual add and dropout, forward
  * and backward: argument checks, CPU/CUDA dispatch and the CPU kernels.
- * The CPU works in double over CPU_CHUNK-element pieces of a row, rows
- * (and, for the weight and bias gradients, column chunks) split over
- * threads (cpu_parallel.h). */
+ * The CPU works in double over CPU_CHUNK-element pieces of a row (float32
+ * has its own faster path), rows (and, for the weight and bias gradients,
+ * column chunks) split over threads (cpu_parallel.h). */
 #include <inttypes.h>
 #include <math.h>
+#include <string.h>
 
 #include "cpu_convert.h"
 #include "cpu_lanes.h"
@@ -79,9 +80,81 @@ static double stat_at(const void *stats, int64_t row, int dtype) {
     return value;
 }
 
+/* The float32 path: the generic one below converts every element to double
+ * and back through buffers, and reads a row three times; here the row's
+ * statistics come in one pass and the output in float math (fp32 kernels).
+ * Taken when every tensor is float32 and there is no dropout. */
+static int forward_is_f32(const fo_norm_forward_args *a) {
+    return a->dtype == FO_DTYPE_F32 && a->param_dtype == FO_DTYPE_F32 &&
+           (!a->residual || a->residual_dtype == FO_DTYPE_F32) &&
+           a->dropout_p == 0.0;
+}
+
+/* h - center for float h and a double center, in float: the center as two
+ * floats, hi + lo, so a mean far from zero loses no bits of h - center. */
+typedef struct {
+    float hi, lo;
+} split_center;
+
+static split_center split(double center) {
+    split_center c;
+    c.hi = (float)center;
+    c.lo = (float)(center - (double)c.hi);
+    return c;
+}
+
+/* One row of the float32 forward. */
+static void forward_row_f32(const fo_norm_forward_args *a, int64_t r) {
+    const int64_t cols = a->cols;
+    const float *restrict x = (const float *)a->x + r * a->x_row_stride;
+    const float *restrict w = a->weight, *restrict b = a->bias;
+    float *restrict y = (float *)a->y + r * cols;
+    const float *h = x;
+    if (a->residual) { /* h = x + residual: one float rounding, as in double */
+        const float *restrict res =
+            (const float *)a->residual + r * a->residual_row_stride;
+        float *restrict h_out = (float *)a->residual_out + r * cols;
+        for (int64_t i = 0; i < cols; i++) h_out[i] = x[i] + res[i];
+        h = h_out;
+    }
+    /* mean and sum of squared deviations M2 (the sum of squares for RMS):
+     * each chunk's own, in double, merged in order by Chan's rule, so M2
+     * never takes a difference of two large sums */
+    double mean = 0.0, m2 = 0.0;
+    for (int64_t c0 = 0; c0 < cols; c0 += CPU_CHUNK) {
+        const int64_t n = cols - c0 < CPU_CHUNK ? cols - c0 : CPU_CHUNK;
+        double chunk_mean = 0.0;
+        if (a->kind != FO_NORM_RMS) {
+            fo_lanes sum = fo_lanes_zero();
+            fo_lanes_add_f32(&sum, h + c0, n);
+            chunk_mean = fo_lanes_total(&sum) / (double)n;
+        }
+        fo_lanes squares = fo_lanes_zero();
+        fo_lanes_add_squares_f32(&squares, h + c0, chunk_mean, n);
+        const double delta = chunk_mean - mean;
+        mean += delta * (double)n / (double)(c0 + n);
+        m2 += fo_lanes_total(&squares) +
+              delta * delta * (double)c0 * (double)n / (double)(c0 + n);
+    }
+    const double rstd = 1.0 / sqrt(m2 / (double)cols + a->eps);
+    if (a->mean) ((float *)a->mean)[r] = (float)mean;
+    if (a->rstd) ((float *)a->rstd)[r] = (float)rstd;
+    const split_center m = split(mean);
+    const float rstd_f = (float)rstd;
+    for (int64_t i = 0; i < cols; i++) y[i] = (h[i] - m.hi - m.lo) * rstd_f;
+    if (w)
+        for (int64_t i = 0; i < cols; i++) y[i] *= w[i];
+    if (b)
+        for (int64_t i = 0; i < cols; i++) y[i] += b[i];
+}
+
 /* Rows [r0, r1) of the forward (each row is independent: any thread). */
 static void forward_rows(const void *ctx, int64_t r0, int64_t r1) {
     const fo_norm_forward_args *a = ctx;
+    if (forward_is_f32(a)) {
+        for (int64_t r = r0; r < r1; r++) forward_row_f32(a, r);
+        return;
+    }
     double h[CPU_CHUNK], other[CPU_CHUNK];
     const int64_t cols = a->cols;
     const int rms = a->kind == FO_NORM_RMS;
@@ -157,9 +230,75 @@ static void load_weighted_dy(double *wdy, double *weight,
     for (int64_t i = 0; i < n; i++) wdy[i] *= weight[i];
 }
 
+/* The float32 backward, for the same reason as the forward's: when every
+ * tensor is float32 and there is no dropout. */
+static int backward_is_f32(const fo_norm_backward_args *a) {
+    return a->dtype == FO_DTYPE_F32 && a->h_dtype == FO_DTYPE_F32 &&
+           a->param_dtype == FO_DTYPE_F32 && a->dropout_p == 0.0;
+}
+
+/* The two row sums of the float32 backward, of wdy = dy * w and of
+ * wdy * (h - mean): the terms in float (a rounding or two each), summed in
+ * double lanes (see cpu_lanes.h). Called with w either null or known not
+ * to be, so each inlined copy vectorizes. */
+static inline void row_sums_f32(fo_lanes *sum_wdy, fo_lanes *sum_wdy_xc,
+                                const float *restrict dy,
+                                const float *restrict w,
+                                const float *restrict h, split_center m,
+                                int64_t cols) {
+    float wdy[CPU_CHUNK], wdy_xc[CPU_CHUNK];
+    for (int64_t c0 = 0; c0 < cols; c0 += CPU_CHUNK) {
+        const int64_t n = cols - c0 < CPU_CHUNK ? cols - c0 : CPU_CHUNK;
+        for (int64_t i = 0; i < n; i++) {
+            wdy[i] = dy[c0 + i] * (w ? w[c0 + i] : 1.0f);
+            wdy_xc[i] = wdy[i] * (h[c0 + i] - m.hi - m.lo);
+        }
+        fo_lanes_add_f32(sum_wdy, wdy, n);
+        fo_lanes_add_f32(sum_wdy_xc, wdy_xc, n);
+    }
+}
+
+/* One row of the float32 dx (and dresidual). */
+static void backward_row_f32(const fo_norm_backward_args *a, int64_t r) {
+    const int64_t cols = a->cols;
+    const float *restrict dy = (const float *)a->dy + r * a->dy_row_stride;
+    const float *restrict h = (const float *)a->h + r * a->h_row_stride;
+    const float *restrict w = a->weight;
+    const double mean = a->kind == FO_NORM_RMS ? 0.0 : ((const float *)a->mean)[r];
+    const double rstd = ((const float *)a->rstd)[r];
+    const split_center m = split(mean);
+    fo_lanes s1 = fo_lanes_zero(), s2 = fo_lanes_zero(); /* s2 without rstd */
+    if (w)
+        row_sums_f32(&s1, &s2, dy, w, h, m, cols);
+    else
+        row_sums_f32(&s1, &s2, dy, NULL, h, m, cols);
+    const float mean_wdy =
+        a->kind == FO_NORM_RMS ? 0.0f : (float)(fo_lanes_total(&s1) / (double)cols);
+    const float mean_wdy_xhat = (float)(fo_lanes_total(&s2) * rstd / (double)cols);
+    const float rstd_f = (float)rstd;
+    /* dx and dresidual are the same values without dropout */
+    float *restrict out = (float *)(a->dx ? a->dx : a->dresidual) + r * cols;
+    for (int64_t i = 0; i < cols; i++) {
+        const float xhat = (h[i] - m.hi - m.lo) * rstd_f;
+        const float wdy = dy[i] * (w ? w[i] : 1.0f);
+        out[i] = rstd_f * (wdy - mean_wdy - xhat * mean_wdy_xhat);
+    }
+    if (a->dresidual_out) {
+        const float *restrict more = (const float *)a->dresidual_out +
+                                     r * a->dresidual_out_row_stride;
+        for (int64_t i = 0; i < cols; i++) out[i] += more[i];
+    }
+    if (a->dx && a->dresidual)
+        memcpy((float *)a->dresidual + r * cols, out, (size_t)cols * sizeof(float));
+}
+
 /* dx (and dresidual) of rows [r0, r1): each row is independent. */
 static void backward_rows(const void *ctx, int64_t r0, int64_t r1) {
     const fo_norm_backward_args *a = ctx;
+    if (backward_is_f32(a)) {
+        for (int64_t r = r0; r < r1; r++) backward_row_f32(a, r);
+        return;
+    }
     double wdy[CPU_CHUNK], xhat[CPU_CHUNK], other[CPU_CHUNK];
     const int64_t cols = a->cols;
     const int rms = a->kind == FO_NORM_RMS;
@@ -203,27 +342,54 @@ static void backward_rows(const void *ctx, int64_t r0, int64_t r1) {
     }
 }
 
+/* dweight and dbias of columns [c0, c0 + n), float32, into double sums. */
+static void parameter_gradient_chunk_f32(const fo_norm_backward_args *a,
+                                         int64_t c0, int64_t n,
+                                         double *restrict dweight,
+                                         double *restrict dbias) {
+    for (int64_t r = 0; r < a->rows; r++) {
+        const double mean = a->kind == FO_NORM_RMS ? 0.0 : ((const float *)a->mean)[r];
+        const double rstd = ((const float *)a->rstd)[r];
+        const float *restrict dy = (const float *)a->dy + r * a->dy_row_stride + c0;
+        const float *restrict h = (const float *)a->h + r * a->h_row_stride + c0;
+        for (int64_t i = 0; i < n; i++) {
+            dweight[i] += (double)dy[i] * ((double)h[i] - mean) * rstd;
+            dbias[i] += (double)dy[i];
+        }
+    }
+}
+
+/* dweight and dbias of columns [c0, c0 + n), any dtypes, into double sums. */
+static void parameter_gradient_chunk(const fo_norm_backward_args *a,
+                                     int64_t c0, int64_t n, double *dweight,
+                                     double *dbias) {
+    double wdy[CPU_CHUNK], xhat[CPU_CHUNK];
+    const int rms = a->kind == FO_NORM_RMS;
+    for (int64_t r = 0; r < a->rows; r++) {
+        const double mean = rms ? 0.0 : stat_at(a->mean, r, a->dtype);
+        const double rstd = stat_at(a->rstd, r, a->dtype);
+        fo_cpu_load(wdy, a->dy, r * a->dy_row_stride + c0, n, a->dtype);
+        fo_cpu_load(xhat, a->h, r * a->h_row_stride + c0, n, a->h_dtype);
+        for (int64_t i = 0; i < n; i++) {
+            dweight[i] += wdy[i] * (xhat[i] - mean) * rstd;
+            dbias[i] += wdy[i];
+        }
+    }
+}
+
 /* dweight and dbias of the column chunks [k0, k1): each column's sums run
  * down the rows in order, whichever thread takes the chunk. */
 static void parameter_gradient_chunks(const void *ctx, int64_t k0, int64_t k1) {
     const fo_norm_backward_args *a = ctx;
-    double wdy[CPU_CHUNK], xhat[CPU_CHUNK], dweight[CPU_CHUNK], dbias[CPU_CHUNK];
-    const int64_t cols = a->cols;
-    const int rms = a->kind == FO_NORM_RMS;
+    double dweight[CPU_CHUNK], dbias[CPU_CHUNK];
     for (int64_t k = k0; k < k1; k++) {
         const int64_t c0 = k * CPU_CHUNK;
-        const int64_t n = cols - c0 < CPU_CHUNK ? cols - c0 : CPU_CHUNK;
+        const int64_t n = a->cols - c0 < CPU_CHUNK ? a->cols - c0 : CPU_CHUNK;
         for (int64_t i = 0; i < n; i++) dweight[i] = dbias[i] = 0.0;
-        for (int64_t r = 0; r < a->rows; r++) {
-            const double mean = rms ? 0.0 : stat_at(a->mean, r, a->dtype);
-            const double rstd = stat_at(a->rstd, r, a->dtype);
-            fo_cpu_load(wdy, a->dy, r * a->dy_row_stride + c0, n, a->dtype);
-            fo_cpu_load(xhat, a->h, r * a->h_row_stride + c0, n, a->h_dtype);
-            for (int64_t i = 0; i < n; i++) {
-                dweight[i] += wdy[i] * (xhat[i] - mean) * rstd;
-                dbias[i] += wdy[i];
-            }
-        }
+        if (backward_is_f32(a))
+            parameter_gradient_chunk_f32(a, c0, n, dweight, dbias);
+        else
+            parameter_gradient_chunk(a, c0, n, dweight, dbias);
         if (a->dweight)
             fo_cpu_store(a->dweight, c0, dweight, n, a->param_dtype);
         if (a->dbias) fo_cpu_store(a->dbias, c0, dbias, n, a->param_dtype);

@@ -6,6 +6,27 @@
 #include "cpu_parallel.h"
 #include "internal.h"
 
+/* A float32 piece in float math (expf, not exp: the exponential is most
+ * of the cost, and the output is float anyway). */
+static void swiglu_piece_f32(const fo_swiglu_args *a, int64_t r, int64_t c0,
+                             int64_t n) {
+    const float *restrict gate = (const float *)a->gate + r * a->gate_row_stride + c0;
+    const float *restrict up = (const float *)a->up + r * a->up_row_stride + c0;
+    float *restrict first = a->y_or_dgate ? (float *)a->y_or_dgate + r * a->cols + c0 : NULL;
+    if (!a->dy) {
+        for (int64_t i = 0; i < n; i++)
+            first[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
+        return;
+    }
+    const float *restrict dy = (const float *)a->dy + r * a->dy_row_stride + c0;
+    float *restrict second = a->dup ? (float *)a->dup + r * a->cols + c0 : NULL;
+    for (int64_t i = 0; i < n; i++) {
+        const float s = 1.0f / (1.0f + expf(-gate[i]));
+        if (first) first[i] = dy[i] * up[i] * s * (1.0f + gate[i] * (1.0f - s));
+        if (second) second[i] = dy[i] * gate[i] * s;
+    }
+}
+
 /* Pieces [k0, k1) of the rows x fo_cpu_chunks(cols) pieces (each
  * independent); one loop for both passes: dy == 0 means forward. */
 static void swiglu_pieces(const void *ctx, int64_t k0, int64_t k1) {
@@ -16,6 +37,10 @@ static void swiglu_pieces(const void *ctx, int64_t k0, int64_t k1) {
     for (int64_t k = k0; k < k1; k++) {
         const int64_t r = k / chunks, c0 = k % chunks * CPU_CHUNK;
         const int64_t n = a->cols - c0 < CPU_CHUNK ? a->cols - c0 : CPU_CHUNK;
+        if (a->dtype == FO_DTYPE_F32) {
+            swiglu_piece_f32(a, r, c0, n);
+            continue;
+        }
         fo_cpu_load(gate, a->gate, r * a->gate_row_stride + c0, n, a->dtype);
         fo_cpu_load(up, a->up, r * a->up_row_stride + c0, n, a->dtype);
         if (!a->dy) {
