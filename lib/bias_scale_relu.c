@@ -58,23 +58,24 @@ static void mask_of_f32(unsigned char *restrict mask, const float *restrict y,
     }
 }
 
-/* The float32 piece: float math straight from and to memory (the generic
- * path's double buffers cost more than the arithmetic). */
+/* The float32 piece straight from and to memory: the generic path's double
+ * arithmetic (the same bits: x * scale + bias rounds once, and + 0.0 makes
+ * -0 +0 as there), without its buffers. */
 static void forward_piece_f32(const fo_bias_scale_relu_forward_args *a,
                               int64_t r, int64_t c0, int64_t n) {
     const float *restrict x = (const float *)a->x + r * a->x_row_stride + c0;
     const float *restrict bias = a->bias ? (const float *)a->bias + c0 : NULL;
     float *restrict y = (float *)a->y + r * a->cols + c0;
-    const float scale = (float)a->scale;
+    const double scale = a->scale;
     if (bias)
         for (int64_t i = 0; i < n; i++) {
-            const float v = x[i] * scale + bias[i];
-            y[i] = v < 0.0f ? 0.0f : v;
+            const double v = x[i] * scale + bias[i];
+            y[i] = (float)(v < 0.0 ? 0.0 : v);
         }
     else
         for (int64_t i = 0; i < n; i++) {
-            const float v = x[i] * scale;
-            y[i] = v < 0.0f ? 0.0f : v;
+            const double v = x[i] * scale + 0.0;
+            y[i] = (float)(v < 0.0 ? 0.0 : v);
         }
     if (a->mask)
         mask_of_f32(a->mask + r * fo_mask_row_bytes(a->cols) + c0 / 8, y, n);
@@ -125,7 +126,8 @@ static void forward_pieces(const void *ctx, int64_t k0, int64_t k1) {
     }
 }
 
-/* backward_piece for float32, in float but for the dbias sums. */
+/* backward_piece for float32, straight from and to memory (dy * scale in
+ * double, rounded once, as there). */
 static void backward_piece_f32(const fo_bias_scale_relu_backward_args *a,
                                int64_t r, int64_t c0, int64_t n,
                                double *restrict dbias) {
@@ -145,8 +147,8 @@ static void backward_piece_f32(const fo_bias_scale_relu_backward_args *a,
         for (int64_t i = 0; i < n; i++) dbias[i] += (double)g[i];
     if (a->dx) {
         float *restrict dx = (float *)a->dx + r * a->cols + c0;
-        const float scale = (float)a->scale;
-        for (int64_t i = 0; i < n; i++) dx[i] = g[i] * scale;
+        const double scale = a->scale;
+        for (int64_t i = 0; i < n; i++) dx[i] = (float)(g[i] * scale);
     }
 }
 

@@ -90,19 +90,6 @@ static int forward_is_f32(const fo_norm_forward_args *a) {
            a->dropout_p == 0.0;
 }
 
-/* h - center for float h and a double center, in float: the center as two
- * floats, hi + lo, so a mean far from zero loses no bits of h - center. */
-typedef struct {
-    float hi, lo;
-} split_center;
-
-static split_center split(double center) {
-    split_center c;
-    c.hi = (float)center;
-    c.lo = (float)(center - (double)c.hi);
-    return c;
-}
-
 /* One row of the float32 forward. */
 static void forward_row_f32(const fo_norm_forward_args *a, int64_t r) {
     const int64_t cols = a->cols;
@@ -139,13 +126,13 @@ static void forward_row_f32(const fo_norm_forward_args *a, int64_t r) {
     const double rstd = 1.0 / sqrt(m2 / (double)cols + a->eps);
     if (a->mean) ((float *)a->mean)[r] = (float)mean;
     if (a->rstd) ((float *)a->rstd)[r] = (float)rstd;
-    const split_center m = split(mean);
-    const float rstd_f = (float)rstd;
-    for (int64_t i = 0; i < cols; i++) y[i] = (h[i] - m.hi - m.lo) * rstd_f;
-    if (w)
-        for (int64_t i = 0; i < cols; i++) y[i] *= w[i];
-    if (b)
-        for (int64_t i = 0; i < cols; i++) y[i] += b[i];
+    /* the output as the generic path computes it, in double, rounded once */
+    for (int64_t i = 0; i < cols; i++) {
+        double v = (h[i] - mean) * rstd;
+        if (w) v *= w[i];
+        if (b) v += b[i];
+        y[i] = (float)v;
+    }
 }
 
 /* Rows [r0, r1) of the forward (each row is independent: any thread). */
@@ -237,56 +224,53 @@ static int backward_is_f32(const fo_norm_backward_args *a) {
            a->param_dtype == FO_DTYPE_F32 && a->dropout_p == 0.0;
 }
 
-/* The two row sums of the float32 backward, of wdy = dy * w and of
- * wdy * (h - mean): the terms in float (a rounding or two each), summed in
- * double lanes (see cpu_lanes.h). Called with w either null or known not
- * to be, so each inlined copy vectorizes. */
-static inline void row_sums_f32(fo_lanes *sum_wdy, fo_lanes *sum_wdy_xc,
+/* The two row sums of the float32 backward, of wdy = dy * w and wdy * xhat,
+ * as the generic path adds them (double terms in cpu_lanes.h's order), from
+ * the floats themselves. Called with w either null or known not to be, so
+ * each inlined copy vectorizes. */
+static inline void row_sums_f32(fo_lanes *sum_wdy, fo_lanes *sum_wdy_xhat,
                                 const float *restrict dy,
                                 const float *restrict w,
-                                const float *restrict h, split_center m,
-                                int64_t cols) {
-    float wdy[CPU_CHUNK], wdy_xc[CPU_CHUNK];
+                                const float *restrict h, double mean,
+                                double rstd, int64_t cols) {
+    double wdy[CPU_CHUNK], xhat[CPU_CHUNK];
     for (int64_t c0 = 0; c0 < cols; c0 += CPU_CHUNK) {
         const int64_t n = cols - c0 < CPU_CHUNK ? cols - c0 : CPU_CHUNK;
         for (int64_t i = 0; i < n; i++) {
-            wdy[i] = dy[c0 + i] * (w ? w[c0 + i] : 1.0f);
-            wdy_xc[i] = wdy[i] * (h[c0 + i] - m.hi - m.lo);
+            wdy[i] = w ? (double)dy[c0 + i] * w[c0 + i] : dy[c0 + i];
+            xhat[i] = (h[c0 + i] - mean) * rstd;
         }
-        fo_lanes_add_f32(sum_wdy, wdy, n);
-        fo_lanes_add_f32(sum_wdy_xc, wdy_xc, n);
+        fo_lanes_add(sum_wdy, wdy, NULL, n);
+        fo_lanes_add(sum_wdy_xhat, wdy, xhat, n);
     }
 }
 
-/* One row of the float32 dx (and dresidual). */
+/* One row of the float32 dx (and dresidual), in double as the generic path. */
 static void backward_row_f32(const fo_norm_backward_args *a, int64_t r) {
     const int64_t cols = a->cols;
+    const int rms = a->kind == FO_NORM_RMS;
     const float *restrict dy = (const float *)a->dy + r * a->dy_row_stride;
     const float *restrict h = (const float *)a->h + r * a->h_row_stride;
     const float *restrict w = a->weight;
-    const double mean = a->kind == FO_NORM_RMS ? 0.0 : ((const float *)a->mean)[r];
+    const double mean = rms ? 0.0 : ((const float *)a->mean)[r];
     const double rstd = ((const float *)a->rstd)[r];
-    const split_center m = split(mean);
-    fo_lanes s1 = fo_lanes_zero(), s2 = fo_lanes_zero(); /* s2 without rstd */
+    fo_lanes s1 = fo_lanes_zero(), s2 = fo_lanes_zero();
     if (w)
-        row_sums_f32(&s1, &s2, dy, w, h, m, cols);
+        row_sums_f32(&s1, &s2, dy, w, h, mean, rstd, cols);
     else
-        row_sums_f32(&s1, &s2, dy, NULL, h, m, cols);
-    const float mean_wdy =
-        a->kind == FO_NORM_RMS ? 0.0f : (float)(fo_lanes_total(&s1) / (double)cols);
-    const float mean_wdy_xhat = (float)(fo_lanes_total(&s2) * rstd / (double)cols);
-    const float rstd_f = (float)rstd;
+        row_sums_f32(&s1, &s2, dy, NULL, h, mean, rstd, cols);
+    const double mean_wdy = rms ? 0.0 : fo_lanes_total(&s1) / (double)cols;
+    const double mean_wdy_xhat = fo_lanes_total(&s2) / (double)cols;
+    const float *restrict more =
+        a->dresidual_out ? (const float *)a->dresidual_out + r * a->dresidual_out_row_stride : NULL;
     /* dx and dresidual are the same values without dropout */
     float *restrict out = (float *)(a->dx ? a->dx : a->dresidual) + r * cols;
     for (int64_t i = 0; i < cols; i++) {
-        const float xhat = (h[i] - m.hi - m.lo) * rstd_f;
-        const float wdy = dy[i] * (w ? w[i] : 1.0f);
-        out[i] = rstd_f * (wdy - mean_wdy - xhat * mean_wdy_xhat);
-    }
-    if (a->dresidual_out) {
-        const float *restrict more = (const float *)a->dresidual_out +
-                                     r * a->dresidual_out_row_stride;
-        for (int64_t i = 0; i < cols; i++) out[i] += more[i];
+        const double xhat = (h[i] - mean) * rstd;
+        const double wdy = w ? (double)dy[i] * w[i] : dy[i];
+        double dh = rstd * (wdy - mean_wdy - xhat * mean_wdy_xhat);
+        if (more) dh += more[i];
+        out[i] = (float)dh;
     }
     if (a->dx && a->dresidual)
         memcpy((float *)a->dresidual + r * cols, out, (size_t)cols * sizeof(float));

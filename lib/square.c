@@ -4,16 +4,16 @@
 #include "cpu_parallel.h"
 #include "internal.h"
 
-/* A float32 piece in float math: x * x and 2 * x * dy round once either
- * way (2 * x is exact), so the bits are those of the double path, without
- * its buffers. */
+/* A float32 piece straight from and to memory, the same bits as the
+ * generic path: x * x rounds once in float as in double, and 2 * x * dy is
+ * taken in double (in float, 2 * x can overflow where the product does not). */
 static void square_piece_f32(const fo_square_args *a, int64_t r, int64_t c0,
                              int64_t n) {
     const float *restrict x = (const float *)a->x + r * a->x_row_stride + c0;
     float *restrict out = (float *)a->out + r * a->cols + c0;
     if (a->dy) {
         const float *restrict dy = (const float *)a->dy + r * a->dy_row_stride + c0;
-        for (int64_t i = 0; i < n; i++) out[i] = 2.0f * x[i] * dy[i];
+        for (int64_t i = 0; i < n; i++) out[i] = (float)(2.0 * x[i] * dy[i]);
     } else {
         for (int64_t i = 0; i < n; i++) out[i] = x[i] * x[i];
     }

@@ -6,24 +6,26 @@
 #include "cpu_parallel.h"
 #include "internal.h"
 
-/* A float32 piece in float math (expf, not exp: the exponential is most
- * of the cost, and the output is float anyway). */
+/* A float32 piece straight from and to memory: the generic path's double
+ * arithmetic, term for term (the same bits), without its buffers. */
 static void swiglu_piece_f32(const fo_swiglu_args *a, int64_t r, int64_t c0,
                              int64_t n) {
     const float *restrict gate = (const float *)a->gate + r * a->gate_row_stride + c0;
     const float *restrict up = (const float *)a->up + r * a->up_row_stride + c0;
     float *restrict first = a->y_or_dgate ? (float *)a->y_or_dgate + r * a->cols + c0 : NULL;
     if (!a->dy) {
-        for (int64_t i = 0; i < n; i++)
-            first[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
+        for (int64_t i = 0; i < n; i++) {
+            const double g = gate[i];
+            first[i] = (float)(g / (1.0 + exp(-g)) * up[i]);
+        }
         return;
     }
     const float *restrict dy = (const float *)a->dy + r * a->dy_row_stride + c0;
     float *restrict second = a->dup ? (float *)a->dup + r * a->cols + c0 : NULL;
     for (int64_t i = 0; i < n; i++) {
-        const float s = 1.0f / (1.0f + expf(-gate[i]));
-        if (first) first[i] = dy[i] * up[i] * s * (1.0f + gate[i] * (1.0f - s));
-        if (second) second[i] = dy[i] * gate[i] * s;
+        const double g = gate[i], d = dy[i], s = 1.0 / (1.0 + exp(-g));
+        if (first) first[i] = (float)(d * up[i] * s * (1.0 + g * (1.0 - s)));
+        if (second) second[i] = (float)(d * g * s);
     }
 }
 
