@@ -22,7 +22,7 @@ cache = torch.empty(256 * 2**20, dtype=torch.int8, device="cuda")
 sink = torch.empty((), dtype=torch.int64, device="cuda")
 FLUSHES = {
     "zero": cache.zero_,
-    "read": lambda: torch.sum(cache, dtype=torch.int64, out=sink),
+    "read": lambda: torch.sum(cache, dim=0, dtype=torch.int64, out=sink),
     "none": lambda: None,
 }
 RUNS = 200
@@ -55,6 +55,8 @@ for provider in providers:
     for name, flush in FLUSHES.items():
         b.gpu_bench = timed_after(flush)
         times[name], why = b.graph_bench(fn, inputs, dy, direction, None)
+        if why:
+            print(f"{provider} {name}: {why}")
     print(f"{op} {direction} {shape} {dtype_name} {provider:8s} " + "  ".join(
         f"{name} {ms * 1e3:7.2f} us {moved / ms / 1e6:5.0f} GB/s" for name, ms in times.items()),
         flush=True)
