@@ -81,8 +81,9 @@ static double stat_at(const void *stats, int64_t row, int dtype) {
 }
 
 /* The float32 path: the generic one below converts every element to double
- * and back through buffers, and reads a row three times; here the row's
- * statistics come in one pass and the output in float math (fp32 kernels).
+ * and back through buffers, and reads a row three times; here the floats
+ * are read directly, LayerNorm's statistics come in one pass, and the
+ * output is the generic path's double arithmetic, rounded once.
  * Taken when every tensor is float32 and there is no dropout. */
 static int forward_is_f32(const fo_norm_forward_args *a) {
     return a->dtype == FO_DTYPE_F32 && a->param_dtype == FO_DTYPE_F32 &&
@@ -104,18 +105,24 @@ static void forward_row_f32(const fo_norm_forward_args *a, int64_t r) {
         for (int64_t i = 0; i < cols; i++) h_out[i] = x[i] + res[i];
         h = h_out;
     }
-    /* mean and sum of squared deviations M2 (the sum of squares for RMS):
-     * each chunk's own, in double, merged in order by Chan's rule, so M2
-     * never takes a difference of two large sums */
+    /* LayerNorm: mean and sum of squared deviations M2, each chunk's own,
+     * in double, merged in order by Chan's rule, so M2 never takes a
+     * difference of two large sums. RMSNorm: the sum of squares in lanes
+     * across the row, the generic path's order (the same bits). */
     double mean = 0.0, m2 = 0.0;
-    for (int64_t c0 = 0; c0 < cols; c0 += CPU_CHUNK) {
-        const int64_t n = cols - c0 < CPU_CHUNK ? cols - c0 : CPU_CHUNK;
-        double chunk_mean = 0.0;
-        if (a->kind != FO_NORM_RMS) {
-            fo_lanes sum = fo_lanes_zero();
-            fo_lanes_add_f32(&sum, h + c0, n);
-            chunk_mean = fo_lanes_total(&sum) / (double)n;
+    if (a->kind == FO_NORM_RMS) {
+        fo_lanes squares = fo_lanes_zero();
+        for (int64_t c0 = 0; c0 < cols; c0 += CPU_CHUNK) {
+            const int64_t n = cols - c0 < CPU_CHUNK ? cols - c0 : CPU_CHUNK;
+            fo_lanes_add_squares_f32(&squares, h + c0, 0.0, n);
         }
+        m2 = fo_lanes_total(&squares);
+    }
+    for (int64_t c0 = 0; a->kind != FO_NORM_RMS && c0 < cols; c0 += CPU_CHUNK) {
+        const int64_t n = cols - c0 < CPU_CHUNK ? cols - c0 : CPU_CHUNK;
+        fo_lanes sum = fo_lanes_zero();
+        fo_lanes_add_f32(&sum, h + c0, n);
+        const double chunk_mean = fo_lanes_total(&sum) / (double)n;
         fo_lanes squares = fo_lanes_zero();
         fo_lanes_add_squares_f32(&squares, h + c0, chunk_mean, n);
         const double delta = chunk_mean - mean;

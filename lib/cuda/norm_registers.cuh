@@ -146,7 +146,7 @@ constexpr int kBackwardMaxChunks = std::is_same_v<T, double> ? 1 : 2;
 // 16-bit types: 26% faster there on the H100; at 1 chunk 2-4% slower (the
 // extra registers spill within 64). fp32 prefetches at 1 chunk: one
 // 512-thread block an SM at up to 128 registers (112, no spills) instead of
-// two without, 12-21% faster at 4096 rows x 1024-4096 and 2-7% at 16384-65536
+// two without, 10-21% faster at 4096 rows x 1024-4096 and 2-7% at 16384-65536
 // rows (tuning run 30); at 2 chunks it spilled and measured level.
 // Build-time knob: 0 never, 1 always, 2 so.
 #ifndef FO_BACKWARD_PREFETCH
@@ -239,8 +239,8 @@ RegisterRows forward_register_rows(int64_t rows, int64_t cols) {
 // FO_BACKWARD_FP32_CHUNKS (the targets, 2 and 1), and FO_BACKWARD_MIN_ROWS
 // (0: off), the fewest rows a block sums, which caps the groups where rows
 // are few (each group writes a partial row of dweight and dbias). Run 30:
-// fp32 at 2 chunks 0-5% slower than at 1 with its prefetch; 16 or 32 rows
-// a block at 4096 rows, up to 30% slower (too few blocks in flight).
+// fp32 at 2 chunks 0-12% slower than at 1 with its prefetch; 16 or 32 rows
+// a block at 4096 rows, up to 54% slower (too few blocks in flight).
 #ifndef FO_BACKWARD_HALF_CHUNKS
 #define FO_BACKWARD_HALF_CHUNKS 2
 #endif
