@@ -125,7 +125,7 @@ constexpr int kBackwardMinBlocks = !std::is_same_v<A, double> && HELD_BYTES <= 1
 // counts x twice (80 registers for 2 chunks): at 64 it ran 1-10% slower.
 template <typename T, typename R, int CPT, bool RESIDUAL>
 struct ForwardHeld {
-    static constexpr bool kOneCopy = !RESIDUAL && sizeof(T) == 2;
+    static constexpr bool kOneCopy = !RESIDUAL && (sizeof(T) == 2 || (sizeof(T) == 4 && CPT >= 4));
     static constexpr int kChunkBytes = kChunk * int(sizeof(T) + (kOneCopy ? 0 : sizeof(R)));
     static constexpr int kBatch = CPT * kChunkBytes <= 128 || CPT == 1 ? CPT : CPT / 2;
     static_assert(kBatch * kChunkBytes <= 128 || CPT == 1, "a batch is at most 128 bytes");
@@ -138,8 +138,11 @@ struct ForwardHeld {
 // threads), fp32 2, fp64 1 (8 chunks, or 4 of fp32, spilled once all their
 // loads were issued together). Backward holds more a chunk: up to 2, fp64 1
 // (4 spilled 136-628 bytes, even without the prefetch).
+#ifndef FO_FORWARD_FP32_MAX_CHUNKS
+#define FO_FORWARD_FP32_MAX_CHUNKS 2
+#endif
 template <typename T>
-constexpr int kForwardMaxChunks = sizeof(T) == 8 ? 1 : sizeof(T) == 4 ? 2 : 4;
+constexpr int kForwardMaxChunks = sizeof(T) == 8 ? 1 : sizeof(T) == 4 ? FO_FORWARD_FP32_MAX_CHUNKS : 4;
 template <typename T>
 constexpr int kBackwardMaxChunks = std::is_same_v<T, double> ? 1 : 2;
 // Backward prefetches the next row's dy and h from 2 chunks a thread of

@@ -1,15 +1,37 @@
 // reduce_sum.cu: the sum of all elements on CUDA, deterministically.
 //
 // Two passes and no atomics: a fixed number of blocks (a function of numel
-// only) each sum a fixed, strided set of 8-element chunks and reduce in a
-// fixed tree; one block then sums those partials in order. The same input
-// gives the same bits on every run and every GPU, aligned or not.
+// only) each sum a fixed set of 8-element chunks and reduce in a fixed
+// tree; one block then sums those partials in order. The same input gives
+// the same bits on every run and every GPU, aligned or not.
+//
+// Build-time knobs for tuning (bench/tune.sh): FO_SUM_BYTES, the bytes a
+// thread loads before it adds any (every load of a step in flight at once;
+// 16: one chunk of a 16-bit type), FO_SUM_CONTIGUOUS (1: each block sums
+// one contiguous range of chunks; 0: the grid strides over the tensor) and
+// FO_SUM_BLOCKS (the most partials).
 #include "common.cuh"
+
+#ifndef FO_SUM_BYTES
+#define FO_SUM_BYTES 64
+#endif
+#ifndef FO_SUM_CONTIGUOUS
+#define FO_SUM_CONTIGUOUS 1
+#endif
+#ifndef FO_SUM_BLOCKS
+#define FO_SUM_BLOCKS 1024
+#endif
 
 namespace fo {
 namespace {
 
-constexpr int64_t kMaxBlocks = 1024;
+constexpr int64_t kMaxBlocks = FO_SUM_BLOCKS;
+static_assert(kMaxBlocks <= 4 * kThreads, "final_sum_kernel loads 4 partials a thread");
+
+// Chunks a thread loads in one step: FO_SUM_BYTES of them, at least one.
+template <typename T>
+constexpr int kStepChunks =
+    FO_SUM_BYTES / (kChunk * int(sizeof(T))) > 0 ? FO_SUM_BYTES / (kChunk * int(sizeof(T))) : 1;
 
 inline int64_t sum_blocks(int64_t numel) {
     int64_t chunks = chunks_per_row(numel);
@@ -31,14 +53,42 @@ __device__ A block_sum(A value) {
     return total;
 }
 
+// Each thread sums its chunks in increasing order, kStepChunks at a time:
+// every load of a step is issued before any is added (a loop that added
+// each chunk before loading the next kept one 16-byte load in flight a
+// thread). A thread's consecutive chunks are `spacing` apart: kThreads
+// within a block's own contiguous range, or the whole grid's threads.
 template <typename T, bool VEC>
-__global__ void partial_sum_kernel(acc_t<T> *__restrict__ partials,
-                                   const T *__restrict__ x, int64_t numel) {
+__global__ void __launch_bounds__(kThreads) partial_sum_kernel(acc_t<T> *__restrict__ partials,
+                                                              const T *__restrict__ x, int64_t numel) {
     using A = acc_t<T>;
-    const int64_t chunks = chunks_per_row(numel);
+    constexpr int kStep = kStepChunks<T>;
+    const int64_t chunks = chunks_per_row(numel), full_chunks = numel / kChunk;
+    int64_t c, end, spacing;
+    if (FO_SUM_CONTIGUOUS) {
+        // kThreads-aligned ranges, so each warp's loads stay 512-byte aligned
+        const int64_t per_block =
+            (chunks + gridDim.x * int64_t(kThreads) - 1) / (gridDim.x * int64_t(kThreads)) * kThreads;
+        c = blockIdx.x * per_block + threadIdx.x;
+        end = (blockIdx.x + 1) * per_block < chunks ? (blockIdx.x + 1) * per_block : chunks;
+        spacing = kThreads;
+    } else {
+        c = blockIdx.x * int64_t(kThreads) + threadIdx.x;
+        end = chunks;
+        spacing = int64_t(gridDim.x) * kThreads;
+    }
+    const int64_t step_end = end < full_chunks ? end : full_chunks;  // whole chunks only
     A sum = 0;
-    for (int64_t c = blockIdx.x * int64_t(kThreads) + threadIdx.x; c < chunks;
-         c += int64_t(gridDim.x) * kThreads) {
+    for (; c + (kStep - 1) * spacing < step_end; c += kStep * spacing) {
+        A v[kStep][kChunk];
+#pragma unroll
+        for (int s = 0; s < kStep; s++) load_chunk<T, VEC>(v[s], x + (c + s * spacing) * kChunk, kChunk);
+#pragma unroll
+        for (int s = 0; s < kStep; s++)
+#pragma unroll
+            for (int i = 0; i < kChunk; i++) sum += v[s][i];
+    }
+    for (; c < end; c += spacing) {  // what is left, and the partial last chunk
         const int64_t start = c * kChunk;
         const int n = int(numel - start < kChunk ? numel - start : kChunk);
         A v[kChunk];
@@ -50,14 +100,20 @@ __global__ void partial_sum_kernel(acc_t<T> *__restrict__ partials,
     if (threadIdx.x == 0) partials[blockIdx.x] = total;
 }
 
+// Thread t adds partials t, t + kThreads, ... in order; the four loads are
+// issued together (count <= kMaxBlocks = 4 kThreads).
 template <typename T>
-__global__ void final_sum_kernel(T *__restrict__ out,
-                                 const acc_t<T> *__restrict__ partials,
-                                 int64_t count) {
+__global__ void __launch_bounds__(kThreads) final_sum_kernel(T *__restrict__ out,
+                                                            const acc_t<T> *__restrict__ partials,
+                                                            int64_t count) {
     using A = acc_t<T>;
-    A sum = 0;
-    for (int64_t i = threadIdx.x; i < count; i += kThreads) sum += partials[i];
-    A total = block_sum(sum);
+    A v[4];
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        const int64_t i = threadIdx.x + int64_t(k) * kThreads;
+        v[k] = i < count ? partials[i] : A(0);
+    }
+    A total = block_sum(((v[0] + v[1]) + v[2]) + v[3]);
     if (threadIdx.x == 0) *out = from_acc<T>(total);
 }
 
