@@ -47,6 +47,10 @@ __device__ __forceinline__ float2 widen_pair(uint32_t word) {
     }
 }
 
+// Tuning knob: 1 marks the loads of held rows evict-first (__ldcs).
+#ifndef FO_HELD_EVICT_FIRST
+#define FO_HELD_EVICT_FIRST 0
+#endif
 // CPT x 8 values of a type S, held as their bits: 16-bit types take half
 // the registers of fp32. Exact: every value held is an S already (x, or h
 // as rounded to residual_out's dtype, or dy and h as loaded).
@@ -59,8 +63,10 @@ struct Held {
 
     __device__ __forceinline__ void load(const S *__restrict__ p) {
 #pragma unroll
-        for (int v = 0; v < int(sizeof(words) / 16); v++)
-            reinterpret_cast<uint4 *>(words)[v] = __ldg(reinterpret_cast<const uint4 *>(p) + v);
+        for (int v = 0; v < int(sizeof(words) / 16); v++) {
+            const uint4 *from = reinterpret_cast<const uint4 *>(p) + v;
+            reinterpret_cast<uint4 *>(words)[v] = FO_HELD_EVICT_FIRST ? __ldcs(from) : __ldg(from);
+        }
     }
     // load, or zeros where the chunk is past the row (or the row past the
     // tensor): a predicated load, no branch between this and the next one
@@ -138,11 +144,8 @@ struct ForwardHeld {
 // threads), fp32 2, fp64 1 (8 chunks, or 4 of fp32, spilled once all their
 // loads were issued together). Backward holds more a chunk: up to 2, fp64 1
 // (4 spilled 136-628 bytes, even without the prefetch).
-#ifndef FO_FORWARD_FP32_MAX_CHUNKS
-#define FO_FORWARD_FP32_MAX_CHUNKS 2
-#endif
 template <typename T>
-constexpr int kForwardMaxChunks = sizeof(T) == 8 ? 1 : sizeof(T) == 4 ? FO_FORWARD_FP32_MAX_CHUNKS : 4;
+constexpr int kForwardMaxChunks = sizeof(T) == 8 ? 1 : 4;
 template <typename T>
 constexpr int kBackwardMaxChunks = std::is_same_v<T, double> ? 1 : 2;
 // Backward prefetches the next row's dy and h from 2 chunks a thread of
@@ -228,10 +231,19 @@ void dispatch_chunks(int cpt, F &&f) {
 #ifndef FO_FORWARD_ROW_THREADS
 #define FO_FORWARD_ROW_THREADS 128
 #endif
+// fp32 aims for 2 chunks a thread on up to 256 threads (as it did when it
+// held 2 at most), and holds 4 on 256 threads where the row is longer (8192
+// elements): x held once, 80 registers, three blocks an SM, like a bf16 row
+// of 16384. FO_FORWARD_FP32_WIDE=0: 2 at most, on up to 512 threads.
+#ifndef FO_FORWARD_FP32_WIDE
+#define FO_FORWARD_FP32_WIDE 1
+#endif
 template <typename T>
 RegisterRows forward_register_rows(int64_t rows, int64_t cols) {
-    return register_rows(rows, cols, FO_FORWARD_TARGET_CHUNKS, FO_FORWARD_ROW_THREADS,
-                         kForwardMaxChunks<T>, kMaxRowGroups);
+    constexpr bool kWide = FO_FORWARD_FP32_WIDE && std::is_same_v<T, float>;
+    return register_rows(rows, cols, kWide ? 2 : FO_FORWARD_TARGET_CHUNKS,
+                         kWide ? 256 : FO_FORWARD_ROW_THREADS,
+                         kWide || !std::is_same_v<T, float> ? kForwardMaxChunks<T> : 2, kMaxRowGroups);
 }
 // Backward aims for 2 chunks a thread in 16-bit types (256 threads a row
 // for 4096 elements, at 128 registers): 10-25% faster than 1 chunk on 512

@@ -9,14 +9,18 @@
 // thread loads before it adds any (every load of a step in flight at once;
 // 16: one chunk of a 16-bit type), FO_SUM_CONTIGUOUS (1: each block sums
 // one contiguous range of chunks; 0: the grid strides over the tensor) and
-// FO_SUM_BLOCKS (the most partials).
+// FO_SUM_BLOCKS (the most partials), FO_SUM_EVICT_FIRST (1: loads marked
+// evict-first, __ldcs).
 #include "common.cuh"
 
 #ifndef FO_SUM_BYTES
 #define FO_SUM_BYTES 64
 #endif
 #ifndef FO_SUM_CONTIGUOUS
-#define FO_SUM_CONTIGUOUS 1
+#define FO_SUM_CONTIGUOUS 0
+#endif
+#ifndef FO_SUM_EVICT_FIRST
+#define FO_SUM_EVICT_FIRST 1
 #endif
 #ifndef FO_SUM_BLOCKS
 #define FO_SUM_BLOCKS 1024
@@ -63,6 +67,7 @@ __global__ void __launch_bounds__(kThreads) partial_sum_kernel(acc_t<T> *__restr
                                                               const T *__restrict__ x, int64_t numel) {
     using A = acc_t<T>;
     constexpr int kStep = kStepChunks<T>;
+    constexpr bool kEvictFirst = FO_SUM_EVICT_FIRST != 0;
     const int64_t chunks = chunks_per_row(numel), full_chunks = numel / kChunk;
     int64_t c, end, spacing;
     if (FO_SUM_CONTIGUOUS) {
@@ -82,7 +87,7 @@ __global__ void __launch_bounds__(kThreads) partial_sum_kernel(acc_t<T> *__restr
     for (; c + (kStep - 1) * spacing < step_end; c += kStep * spacing) {
         A v[kStep][kChunk];
 #pragma unroll
-        for (int s = 0; s < kStep; s++) load_chunk<T, VEC>(v[s], x + (c + s * spacing) * kChunk, kChunk);
+        for (int s = 0; s < kStep; s++) load_chunk<T, VEC, true, kEvictFirst>(v[s], x + (c + s * spacing) * kChunk, kChunk);
 #pragma unroll
         for (int s = 0; s < kStep; s++)
 #pragma unroll
@@ -92,7 +97,7 @@ __global__ void __launch_bounds__(kThreads) partial_sum_kernel(acc_t<T> *__restr
         const int64_t start = c * kChunk;
         const int n = int(numel - start < kChunk ? numel - start : kChunk);
         A v[kChunk];
-        load_chunk<T, VEC>(v, x + start, n);
+        load_chunk<T, VEC, true, kEvictFirst>(v, x + start, n);
 #pragma unroll
         for (int i = 0; i < kChunk; i++) sum += v[i];
     }
