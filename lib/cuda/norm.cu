@@ -337,7 +337,7 @@ extern "C" int fo_cuda_norm_forward(int device_index, uintptr_t stream,
             // Without a residual, the rows too long for registers take the
             // shared-memory kernel, where they fit; so do the rows of 512
             // threads in registers (16-bit above 8192 elements, fp32 above
-            // 4096, fp64 above 2048) unless the register kernel fits them in
+            // 8192, fp64 above 2048) unless the register kernel fits them in
             // 64 registers, two blocks an SM (16-bit, x counted once).
             // At 80 registers, one block an SM, they ran at 64-70% of the
             // copy ceiling on the H100 and the shared-memory kernel 8-30%

@@ -47,10 +47,6 @@ __device__ __forceinline__ float2 widen_pair(uint32_t word) {
     }
 }
 
-// Tuning knob: 1 marks the loads of held rows evict-first (__ldcs).
-#ifndef FO_HELD_EVICT_FIRST
-#define FO_HELD_EVICT_FIRST 0
-#endif
 // CPT x 8 values of a type S, held as their bits: 16-bit types take half
 // the registers of fp32. Exact: every value held is an S already (x, or h
 // as rounded to residual_out's dtype, or dy and h as loaded).
@@ -63,10 +59,8 @@ struct Held {
 
     __device__ __forceinline__ void load(const S *__restrict__ p) {
 #pragma unroll
-        for (int v = 0; v < int(sizeof(words) / 16); v++) {
-            const uint4 *from = reinterpret_cast<const uint4 *>(p) + v;
-            reinterpret_cast<uint4 *>(words)[v] = FO_HELD_EVICT_FIRST ? __ldcs(from) : __ldg(from);
-        }
+        for (int v = 0; v < int(sizeof(words) / 16); v++)
+            reinterpret_cast<uint4 *>(words)[v] = __ldg(reinterpret_cast<const uint4 *>(p) + v);
     }
     // load, or zeros where the chunk is past the row (or the row past the
     // tensor): a predicated load, no branch between this and the next one
@@ -128,7 +122,8 @@ constexpr int kBackwardMinBlocks = !std::is_same_v<A, double> && HELD_BYTES <= 1
 // thread take 64 registers, four 256-thread blocks an SM or two of 512:
 // against 80 registers on the H100, 6-10% faster at 16384 elements, 10-21%
 // at 4096 x 1024, elsewhere within -1% and +6% (tuning run 21). fp32 still
-// counts x twice (80 registers for 2 chunks): at 64 it ran 1-10% slower.
+// counts x twice at 2 chunks (80 registers): at 64 it ran 1-10% slower; at
+// 4 chunks (rows of 8192) it counts one copy, 80 registers, no spills.
 template <typename T, typename R, int CPT, bool RESIDUAL>
 struct ForwardHeld {
     static constexpr bool kOneCopy = !RESIDUAL && (sizeof(T) == 2 || (sizeof(T) == 4 && CPT >= 4));
@@ -141,8 +136,8 @@ struct ForwardHeld {
     static constexpr int kRegisters = std::is_same_v<T, double> ? 128 : forward_registers(kBytes);
 };
 // Forward holds CPT chunks of the row: up to 4 (16384 elements at 512
-// threads), fp32 2, fp64 1 (8 chunks, or 4 of fp32, spilled once all their
-// loads were issued together). Backward holds more a chunk: up to 2, fp64 1
+// threads), fp64 1 (8 chunks spilled once all their loads were issued
+// together; fp32 did at 4 chunks while x was counted twice). Backward holds more a chunk: up to 2, fp64 1
 // (4 spilled 136-628 bytes, even without the prefetch).
 template <typename T>
 constexpr int kForwardMaxChunks = sizeof(T) == 8 ? 1 : 4;
@@ -231,10 +226,14 @@ void dispatch_chunks(int cpt, F &&f) {
 #ifndef FO_FORWARD_ROW_THREADS
 #define FO_FORWARD_ROW_THREADS 128
 #endif
-// fp32 aims for 2 chunks a thread on up to 256 threads (as it did when it
-// held 2 at most), and holds 4 on 256 threads where the row is longer (8192
-// elements): x held once, 80 registers, three blocks an SM, like a bf16 row
-// of 16384. FO_FORWARD_FP32_WIDE=0: 2 at most, on up to 512 threads.
+// fp32 aims for 2 chunks a thread on up to 256 threads (as when it held 2
+// at most), and holds 4 on 256 threads where the row is longer (8192
+// elements, until then on 512 threads in the shared-memory kernel): x held
+// once, 80 registers, three blocks an SM. On the H100 (tuning run 37)
+// LayerNorm 16384 x 8192 2697 -> 2926 GB/s, 65536 x 8192 2747 -> 2989,
+// 4096 x 8192 2527 -> 2670, RMSNorm 5-6%; with a residual level. 4 chunks
+// on fewer threads at 1024-4096 elements measured 0-5% slower, so those
+// rows keep 2. FO_FORWARD_FP32_WIDE=0: 2 at most, on up to 512 threads.
 #ifndef FO_FORWARD_FP32_WIDE
 #define FO_FORWARD_FP32_WIDE 1
 #endif

@@ -1,41 +1,31 @@
 // reduce_sum.cu: the sum of all elements on CUDA, deterministically.
 //
 // Two passes and no atomics: a fixed number of blocks (a function of numel
-// only) each sum a fixed set of 8-element chunks and reduce in a fixed
-// tree; one block then sums those partials in order. The same input gives
-// the same bits on every run and every GPU, aligned or not.
-//
-// Build-time knobs for tuning (bench/tune.sh): FO_SUM_BYTES, the bytes a
-// thread loads before it adds any (every load of a step in flight at once;
-// 16: one chunk of a 16-bit type), FO_SUM_CONTIGUOUS (1: each block sums
-// one contiguous range of chunks; 0: the grid strides over the tensor) and
-// FO_SUM_BLOCKS (the most partials), FO_SUM_EVICT_FIRST (1: loads marked
-// evict-first, __ldcs).
+// only) each sum a fixed, strided set of 8-element chunks and reduce in a
+// fixed tree; one block then sums those partials in order. The same input
+// gives the same bits on every run and every GPU, aligned or not.
 #include "common.cuh"
-
-#ifndef FO_SUM_BYTES
-#define FO_SUM_BYTES 64
-#endif
-#ifndef FO_SUM_CONTIGUOUS
-#define FO_SUM_CONTIGUOUS 0
-#endif
-#ifndef FO_SUM_EVICT_FIRST
-#define FO_SUM_EVICT_FIRST 1
-#endif
-#ifndef FO_SUM_BLOCKS
-#define FO_SUM_BLOCKS 1024
-#endif
 
 namespace fo {
 namespace {
 
-constexpr int64_t kMaxBlocks = FO_SUM_BLOCKS;
+constexpr int64_t kMaxBlocks = 1024;
 static_assert(kMaxBlocks <= 4 * kThreads, "final_sum_kernel loads 4 partials a thread");
 
-// Chunks a thread loads in one step: FO_SUM_BYTES of them, at least one.
+// A thread loads 64 bytes before it adds any (4 chunks of a 16-bit type, 2
+// of fp32, 1 of fp64), all in flight at once: on the H100 +1-3% over one
+// chunk at a time (tuning run 37). One contiguous range of chunks a block
+// instead of the grid stride measured 0-8% slower there.
 template <typename T>
-constexpr int kStepChunks =
-    FO_SUM_BYTES / (kChunk * int(sizeof(T))) > 0 ? FO_SUM_BYTES / (kChunk * int(sizeof(T))) : 1;
+constexpr int kStepChunks = 64 / (kChunk * int(sizeof(T))) > 0 ? 64 / (kChunk * int(sizeof(T))) : 1;
+
+// Tensors up to 128 MiB are loaded evict-first (__ldcs): each byte is read
+// once, and L2 keeps the lines others wrote (in the benchmark, do_bench's
+// flush; in a model, the previous kernel's outputs) instead of writing them
+// back to make room. H100, tuning run 38: +9-16% from 16 to 128 MiB, where
+// it caught up with torch.compile; level at 256 MiB and 3-4% slower from
+// 512 MiB, so larger tensors are loaded as usual.
+constexpr int64_t kEvictFirstMaxBytes = int64_t(128) << 20;
 
 inline int64_t sum_blocks(int64_t numel) {
     int64_t chunks = chunks_per_row(numel);
@@ -57,47 +47,34 @@ __device__ A block_sum(A value) {
     return total;
 }
 
-// Each thread sums its chunks in increasing order, kStepChunks at a time:
-// every load of a step is issued before any is added (a loop that added
-// each chunk before loading the next kept one 16-byte load in flight a
-// thread). A thread's consecutive chunks are `spacing` apart: kThreads
-// within a block's own contiguous range, or the whole grid's threads.
-template <typename T, bool VEC>
+// Each thread sums its chunks (the grid's threads apart) in increasing
+// order, kStepChunks at a time: every load of a step is issued before any
+// is added (a loop that added each chunk before loading the next kept one
+// 16-byte load in flight a thread).
+template <typename T, bool VEC, bool EVICT_FIRST>
 __global__ void __launch_bounds__(kThreads) partial_sum_kernel(acc_t<T> *__restrict__ partials,
                                                               const T *__restrict__ x, int64_t numel) {
     using A = acc_t<T>;
     constexpr int kStep = kStepChunks<T>;
-    constexpr bool kEvictFirst = FO_SUM_EVICT_FIRST != 0;
-    const int64_t chunks = chunks_per_row(numel), full_chunks = numel / kChunk;
-    int64_t c, end, spacing;
-    if (FO_SUM_CONTIGUOUS) {
-        // kThreads-aligned ranges, so each warp's loads stay 512-byte aligned
-        const int64_t per_block =
-            (chunks + gridDim.x * int64_t(kThreads) - 1) / (gridDim.x * int64_t(kThreads)) * kThreads;
-        c = blockIdx.x * per_block + threadIdx.x;
-        end = (blockIdx.x + 1) * per_block < chunks ? (blockIdx.x + 1) * per_block : chunks;
-        spacing = kThreads;
-    } else {
-        c = blockIdx.x * int64_t(kThreads) + threadIdx.x;
-        end = chunks;
-        spacing = int64_t(gridDim.x) * kThreads;
-    }
-    const int64_t step_end = end < full_chunks ? end : full_chunks;  // whole chunks only
+    const int64_t chunks = chunks_per_row(numel), whole_chunks = numel / kChunk;
+    const int64_t spacing = int64_t(gridDim.x) * kThreads;
+    int64_t c = blockIdx.x * int64_t(kThreads) + threadIdx.x;
     A sum = 0;
-    for (; c + (kStep - 1) * spacing < step_end; c += kStep * spacing) {
+    for (; c + (kStep - 1) * spacing < whole_chunks; c += kStep * spacing) {
         A v[kStep][kChunk];
 #pragma unroll
-        for (int s = 0; s < kStep; s++) load_chunk<T, VEC, true, kEvictFirst>(v[s], x + (c + s * spacing) * kChunk, kChunk);
+        for (int s = 0; s < kStep; s++)
+            load_chunk<T, VEC, true, EVICT_FIRST>(v[s], x + (c + s * spacing) * kChunk, kChunk);
 #pragma unroll
         for (int s = 0; s < kStep; s++)
 #pragma unroll
             for (int i = 0; i < kChunk; i++) sum += v[s][i];
     }
-    for (; c < end; c += spacing) {  // what is left, and the partial last chunk
+    for (; c < chunks; c += spacing) {  // what is left, and the partial last chunk
         const int64_t start = c * kChunk;
         const int n = int(numel - start < kChunk ? numel - start : kChunk);
         A v[kChunk];
-        load_chunk<T, VEC, true, kEvictFirst>(v, x + start, n);
+        load_chunk<T, VEC, true, EVICT_FIRST>(v, x + start, n);
 #pragma unroll
         for (int i = 0; i < kChunk; i++) sum += v[i];
     }
@@ -141,9 +118,11 @@ extern "C" int fo_cuda_reduce_sum(int device_index, uintptr_t stream,
             const int64_t blocks = sum_blocks(a->numel);
             A *partials = static_cast<A *>(a->workspace);
             const T *x = static_cast<const T *>(a->x);
+            const bool evict_first = a->numel * int64_t(sizeof(T)) <= kEvictFirstMaxBytes;
             auto kernel = a->numel % kChunk == 0 && aligned16(x)
-                              ? partial_sum_kernel<T, true>
-                              : partial_sum_kernel<T, false>;
+                              ? (evict_first ? partial_sum_kernel<T, true, true>
+                                             : partial_sum_kernel<T, true, false>)
+                              : partial_sum_kernel<T, false, false>;
             kernel<<<unsigned(blocks), kThreads, 0, cudaStream_t(stream)>>>(
                 partials, x, a->numel);
             final_sum_kernel<T><<<1, kThreads, 0, cudaStream_t(stream)>>>(
