@@ -124,9 +124,6 @@ constexpr int kBackwardMinBlocks = !std::is_same_v<A, double> && HELD_BYTES <= 1
 // at 4096 x 1024, elsewhere within -1% and +6% (tuning run 21). fp32 still
 // counts x twice at 2 chunks (80 registers): at 64 it ran 1-10% slower; at
 // 4 chunks (rows of 8192) it counts one copy, 80 registers, no spills.
-#ifndef FO_FORWARD_FP32_ONE_COPY_REGISTERS
-#define FO_FORWARD_FP32_ONE_COPY_REGISTERS 0
-#endif
 template <typename T, typename R, int CPT, bool RESIDUAL>
 struct ForwardHeld {
     static constexpr bool kOneCopy = !RESIDUAL && (sizeof(T) == 2 || (sizeof(T) == 4 && CPT >= 4));
@@ -136,10 +133,7 @@ struct ForwardHeld {
     // (a residual also costs its pointers and the residual_out stores)
     static constexpr int kBytes =
         (CPT - kBatch) * kChunk * int(sizeof(R)) + kBatch * kChunkBytes + (RESIDUAL ? 64 : 0);
-    static constexpr int kRegisters = std::is_same_v<T, double> ? 128
-                                      : FO_FORWARD_FP32_ONE_COPY_REGISTERS && kOneCopy && sizeof(T) == 4
-                                          ? FO_FORWARD_FP32_ONE_COPY_REGISTERS
-                                          : forward_registers(kBytes);
+    static constexpr int kRegisters = std::is_same_v<T, double> ? 128 : forward_registers(kBytes);
 };
 // Forward holds CPT chunks of the row: up to 4 (16384 elements at 512
 // threads), fp64 1 (8 chunks spilled once all their loads were issued
