@@ -261,6 +261,9 @@ RegisterRows forward_register_rows(int64_t rows, int64_t cols) {
 #ifndef FO_BACKWARD_FP32_CHUNKS
 #define FO_BACKWARD_FP32_CHUNKS 1
 #endif
+#ifndef FO_BACKWARD_WEIGHT_SHARED
+#define FO_BACKWARD_WEIGHT_SHARED 0
+#endif
 #ifndef FO_BACKWARD_MIN_ROWS
 #define FO_BACKWARD_MIN_ROWS 0
 #endif
@@ -415,6 +418,32 @@ __global__ void __launch_bounds__(kMaxRowThreads,
     const bool columns = a.dweight || a.dbias;
     const A inv_cols = A(1) / A(cols);
     A dw[CPT][kChunk] = {}, db[CPT][kChunk] = {};
+    // Tuning knob FO_BACKWARD_WEIGHT_SHARED (16-bit types): each thread
+    // copies its chunks of the weight into shared memory once and reads them
+    // there in both passes of every row, instead of two of the five global
+    // memory instructions a chunk and a row (L1 hits, but in the queue of
+    // global memory instructions). Each thread reads only its own slots,
+    // laid out so that a warp's 16-byte reads are contiguous: no barrier.
+    constexpr bool kWeightShared = FO_BACKWARD_WEIGHT_SHARED && sizeof(T) == 2;
+    constexpr int kWeightVectors = kChunk * int(sizeof(P)) / 16;
+    // (after the rows, the slots hold the column sums below: room for both)
+    constexpr int kColumnSumVectors = 2 * kThreads * kChunk * int(sizeof(A)) / 16;
+    constexpr int kWeightSlots = CPT * kWeightVectors * kMaxRowThreads;
+    __shared__ uint4 weight_slots[!kWeightShared                   ? 1
+                                  : kWeightSlots > kColumnSumVectors ? kWeightSlots
+                                                                     : kColumnSumVectors];
+    const int thread = threadIdx.y * blockDim.x + threadIdx.x, threads = blockDim.x * blockDim.y;
+    if (kWeightShared && weight) {
+#pragma unroll
+        for (int k = 0; k < CPT; k++) {
+            const int64_t c = threadIdx.x + int64_t(k) * blockDim.x;
+            if (c >= chunks) continue;
+            const uint4 *from = reinterpret_cast<const uint4 *>(weight + c * kChunk);
+#pragma unroll
+            for (int v = 0; v < kWeightVectors; v++)
+                weight_slots[(k * kWeightVectors + v) * threads + thread] = __ldg(from + v);
+        }
+    }
     // The next row's dy, h, mean and rstd are loaded while this one is
     // summed and written: the grid is persistent, so without this a block
     // would have no loads in flight during its reductions and stores.
@@ -449,12 +478,21 @@ __global__ void __launch_bounds__(kMaxRowThreads,
         if (kPrefetch && base + step < a.rows) load_row(r + step);
         // the chunk's dy, xhat and weight * dy, from the held dy and h (and
         // the weight, an L1 hit after the first row)
-        auto expand = [&](const Held<T> &dy_k, const Held<H> &h_k, int64_t col,
+        auto expand = [&](int k, const Held<T> &dy_k, const Held<H> &h_k, int64_t col,
                           A(&g)[kChunk], A(&xhat)[kChunk], A(&wdy)[kChunk]) {
             dy_k.get(g);
             h_k.get(xhat);
             acc_t<P> w[kChunk];
-            if (weight) load_chunk<P, true>(w, weight + col, kChunk);
+            if (kWeightShared && weight) {
+                alignas(16) P raw[kChunk];
+#pragma unroll
+                for (int v = 0; v < kWeightVectors; v++)
+                    reinterpret_cast<uint4 *>(raw)[v] = weight_slots[(k * kWeightVectors + v) * threads + thread];
+#pragma unroll
+                for (int i = 0; i < kChunk; i++) w[i] = to_acc(raw[i]);
+            } else if (weight) {
+                load_chunk<P, true>(w, weight + col, kChunk);
+            }
 #pragma unroll
             for (int i = 0; i < kChunk; i++) {
                 xhat[i] = (xhat[i] - mean) * rstd;
@@ -467,7 +505,7 @@ __global__ void __launch_bounds__(kMaxRowThreads,
             const int64_t c = threadIdx.x + int64_t(k) * blockDim.x;
             if (!active || c >= chunks) continue;  // dy and h held as zeros
             A g[kChunk], xhat[kChunk], wdy[kChunk];
-            expand(dy_held[k], h_held[k], c * kChunk, g, xhat, wdy);
+            expand(k, dy_held[k], h_held[k], c * kChunk, g, xhat, wdy);
 #pragma unroll
             for (int i = 0; i < kChunk; i++) {
                 dw[k][i] += g[i] * xhat[i];
@@ -488,7 +526,7 @@ __global__ void __launch_bounds__(kMaxRowThreads,
             if (c >= chunks) continue;
             const int64_t col = c * kChunk;
             A g[kChunk], xhat[kChunk], dh[kChunk];
-            expand(dy_held[k], h_held[k], col, g, xhat, dh);
+            expand(k, dy_held[k], h_held[k], col, g, xhat, dh);
 #pragma unroll
             for (int i = 0; i < kChunk; i++)
                 dh[i] = rstd * (dh[i] - mean_wdy - xhat[i] * mean_wdy_xhat);
@@ -498,7 +536,11 @@ __global__ void __launch_bounds__(kMaxRowThreads,
     if (!columns) return;
     // The TY rows of a block own the same columns: add them in ty order
     // through shared memory, one chunk index k at a time, then write.
-    __shared__ A column_sums[2][kThreads * kChunk];
+    __shared__ A own_column_sums[kWeightShared ? 1 : 2][kWeightShared ? 1 : kThreads * kChunk];
+    A(*column_sums)[kThreads * kChunk] =
+        kWeightShared ? reinterpret_cast<A(*)[kThreads * kChunk]>(weight_slots)
+                      : reinterpret_cast<A(*)[kThreads * kChunk]>(own_column_sums);
+    if (kWeightShared && blockDim.y > 1) __syncthreads();  // every weight slot read
 #pragma unroll
     for (int k = 0; k < CPT; k++) {
         const int64_t c = threadIdx.x + int64_t(k) * blockDim.x;
