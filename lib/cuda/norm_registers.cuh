@@ -262,7 +262,7 @@ RegisterRows forward_register_rows(int64_t rows, int64_t cols) {
 #define FO_BACKWARD_FP32_CHUNKS 1
 #endif
 #ifndef FO_BACKWARD_WEIGHT_SHARED
-#define FO_BACKWARD_WEIGHT_SHARED 0
+#define FO_BACKWARD_WEIGHT_SHARED 1
 #endif
 #ifndef FO_BACKWARD_MIN_ROWS
 #define FO_BACKWARD_MIN_ROWS 0
@@ -418,12 +418,17 @@ __global__ void __launch_bounds__(kMaxRowThreads,
     const bool columns = a.dweight || a.dbias;
     const A inv_cols = A(1) / A(cols);
     A dw[CPT][kChunk] = {}, db[CPT][kChunk] = {};
-    // Tuning knob FO_BACKWARD_WEIGHT_SHARED (16-bit types): each thread
-    // copies its chunks of the weight into shared memory once and reads them
-    // there in both passes of every row, instead of two of the five global
-    // memory instructions a chunk and a row (L1 hits, but in the queue of
-    // global memory instructions). Each thread reads only its own slots,
-    // laid out so that a warp's 16-byte reads are contiguous: no barrier.
+    // 16-bit types: each thread copies its chunks of the weight into shared
+    // memory once and reads them there in both passes of every row. They
+    // were two of the five global memory instructions a chunk and a row (L1
+    // hits, but in the queue of global memory instructions, whose throttle
+    // was an eighth of the stall cycles at 4096 rows, tuning run 36). On the H100
+    // (run 42, bf16 backward): +4-7% at 4096 x 1024-4096 and 16384 x 2048,
+    // +2-3% at 16384 x 4096 and 65536 x 4096, level at 8192 columns. Each
+    // thread reads only its own slots, laid out so that a warp's 16-byte
+    // reads are contiguous: no barrier. fp32 and fp64 keep the global loads
+    // (not measured with it yet). Build-time knob FO_BACKWARD_WEIGHT_SHARED
+    // (0: global loads everywhere).
     constexpr bool kWeightShared = FO_BACKWARD_WEIGHT_SHARED && sizeof(T) == 2;
     constexpr int kWeightVectors = kChunk * int(sizeof(P)) / 16;
     // (after the rows, the slots hold the column sums below: room for both)
@@ -477,7 +482,7 @@ __global__ void __launch_bounds__(kMaxRowThreads,
         const A mean = mean_next, rstd = rstd_next;
         if (kPrefetch && base + step < a.rows) load_row(r + step);
         // the chunk's dy, xhat and weight * dy, from the held dy and h (and
-        // the weight, an L1 hit after the first row)
+        // the weight: from shared memory, or an L1 hit after the first row)
         auto expand = [&](int k, const Held<T> &dy_k, const Held<H> &h_k, int64_t col,
                           A(&g)[kChunk], A(&xhat)[kChunk], A(&wdy)[kChunk]) {
             dy_k.get(g);
