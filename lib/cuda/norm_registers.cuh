@@ -137,8 +137,9 @@ struct ForwardHeld {
 };
 // Forward holds CPT chunks of the row: up to 4 (16384 elements at 512
 // threads), fp64 1 (8 chunks spilled once all their loads were issued
-// together; fp32 did at 4 chunks while x was counted twice). Backward holds more a chunk: up to 2, fp64 1
-// (4 spilled 136-628 bytes, even without the prefetch).
+// together; fp32 did at 4 chunks while x was counted twice). Backward
+// holds more a chunk: up to 2, fp64 1 (4 spilled 136-628 bytes, even
+// without the prefetch).
 template <typename T>
 constexpr int kForwardMaxChunks = sizeof(T) == 8 ? 1 : 4;
 template <typename T>
@@ -239,10 +240,10 @@ void dispatch_chunks(int cpt, F &&f) {
 #endif
 template <typename T>
 RegisterRows forward_register_rows(int64_t rows, int64_t cols) {
-    constexpr bool kWide = FO_FORWARD_FP32_WIDE && std::is_same_v<T, float>;
+    constexpr bool kFloat = std::is_same_v<T, float>, kWide = kFloat && FO_FORWARD_FP32_WIDE;
+    constexpr int kMaxChunks = kFloat && !kWide ? 2 : kForwardMaxChunks<T>;
     return register_rows(rows, cols, kWide ? 2 : FO_FORWARD_TARGET_CHUNKS,
-                         kWide ? 256 : FO_FORWARD_ROW_THREADS,
-                         kWide || !std::is_same_v<T, float> ? kForwardMaxChunks<T> : 2, kMaxRowGroups);
+                         kWide ? 256 : FO_FORWARD_ROW_THREADS, kMaxChunks, kMaxRowGroups);
 }
 // Backward aims for 2 chunks a thread in 16-bit types (256 threads a row
 // for 4096 elements, at 128 registers): 10-25% faster than 1 chunk on 512
