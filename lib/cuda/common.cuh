@@ -173,6 +173,93 @@ __device__ __forceinline__ void store_chunk(T *__restrict__ p,
     }
 }
 
+// Where the 16-byte vectors of a chunk lie. An fp32 chunk is 2 vectors
+// (fp64: 4); side by side in one thread, a warp's load of its first vectors
+// touches 32 sectors of 32 bytes and reads half of each, and its second load
+// the other halves: twice the L1 and L2 requests for the bytes, and stores
+// that write half-sectors. Spread (kSpread), vector v of the 32 chunks of a
+// warp's lanes (chunk c, lane c % 32) is the v-th run of 32 vectors of their
+// span: each warp instruction moves 512 contiguous bytes. A chunk's values
+// are then 4 (2) elements from each of 2 (4) places, the same places in
+// every operand of an elementwise op; 16-bit chunks are one vector, where
+// the two layouts are the same. The last group of a row may hold fewer than
+// 32 chunks: its runs are as long as its chunks.
+enum Access { kScalar, kVector, kSpread };
+
+template <typename T>
+constexpr int kVectorsPerChunk = int(sizeof(T)) * kChunk / 16;
+
+// The element offset in its row of vector v of chunk c (row of `chunks`).
+template <typename T, Access ACCESS>
+__device__ __forceinline__ int64_t vector_offset(int64_t c, int v, int64_t chunks) {
+    constexpr int kPerVector = 16 / int(sizeof(T));
+    if constexpr (ACCESS != kSpread || kVectorsPerChunk<T> == 1) {
+        return c * kChunk + v * kPerVector;
+    } else {
+        const int64_t first = c - c % 32;  // the group's first chunk
+        const int64_t run = chunks - first < 32 ? chunks - first : 32;
+        return (first * kVectorsPerChunk<T> + v * run + c % 32) * kPerVector;
+    }
+}
+
+// Chunk c of a row of `cols` elements: 16-byte vectors placed as ACCESS
+// says, or (kScalar) element by element, the last chunk short.
+template <typename T, Access ACCESS>
+__device__ __forceinline__ void load_row_chunk(acc_t<T> (&out)[kChunk], const T *__restrict__ row,
+                                               int64_t c, int64_t cols) {
+    if constexpr (ACCESS == kScalar) {
+        const int64_t col = c * kChunk;
+        load_chunk<T, false>(out, row + col, int(cols - col < kChunk ? cols - col : kChunk));
+    } else {
+        constexpr int kPerVector = 16 / int(sizeof(T));
+        const int64_t chunks = cols / kChunk;
+#pragma unroll
+        for (int v = 0; v < kVectorsPerChunk<T>; v++) {
+            alignas(16) T raw[kPerVector];
+            *reinterpret_cast<uint4 *>(raw) =
+                __ldg(reinterpret_cast<const uint4 *>(row + vector_offset<T, ACCESS>(c, v, chunks)));
+#pragma unroll
+            for (int i = 0; i < kPerVector; i++) out[v * kPerVector + i] = to_acc(raw[i]);
+        }
+    }
+}
+
+template <typename T, Access ACCESS>
+__device__ __forceinline__ void store_row_chunk(T *__restrict__ row, const acc_t<T> (&in)[kChunk],
+                                                int64_t c, int64_t cols) {
+    if constexpr (ACCESS == kScalar) {
+        const int64_t col = c * kChunk;
+        store_chunk<T, false>(row + col, in, int(cols - col < kChunk ? cols - col : kChunk));
+    } else {
+        constexpr int kPerVector = 16 / int(sizeof(T));
+        const int64_t chunks = cols / kChunk;
+#pragma unroll
+        for (int v = 0; v < kVectorsPerChunk<T>; v++) {
+            alignas(16) T raw[kPerVector];
+#pragma unroll
+            for (int i = 0; i < kPerVector; i++) raw[i] = from_acc<T>(in[v * kPerVector + i]);
+            *reinterpret_cast<uint4 *>(row + vector_offset<T, ACCESS>(c, v, chunks)) =
+                *reinterpret_cast<const uint4 *>(raw);
+        }
+    }
+}
+
+// The vector access of the elementwise ops: kSpread, unless the tuning knob
+// FO_SPREAD_VECTORS is 0 (a chunk's vectors side by side, as before).
+#ifndef FO_SPREAD_VECTORS
+#define FO_SPREAD_VECTORS 1
+#endif
+constexpr Access kElementwiseVectors = FO_SPREAD_VECTORS ? kSpread : kVector;
+
+// Calls f(std::integral_constant<Access, ...>): kElementwiseVectors where
+// every operand is 16-byte aligned with rows of whole chunks (vec), else
+// kScalar.
+template <typename F>
+void dispatch_access(bool vec, F &&f) {
+    if (vec) f(std::integral_constant<Access, kElementwiseVectors>{});
+    else f(std::integral_constant<Access, kScalar>{});
+}
+
 inline bool aligned16(const void *p) {
     return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }

@@ -4,7 +4,7 @@
 namespace fo {
 namespace {
 
-template <typename T, bool VEC, bool BACKWARD>
+template <typename T, Access ACCESS, bool BACKWARD>
 __global__ void square_kernel(T *__restrict__ out, const T *__restrict__ x,
                               int64_t x_row_stride, const T *__restrict__ dy,
                               int64_t dy_row_stride, int64_t rows,
@@ -13,22 +13,20 @@ __global__ void square_kernel(T *__restrict__ out, const T *__restrict__ x,
     const int64_t chunks = chunks_per_row(cols);
     for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < chunks;
          c += int64_t(gridDim.x) * blockDim.x) {
-        const int64_t col = c * kChunk;
-        const int n = int(cols - col < kChunk ? cols - col : kChunk);
         for (int64_t r = blockIdx.y * int64_t(blockDim.y) + threadIdx.y;
              r < rows; r += int64_t(gridDim.y) * blockDim.y) {
             A v[kChunk];
-            load_chunk<T, VEC>(v, x + r * x_row_stride + col, n);
+            load_row_chunk<T, ACCESS>(v, x + r * x_row_stride, c, cols);
             if constexpr (BACKWARD) {
                 A g[kChunk];
-                load_chunk<T, VEC>(g, dy + r * dy_row_stride + col, n);
+                load_row_chunk<T, ACCESS>(g, dy + r * dy_row_stride, c, cols);
 #pragma unroll
                 for (int i = 0; i < kChunk; i++) v[i] = A(2) * v[i] * g[i];
             } else {
 #pragma unroll
                 for (int i = 0; i < kChunk; i++) v[i] = v[i] * v[i];
             }
-            store_chunk<T, VEC>(out + r * cols + col, v, n);
+            store_row_chunk<T, ACCESS>(out + r * cols, v, c, cols);
         }
     }
 }
@@ -59,15 +57,15 @@ extern "C" int fo_cuda_square(int device_index, uintptr_t stream,
                 stride_aligned16<T>(x_row_stride, rows) &&
                 (!backward || (aligned16(a->dy) &&
                                stride_aligned16<T>(dy_row_stride, rows)));
-            RowGeometry g = row_geometry(rows, cols);
-            auto kernel = backward ? (vec ? square_kernel<T, true, true>
-                                          : square_kernel<T, false, true>)
-                                   : (vec ? square_kernel<T, true, false>
-                                          : square_kernel<T, false, false>);
-            kernel<<<g.grid, g.block, 0, cudaStream_t(stream)>>>(
-                static_cast<T *>(a->out), static_cast<const T *>(a->x),
-                x_row_stride, static_cast<const T *>(a->dy), dy_row_stride,
-                rows, cols);
+            const RowGeometry g = row_geometry(rows, cols);
+            dispatch_access(vec, [&](auto access) {
+                auto kernel = backward ? square_kernel<T, decltype(access)::value, true>
+                                       : square_kernel<T, decltype(access)::value, false>;
+                kernel<<<g.grid, g.block, 0, cudaStream_t(stream)>>>(
+                    static_cast<T *>(a->out), static_cast<const T *>(a->x),
+                    x_row_stride, static_cast<const T *>(a->dy), dy_row_stride,
+                    rows, cols);
+            });
         });
     });
 }

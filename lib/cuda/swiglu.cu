@@ -10,7 +10,7 @@ __device__ __forceinline__ A sigmoid(A v) {
     return A(1) / (A(1) + exp(-v));
 }
 
-template <typename T, bool VEC, bool BACKWARD>
+template <typename T, Access ACCESS, bool BACKWARD>
 __global__ void swiglu_kernel(fo_swiglu_args a) {
     using A = acc_t<T>;
     const T *gate = static_cast<const T *>(a.gate);
@@ -19,20 +19,18 @@ __global__ void swiglu_kernel(fo_swiglu_args a) {
     const int64_t cols = a.cols, chunks = chunks_per_row(cols);
     for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < chunks;
          c += int64_t(gridDim.x) * blockDim.x) {
-        const int64_t col = c * kChunk;
-        const int n = int(cols - col < kChunk ? cols - col : kChunk);
         for (int64_t r = blockIdx.y * int64_t(blockDim.y) + threadIdx.y;
              r < a.rows; r += int64_t(gridDim.y) * blockDim.y) {
             A g[kChunk], u[kChunk], first[kChunk];
-            load_chunk<T, VEC>(g, gate + r * a.gate_row_stride + col, n);
-            load_chunk<T, VEC>(u, up + r * a.up_row_stride + col, n);
+            load_row_chunk<T, ACCESS>(g, gate + r * a.gate_row_stride, c, cols);
+            load_row_chunk<T, ACCESS>(u, up + r * a.up_row_stride, c, cols);
             if constexpr (!BACKWARD) {
 #pragma unroll
                 for (int i = 0; i < kChunk; i++) first[i] = g[i] * sigmoid(g[i]) * u[i];
-                store_chunk<T, VEC>(static_cast<T *>(a.y_or_dgate) + r * cols + col, first, n);
+                store_row_chunk<T, ACCESS>(static_cast<T *>(a.y_or_dgate) + r * cols, first, c, cols);
             } else {
                 A d[kChunk], second[kChunk];
-                load_chunk<T, VEC>(d, dy + r * a.dy_row_stride + col, n);
+                load_row_chunk<T, ACCESS>(d, dy + r * a.dy_row_stride, c, cols);
 #pragma unroll
                 for (int i = 0; i < kChunk; i++) {
                     const A s = sigmoid(g[i]);
@@ -40,9 +38,9 @@ __global__ void swiglu_kernel(fo_swiglu_args a) {
                     second[i] = d[i] * g[i] * s;
                 }
                 if (a.y_or_dgate)
-                    store_chunk<T, VEC>(static_cast<T *>(a.y_or_dgate) + r * cols + col, first, n);
+                    store_row_chunk<T, ACCESS>(static_cast<T *>(a.y_or_dgate) + r * cols, first, c, cols);
                 if (a.dup)
-                    store_chunk<T, VEC>(static_cast<T *>(a.dup) + r * cols + col, second, n);
+                    store_row_chunk<T, ACCESS>(static_cast<T *>(a.dup) + r * cols, second, c, cols);
             }
         }
     }
@@ -74,9 +72,11 @@ extern "C" int fo_cuda_swiglu(int device_index, uintptr_t stream,
                              stride_aligned16<T>(a.up_row_stride, a.rows) &&
                              stride_aligned16<T>(a.dy_row_stride, a.rows);
             const RowGeometry g = row_geometry(a.rows, a.cols);
-            auto kernel = backward ? (vec ? swiglu_kernel<T, true, true> : swiglu_kernel<T, false, true>)
-                                   : (vec ? swiglu_kernel<T, true, false> : swiglu_kernel<T, false, false>);
-            kernel<<<g.grid, g.block, 0, cudaStream_t(stream)>>>(a);
+            dispatch_access(vec, [&](auto access) {
+                auto kernel = backward ? swiglu_kernel<T, decltype(access)::value, true>
+                                       : swiglu_kernel<T, decltype(access)::value, false>;
+                kernel<<<g.grid, g.block, 0, cudaStream_t(stream)>>>(a);
+            });
         });
     });
 }
