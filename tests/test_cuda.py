@@ -42,9 +42,10 @@ def test_tensors_on_a_gpu_other_than_the_current_one():
 
 @requires_gpu()
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64], ids=str)
-def test_gpu_matches_cpu_kernels(dtype):
-    x = random((129, 520), dtype, "cpu", seed=5).requires_grad_()
-    bias = random((520,), dtype, "cpu", seed=6).requires_grad_()
+@pytest.mark.parametrize("shape", [(129, 520), (96, 1024)], ids=str)  # (96, 1024): spread
+def test_gpu_matches_cpu_kernels(shape, dtype):
+    x = random(shape, dtype, "cpu", seed=5).requires_grad_()
+    bias = random(shape[-1:], dtype, "cpu", seed=6).requires_grad_()
     x_gpu = x.detach().cuda().requires_grad_()
     bias_gpu = bias.detach().cuda().requires_grad_()
     y = fo.fused_bias_scale_relu(x, bias, 0.25)

@@ -246,7 +246,7 @@ def test_dropout_is_reproducible_and_fresh(device):
 
 
 # backward kernels: registers, shared memory, a cluster, streaming (unaligned)
-@pytest.mark.parametrize("shape", [(32, 200), (136, 12000), (2, 40008), (2, 40001)], ids=str)
+@pytest.mark.parametrize("shape", [(32, 200), (16, 2048), (136, 12000), (2, 40008), (2, 40001)], ids=str)
 @pytest.mark.parametrize("kind", ["layer", "rms"])
 def test_dropout_gradient_flows_through_kept_elements_only(kind, shape, device):
     p = 0.4
@@ -264,6 +264,31 @@ def test_dropout_gradient_flows_through_kept_elements_only(kind, shape, device):
     expected_dx = torch.where(kept, residual.grad / (1 - p), torch.zeros_like(x))
     torch.testing.assert_close(x.grad, expected_dx)
     assert (x.grad[~kept] == 0).all()
+
+
+@pytest.mark.parametrize("cols", [1000, 2048, 16384], ids=str)
+def test_dropout_mask_is_a_function_of_row_and_column(cols, device):
+    """The same seed keeps the same elements whichever kernel runs: the
+    register kernel (fp32 rows of whole 32-chunk groups spread a chunk's
+    values over the warp; 1000 columns do not) and the streaming kernel
+    that a misaligned view takes, element by element."""
+    rows, p = 6, 0.5
+    values = random((rows, cols + 1), torch.float32, device, seed=36)
+    residual = random((rows, cols), torch.float32, device, seed=37)
+    aligned = values[:, :cols].contiguous()
+    misaligned = values.flatten()[1:rows * cols + 1].view(rows, cols)  # 4 bytes off
+    misaligned.copy_(aligned)
+    outputs = []
+    for x in (aligned, misaligned):
+        torch.manual_seed(38)
+        if device.type == "cuda":
+            torch.cuda.manual_seed(38)
+        outputs.append(fo.fused_add_rms_norm(x, residual, dropout_p=p))
+    (y, h), (y_streamed, h_streamed) = outputs
+    assert torch.equal(h, h_streamed)
+    torch.testing.assert_close(y, y_streamed)
+    kept = (h - residual) != 0
+    torch.testing.assert_close((h - residual)[kept], aligned[kept] / (1 - p))
 
 
 def test_dropout_zero_costs_nothing_and_changes_nothing(device):

@@ -8,7 +8,54 @@
 namespace fo {
 namespace {
 
-template <typename T, typename B, bool VEC>
+// Mask byte b of a row holds columns 8b..8b+7 (bit i: column 8b + i), in
+// every layout: a spread chunk's vectors (see Access) are parts of 2 (fp64:
+// 4) bytes, so the lanes that share a byte gather their bits with shuffles
+// (kSpread leaves no lane of a warp idle) and the first of them writes it.
+// mask_row: this row's bytes; bits: value i of chunk c in bit i.
+template <typename T, Access ACCESS>
+__device__ __forceinline__ void store_mask(uint8_t *__restrict__ mask_row, int64_t c,
+                                           unsigned bits) {
+    if constexpr (ACCESS != kSpread) {
+        mask_row[c] = uint8_t(bits);
+    } else {
+        constexpr int kVectors = kVectorsPerChunk<T>, kPerVector = kChunk / kVectors;
+        const int lane = int(c % kSpreadGroup);
+        uint8_t *group = mask_row + (c - lane);  // the group's 32 bytes
+#pragma unroll
+        for (int v = 0; v < kVectors; v++) {
+            const unsigned piece = (bits >> (v * kPerVector)) & ((1u << kPerVector) - 1);
+            unsigned byte = piece;
+#pragma unroll
+            for (int j = 1; j < kVectors; j++)
+                byte |= __shfl_down_sync(0xffffffffu, piece, j) << (j * kPerVector);
+            // vector v of this lane is vector lane + 32 v of the group
+            if (lane % kVectors == 0) group[(lane + v * kSpreadGroup) / kVectors] = uint8_t(byte);
+        }
+    }
+}
+
+// The bits of chunk c as store_mask placed them (bit i: value i).
+template <typename T, Access ACCESS>
+__device__ __forceinline__ unsigned load_mask(const uint8_t *__restrict__ mask_row, int64_t c) {
+    if constexpr (ACCESS != kSpread) {
+        return mask_row[c];
+    } else {
+        constexpr int kVectors = kVectorsPerChunk<T>, kPerVector = kChunk / kVectors;
+        const int lane = int(c % kSpreadGroup);
+        const uint8_t *group = mask_row + (c - lane);
+        unsigned bits = 0;
+#pragma unroll
+        for (int v = 0; v < kVectors; v++) {
+            const int vector = lane + v * kSpreadGroup;
+            const unsigned piece = group[vector / kVectors] >> (vector % kVectors * kPerVector);
+            bits |= (piece & ((1u << kPerVector) - 1)) << (v * kPerVector);
+        }
+        return bits;
+    }
+}
+
+template <typename T, typename B, Access ACCESS>
 __global__ void bias_scale_relu_forward_kernel(
     T *__restrict__ y, uint8_t *__restrict__ mask, const T *__restrict__ x,
     int64_t x_row_stride, const B *__restrict__ bias, int64_t rows,
@@ -17,18 +64,24 @@ __global__ void bias_scale_relu_forward_kernel(
     const int64_t chunks = chunks_per_row(cols);
     for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < chunks;
          c += int64_t(gridDim.x) * blockDim.x) {
-        const int64_t col = c * kChunk;
-        const int n = int(cols - col < kChunk ? cols - col : kChunk);
         // bias is read once per column chunk, element-wise: it is small and
         // stays in L2, and B may differ from T (fp32 bias, bf16 x)
         A b[kChunk];
+        if constexpr (ACCESS == kScalar) {
+            const int64_t col = c * kChunk;
+            const int n = int(cols - col < kChunk ? cols - col : kChunk);
 #pragma unroll
-        for (int i = 0; i < kChunk; i++)
-            b[i] = bias && i < n ? A(to_acc(bias[col + i])) : A(0);
+            for (int i = 0; i < kChunk; i++)
+                b[i] = bias && i < n ? A(to_acc(bias[col + i])) : A(0);
+        } else {
+#pragma unroll
+            for (int i = 0; i < kChunk; i++)
+                b[i] = bias ? A(to_acc(bias[element_offset<T, ACCESS>(c, i)])) : A(0);
+        }
         for (int64_t r = blockIdx.y * int64_t(blockDim.y) + threadIdx.y;
              r < rows; r += int64_t(gridDim.y) * blockDim.y) {
             A v[kChunk];
-            load_chunk<T, VEC>(v, x + r * x_row_stride + col, n);
+            load_row_chunk<T, ACCESS>(v, x + r * x_row_stride, c, cols);
             unsigned bits = 0;
 #pragma unroll
             for (int i = 0; i < kChunk; i++) {
@@ -39,15 +92,15 @@ __global__ void bias_scale_relu_forward_kernel(
                 v[i] = A(to_acc(from_acc<T>(t < A(0) ? A(0) : t)));
                 bits |= unsigned(!(v[i] <= A(0))) << i;
             }
-            store_chunk<T, VEC>(y + r * cols + col, v, n);
-            if (mask) mask[r * chunks + c] = uint8_t(bits);
+            store_row_chunk<T, ACCESS>(y + r * cols, v, c, cols);
+            if (mask) store_mask<T, ACCESS>(mask + r * chunks, c, bits);
         }
     }
 }
 
 // dx = dy * scale * m; the per-column sums of dy * m go to
 // partials[blockIdx.y][col] in a fixed order (threads of a block in ty order).
-template <typename T, bool VEC>
+template <typename T, Access ACCESS>
 __global__ void bias_scale_relu_backward_kernel(
     T *__restrict__ dx, acc_t<T> *__restrict__ partials,
     const T *__restrict__ dy, int64_t dy_row_stride,
@@ -61,21 +114,19 @@ __global__ void bias_scale_relu_backward_kernel(
          base += int64_t(gridDim.x) * blockDim.x) {
         const int64_t c = base + threadIdx.x;
         const bool active = c < chunks;
-        const int64_t col = c * kChunk;
-        const int n = active ? int(cols - col < kChunk ? cols - col : kChunk) : 0;
         A sum[kChunk] = {};
         for (int64_t r = blockIdx.y * int64_t(blockDim.y) + threadIdx.y;
              active && r < rows; r += int64_t(gridDim.y) * blockDim.y) {
             A g[kChunk];
-            load_chunk<T, VEC>(g, dy + r * dy_row_stride + col, n);
-            const unsigned bits = mask[r * chunks + c];
+            load_row_chunk<T, ACCESS>(g, dy + r * dy_row_stride, c, cols);
+            const unsigned bits = load_mask<T, ACCESS>(mask + r * chunks, c);
 #pragma unroll
             for (int i = 0; i < kChunk; i++) {
                 g[i] = (bits >> i) & 1u ? g[i] : A(0);
                 sum[i] += g[i];
                 g[i] *= A(scale);
             }
-            if (dx) store_chunk<T, VEC>(dx + r * cols + col, g, n);
+            if (dx) store_row_chunk<T, ACCESS>(dx + r * cols, g, c, cols);
         }
         if (!partials) continue;
         // sum the TY threads of each column in ty order
@@ -88,12 +139,17 @@ __global__ void bias_scale_relu_backward_kernel(
 #pragma unroll
                 for (int i = 0; i < kChunk; i++)
                     sum[i] += column_sums[(t * blockDim.x + threadIdx.x) * kChunk + i];
-            A *out = partials + blockIdx.y * cols + col;
+            A *out = partials + blockIdx.y * cols;
             // unrolled with a guard: a loop bound of n would index sum[]
             // dynamically and move it to local memory
 #pragma unroll
-            for (int i = 0; i < kChunk; i++)
-                if (i < n) out[i] = sum[i];
+            for (int i = 0; i < kChunk; i++) {
+                if constexpr (ACCESS == kScalar) {
+                    if (c * kChunk + i < cols) out[c * kChunk + i] = sum[i];
+                } else {
+                    out[element_offset<T, ACCESS>(c, i)] = sum[i];
+                }
+            }
         }
         __syncthreads();
     }
@@ -147,17 +203,17 @@ extern "C" int fo_cuda_bias_scale_relu_forward(
             const bool vec = cols % kChunk == 0 && aligned16(a->x) &&
                              aligned16(a->y) &&
                              stride_aligned16<T>(x_row_stride, rows);
-            auto launch = [&](auto bias_tag) {
+            const RowGeometry g = forward_geometry(rows, cols);
+            dispatch_companion<T>(a->bias_dtype, [&](auto bias_tag) {
                 using B = decltype(bias_tag);
-                const RowGeometry g = forward_geometry(rows, cols);
-                auto kernel = vec ? bias_scale_relu_forward_kernel<T, B, true>
-                                  : bias_scale_relu_forward_kernel<T, B, false>;
-                kernel<<<g.grid, g.block, 0, cudaStream_t(stream)>>>(
-                    static_cast<T *>(a->y), a->mask,
-                    static_cast<const T *>(a->x), x_row_stride,
-                    static_cast<const B *>(a->bias), rows, cols, a->scale);
-            };
-            dispatch_companion<T>(a->bias_dtype, launch);
+                dispatch_access<T>(vec, chunks_per_row(cols), [&](auto access) {
+                    bias_scale_relu_forward_kernel<T, B, access.value>
+                        <<<g.grid, g.block, 0, cudaStream_t(stream)>>>(
+                            static_cast<T *>(a->y), a->mask, static_cast<const T *>(a->x),
+                            x_row_stride, static_cast<const B *>(a->bias), rows, cols,
+                            a->scale);
+                });
+            });
         });
     });
 }
@@ -180,12 +236,12 @@ extern "C" int fo_cuda_bias_scale_relu_backward(
                              stride_aligned16<T>(dy_row_stride, rows);
             RowGeometry g = row_geometry(rows, cols);
             A *partials = a->dbias ? static_cast<A *>(a->workspace) : nullptr;
-            auto kernel = vec ? bias_scale_relu_backward_kernel<T, true>
-                              : bias_scale_relu_backward_kernel<T, false>;
-            kernel<<<g.grid, g.block, 0, cudaStream_t(stream)>>>(
-                static_cast<T *>(a->dx), partials,
-                static_cast<const T *>(a->dy), dy_row_stride, a->mask, rows,
-                cols, a->scale);
+            dispatch_access<T>(vec, chunks_per_row(cols), [&](auto access) {
+                bias_scale_relu_backward_kernel<T, access.value>
+                    <<<g.grid, g.block, 0, cudaStream_t(stream)>>>(
+                        static_cast<T *>(a->dx), partials, static_cast<const T *>(a->dy),
+                        dy_row_stride, a->mask, rows, cols, a->scale);
+            });
             if (!a->dbias) return;
             dispatch_companion<T>(a->bias_dtype, [&](auto bias_tag) {
                 using B = decltype(bias_tag);

@@ -174,32 +174,44 @@ __device__ __forceinline__ void store_chunk(T *__restrict__ p,
 }
 
 // Where the 16-byte vectors of a chunk lie. An fp32 chunk is 2 vectors
-// (fp64: 4); side by side in one thread, a warp's load of its first vectors
-// touches 32 sectors of 32 bytes and reads half of each, and its second load
-// the other halves: twice the L1 and L2 requests for the bytes, and stores
-// that write half-sectors. Spread (kSpread), vector v of the 32 chunks of a
-// warp's lanes (chunk c, lane c % 32) is the v-th run of 32 vectors of their
-// span: each warp instruction moves 512 contiguous bytes. A chunk's values
-// are then 4 (2) elements from each of 2 (4) places, the same places in
-// every operand of an elementwise op; 16-bit chunks are one vector, where
-// the two layouts are the same. The last group of a row may hold fewer than
-// 32 chunks: its runs are as long as its chunks.
+// (fp64: 4); side by side in one thread (kVector), a warp's load of its
+// first vectors touches 32 sectors of 32 bytes and reads half of each, and
+// its second load the other halves: twice the L1 and L2 requests for the
+// bytes, and stores that write half-sectors. Spread (kSpread), vector v of
+// the 32 chunks of a warp's lanes (chunk c on lane c % 32) is the v-th run
+// of 32 vectors in their span: each warp instruction moves 512 contiguous
+// bytes. On the H100 square and SwiGLU in fp32 ran 1-15% faster so (tuning
+// run 44). A chunk's values are then 4 (fp64: 2) elements from each of 2
+// (4) places, the same places in every operand of the op. kSpread needs
+// rows of a whole number of such groups (chunks a multiple of 32) and
+// blockDim.x a multiple of 32; 16-bit chunks are one vector, where the two
+// layouts are the same.
 enum Access { kScalar, kVector, kSpread };
 
 template <typename T>
 constexpr int kVectorsPerChunk = int(sizeof(T)) * kChunk / 16;
+constexpr int kSpreadGroup = 32;  // chunks, one a lane
 
-// The element offset in its row of vector v of chunk c (row of `chunks`).
+// The element offset in its row of vector v of chunk c (not kScalar).
 template <typename T, Access ACCESS>
-__device__ __forceinline__ int64_t vector_offset(int64_t c, int v, int64_t chunks) {
+__device__ __forceinline__ int64_t vector_offset(int64_t c, int v) {
     constexpr int kPerVector = 16 / int(sizeof(T));
-    if constexpr (ACCESS != kSpread || kVectorsPerChunk<T> == 1) {
-        return c * kChunk + v * kPerVector;
+    if constexpr (ACCESS == kSpread) {
+        const int lane = int(c % kSpreadGroup);
+        return (c - lane) * kChunk + (lane + v * kSpreadGroup) * kPerVector;
     } else {
-        const int64_t first = c - c % 32;  // the group's first chunk
-        const int64_t run = chunks - first < 32 ? chunks - first : 32;
-        return (first * kVectorsPerChunk<T> + v * run + c % 32) * kPerVector;
+        return c * kChunk + v * kPerVector;
     }
+}
+
+// A row of `chunks` chunks can be spread.
+__host__ __device__ inline bool spreadable(int64_t chunks) { return chunks % kSpreadGroup == 0; }
+
+// The element offset in its row of value i of chunk c.
+template <typename T, Access ACCESS>
+__device__ __forceinline__ int64_t element_offset(int64_t c, int i) {
+    constexpr int kPerVector = 16 / int(sizeof(T));
+    return vector_offset<T, ACCESS>(c, i / kPerVector) + i % kPerVector;
 }
 
 // Chunk c of a row of `cols` elements: 16-byte vectors placed as ACCESS
@@ -212,19 +224,19 @@ __device__ __forceinline__ void load_row_chunk(acc_t<T> (&out)[kChunk], const T 
         load_chunk<T, false>(out, row + col, int(cols - col < kChunk ? cols - col : kChunk));
     } else {
         constexpr int kPerVector = 16 / int(sizeof(T));
-        const int64_t chunks = cols / kChunk;
 #pragma unroll
         for (int v = 0; v < kVectorsPerChunk<T>; v++) {
             alignas(16) T raw[kPerVector];
             *reinterpret_cast<uint4 *>(raw) =
-                __ldg(reinterpret_cast<const uint4 *>(row + vector_offset<T, ACCESS>(c, v, chunks)));
+                __ldg(reinterpret_cast<const uint4 *>(row + vector_offset<T, ACCESS>(c, v)));
 #pragma unroll
             for (int i = 0; i < kPerVector; i++) out[v * kPerVector + i] = to_acc(raw[i]);
         }
     }
 }
 
-template <typename T, Access ACCESS>
+// STREAM as store_chunk's.
+template <typename T, Access ACCESS, bool STREAM = false>
 __device__ __forceinline__ void store_row_chunk(T *__restrict__ row, const acc_t<T> (&in)[kChunk],
                                                 int64_t c, int64_t cols) {
     if constexpr (ACCESS == kScalar) {
@@ -232,32 +244,36 @@ __device__ __forceinline__ void store_row_chunk(T *__restrict__ row, const acc_t
         store_chunk<T, false>(row + col, in, int(cols - col < kChunk ? cols - col : kChunk));
     } else {
         constexpr int kPerVector = 16 / int(sizeof(T));
-        const int64_t chunks = cols / kChunk;
 #pragma unroll
         for (int v = 0; v < kVectorsPerChunk<T>; v++) {
             alignas(16) T raw[kPerVector];
 #pragma unroll
             for (int i = 0; i < kPerVector; i++) raw[i] = from_acc<T>(in[v * kPerVector + i]);
-            *reinterpret_cast<uint4 *>(row + vector_offset<T, ACCESS>(c, v, chunks)) =
-                *reinterpret_cast<const uint4 *>(raw);
+            uint4 *to = reinterpret_cast<uint4 *>(row + vector_offset<T, ACCESS>(c, v));
+            const uint4 value = *reinterpret_cast<const uint4 *>(raw);
+            if constexpr (STREAM) __stcs(to, value);
+            else *to = value;
         }
     }
 }
 
-// The vector access of the elementwise ops: kSpread, unless the tuning knob
-// FO_SPREAD_VECTORS is 0 (a chunk's vectors side by side, as before).
+// The vector access of the elementwise ops and the fp32 norms: kSpread
+// where rows can be spread, unless the tuning knob FO_SPREAD_VECTORS is 0
+// (a chunk's vectors side by side everywhere, as before run 44).
 #ifndef FO_SPREAD_VECTORS
 #define FO_SPREAD_VECTORS 1
 #endif
-constexpr Access kElementwiseVectors = FO_SPREAD_VECTORS ? kSpread : kVector;
 
-// Calls f(std::integral_constant<Access, ...>): kElementwiseVectors where
-// every operand is 16-byte aligned with rows of whole chunks (vec), else
-// kScalar.
-template <typename F>
-void dispatch_access(bool vec, F &&f) {
-    if (vec) f(std::integral_constant<Access, kElementwiseVectors>{});
-    else f(std::integral_constant<Access, kScalar>{});
+// Calls f(std::integral_constant<Access, ...>): kScalar unless every
+// operand is 16-byte aligned with rows of whole chunks (vec); then kSpread
+// where rows of `chunks` can be spread and T has several vectors a chunk,
+// else kVector.
+template <typename T, typename F>
+void dispatch_access(bool vec, int64_t chunks, F &&f) {
+    if (!vec) return f(std::integral_constant<Access, kScalar>{});
+    if constexpr (FO_SPREAD_VECTORS && kVectorsPerChunk<T> > 1)
+        if (spreadable(chunks)) return f(std::integral_constant<Access, kSpread>{});
+    f(std::integral_constant<Access, kVector>{});
 }
 
 inline bool aligned16(const void *p) {

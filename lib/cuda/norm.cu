@@ -356,30 +356,39 @@ extern "C" int fo_cuda_norm_forward(int device_index, uintptr_t stream,
             const cudaStream_t on = cudaStream_t(stream);
             dispatch_companion<T>(a->param_dtype, [&](auto param_tag) {
                 using P = decltype(param_tag);
+                bool launched = false;
                 if (shared) {
-                    const int64_t blocks = shared_forward_blocks<T, P>(a->rows, a->cols);
-                    if (blocks > 0) {
-                        norm_forward_shared_kernel<T, P>
+                    dispatch_row_access<T>(a->cols, [&](auto access) {
+                        constexpr Access ACCESS = access.value;
+                        const int64_t blocks = shared_forward_blocks<T, P, ACCESS>(a->rows, a->cols);
+                        if (blocks == 0) return;
+                        norm_forward_shared_kernel<T, P, ACCESS>
                             <<<unsigned(blocks), shared_row_threads(a->cols),
                                shared_row_bytes<T>(a->cols), on>>>(*a);
-                        return;
-                    }
+                        launched = true;
+                    });
                 }
+                if (launched) return;
                 if (registers) {
-                    dispatch_chunks<kForwardMaxChunks<T>>(fast.cpt, [&](auto cpt) {
-                        constexpr int CPT = cpt.value;
-                        if (!a->residual) {
-                            norm_forward_registers_kernel<T, T, P, CPT, kX><<<grid, block, 0, on>>>(*a);
-                            return;
-                        }
-                        dispatch_companion<T>(a->residual_dtype, [&](auto residual_tag) {
-                            using R = decltype(residual_tag);
-                            if (a->dropout_p > 0)
-                                norm_forward_registers_kernel<T, R, P, CPT, kDropoutXPlusResidual>
+                    dispatch_row_access<T>(a->cols, [&](auto access) {
+                        constexpr Access ACCESS = access.value;
+                        dispatch_chunks<kForwardMaxChunks<T>>(fast.cpt, [&](auto cpt) {
+                            constexpr int CPT = cpt.value;
+                            if (!a->residual) {
+                                norm_forward_registers_kernel<T, T, P, CPT, kX, ACCESS>
                                     <<<grid, block, 0, on>>>(*a);
-                            else
-                                norm_forward_registers_kernel<T, R, P, CPT, kXPlusResidual>
-                                    <<<grid, block, 0, on>>>(*a);
+                                return;
+                            }
+                            dispatch_companion<T>(a->residual_dtype, [&](auto residual_tag) {
+                                using R = decltype(residual_tag);
+                                if (a->dropout_p > 0)
+                                    norm_forward_registers_kernel<T, R, P, CPT,
+                                                                  kDropoutXPlusResidual, ACCESS>
+                                        <<<grid, block, 0, on>>>(*a);
+                                else
+                                    norm_forward_registers_kernel<T, R, P, CPT, kXPlusResidual, ACCESS>
+                                        <<<grid, block, 0, on>>>(*a);
+                            });
                         });
                     });
                     return;
@@ -422,10 +431,12 @@ extern "C" int fo_cuda_norm_backward(int device_index, uintptr_t stream,
                     A *partials = static_cast<A *>(a->workspace);
                     dispatch_companion<T>(a->param_dtype, [&](auto param_tag) {
                         using P = decltype(param_tag);
-                        dispatch_chunks<kBackwardMaxChunks<T>>(fast.cpt, [&](auto cpt) {
-                            norm_backward_registers_kernel<T, H, P, cpt.value>
-                                <<<unsigned(fast.groups), dim3(fast.tx, fast.ty), 0,
-                                   cudaStream_t(stream)>>>(*a, partials);
+                        dispatch_row_access<T>(a->cols, [&](auto access) {
+                            dispatch_chunks<kBackwardMaxChunks<T>>(fast.cpt, [&](auto cpt) {
+                                norm_backward_registers_kernel<T, H, P, cpt.value, access.value>
+                                    <<<unsigned(fast.groups), dim3(fast.tx, fast.ty), 0,
+                                       cudaStream_t(stream)>>>(*a, partials);
+                            });
                         });
                         if (a->dweight || a->dbias)
                             finish_column_partials(static_cast<P *>(a->dweight),

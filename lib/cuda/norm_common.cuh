@@ -142,23 +142,48 @@ __device__ Moments<A> row_moments(Moments<A> m) {
     return total;
 }
 
-// Multiplies the 8 values of the chunk at (row, col) by the dropout keep
-// mask / (1 - p): two Philox counters a chunk (see philox.h).
+// Multiplies the 8 values of a chunk by the dropout keep mask / (1 - p):
+// values 0-3 by the Philox block of counter0, 4-7 by counter1's (see
+// philox.h; a counter is four columns of a row).
+template <typename A>
+__device__ __forceinline__ void apply_dropout_counters(A (&v)[kChunk], uint64_t counter0,
+                                                       uint64_t counter1, double p,
+                                                       uint64_t seed) {
+    const uint32_t threshold = fo_dropout_threshold(p);
+    const A scale = A(1.0 / (1.0 - p));
+    const fo_philox_block b0 = fo_philox(seed, counter0);
+    const fo_philox_block b1 = fo_philox(seed, counter1);
+#pragma unroll
+    for (int i = 0; i < kChunk; i++) {
+        const uint32_t word = i < 4 ? b0.lane[i] : b1.lane[i - 4];
+        v[i] = word >= threshold ? v[i] * scale : A(0);
+    }
+}
+
+// The chunk of 8 columns from col of row `row`.
 template <typename A>
 __device__ __forceinline__ void apply_dropout(A (&v)[kChunk], int64_t row,
                                               int64_t col, int64_t cols,
                                               double p, uint64_t seed,
                                               uint64_t offset) {
-    const uint32_t threshold = fo_dropout_threshold(p);
-    const A scale = A(1.0 / (1.0 - p));
     const uint64_t counter =
         offset + uint64_t(row) * fo_dropout_row_counters(cols) + uint64_t(col) / 4;
-    const fo_philox_block b0 = fo_philox(seed, counter);
-    const fo_philox_block b1 = fo_philox(seed, counter + 1);
-#pragma unroll
-    for (int i = 0; i < kChunk; i++) {
-        const uint32_t word = i < 4 ? b0.lane[i] : b1.lane[i - 4];
-        v[i] = word >= threshold ? v[i] * scale : A(0);
+    apply_dropout_counters(v, counter, counter + 1, p, seed);
+}
+
+// Chunk c of row `row`, its values placed as ACCESS says: spread, values
+// 0-3 and 4-7 are four columns each, apart.
+template <typename T, Access ACCESS, typename A>
+__device__ __forceinline__ void apply_dropout_chunk(A (&v)[kChunk], int64_t row, int64_t c,
+                                                    int64_t cols, double p, uint64_t seed,
+                                                    uint64_t offset) {
+    static_assert(ACCESS != kSpread || kVectorsPerChunk<T> == 2, "a vector is 4 columns");
+    if constexpr (ACCESS == kSpread) {
+        const uint64_t counter = offset + uint64_t(row) * fo_dropout_row_counters(cols);
+        apply_dropout_counters(v, counter + uint64_t(element_offset<T, ACCESS>(c, 0)) / 4,
+                               counter + uint64_t(element_offset<T, ACCESS>(c, 4)) / 4, p, seed);
+    } else {
+        apply_dropout(v, row, c * kChunk, cols, p, seed, offset);
     }
 }
 
@@ -178,38 +203,38 @@ __device__ __forceinline__ void load_params(A (&out)[kChunk],
 // instantiation, seen twice, the second time with the register kernels
 // verified on the GPU.)
 //
-// Forward, one chunk of row r at col: h = dropout(x) + residual, written
-// to residual_out (where `store`) and returned in x's place as stored
-// (rounded to R), which is what the statistics and backward then see.
-template <typename T, typename R, bool DROPOUT>
+// Forward, chunk c of row r: h = dropout(x) + residual, written to
+// residual_out (where `store`) and returned in x's place as stored (rounded
+// to R), which is what the statistics and backward then see. ACCESS places
+// the chunk's values in every operand (R is T where it spreads them).
+template <typename T, typename R, bool DROPOUT, Access ACCESS>
 __device__ __forceinline__ void add_residual(acc_t<T> (&x)[kChunk],
                                              acc_t<R> (&residual)[kChunk],
                                              const fo_norm_forward_args a, int64_t r,
-                                             int64_t col, bool store) {
+                                             int64_t c, bool store) {
     using A = acc_t<T>;
-    if constexpr (DROPOUT) apply_dropout(x, r, col, a.cols, a.dropout_p, a.seed, a.offset);
+    if constexpr (DROPOUT)
+        apply_dropout_chunk<T, ACCESS>(x, r, c, a.cols, a.dropout_p, a.seed, a.offset);
 #pragma unroll
     for (int i = 0; i < kChunk; i++) {
         residual[i] += acc_t<R>(x[i]);
         x[i] = A(to_acc(from_acc<R>(residual[i])));
     }
-    if (store)
-        store_chunk<R, true>(static_cast<R *>(a.residual_out) + r * a.cols + col, residual,
-                             kChunk);
+    if (store) store_row_chunk<R, ACCESS>(static_cast<R *>(a.residual_out) + r * a.cols, residual, c, a.cols);
 }
 
-// Backward, one chunk: dh (the gradient of h from the norm) plus the
+// Backward, chunk c of row r: dh (the gradient of h from the norm) plus the
 // gradient arriving at residual_out is dresidual; dx is that through the
-// dropout mask.
-template <typename T, typename H, bool VEC>
+// dropout mask. (ACCESS is never kScalar here: rows of whole chunks.)
+template <typename T, typename H, Access ACCESS>
 __device__ __forceinline__ void store_dh_chunk(acc_t<T> (&dh)[kChunk],
                                                const fo_norm_backward_args a,
-                                               int64_t r, int64_t col, int n) {
+                                               int64_t r, int64_t c) {
     using A = acc_t<T>;
     if (a.dresidual_out) {
         acc_t<H> g[kChunk];
-        load_chunk<H, VEC>(g, static_cast<const H *>(a.dresidual_out) +
-                                  r * a.dresidual_out_row_stride + col, n);
+        load_row_chunk<H, ACCESS>(g, static_cast<const H *>(a.dresidual_out) +
+                                         r * a.dresidual_out_row_stride, c, a.cols);
 #pragma unroll
         for (int i = 0; i < kChunk; i++) dh[i] += A(g[i]);
     }
@@ -217,12 +242,12 @@ __device__ __forceinline__ void store_dh_chunk(acc_t<T> (&dh)[kChunk],
         acc_t<H> out[kChunk];
 #pragma unroll
         for (int i = 0; i < kChunk; i++) out[i] = acc_t<H>(dh[i]);
-        store_chunk<H, VEC>(static_cast<H *>(a.dresidual) + r * a.cols + col, out, n);
+        store_row_chunk<H, ACCESS>(static_cast<H *>(a.dresidual) + r * a.cols, out, c, a.cols);
     }
     if (a.dx) {
         if (a.dropout_p > 0)
-            apply_dropout(dh, r, col, a.cols, a.dropout_p, a.seed, a.offset);
-        store_chunk<T, VEC>(static_cast<T *>(a.dx) + r * a.cols + col, dh, n);
+            apply_dropout_chunk<T, ACCESS>(dh, r, c, a.cols, a.dropout_p, a.seed, a.offset);
+        store_row_chunk<T, ACCESS>(static_cast<T *>(a.dx) + r * a.cols, dh, c, a.cols);
     }
 }
 

@@ -57,16 +57,19 @@ template <typename S, bool PAIRS = false>
 struct Held {
     uint32_t words[kChunk * sizeof(S) / 4];
 
-    __device__ __forceinline__ void load(const S *__restrict__ p) {
+    // chunk c of a row, its vectors placed as ACCESS says (not kScalar),
+    // or zeros where the chunk is past the row (or the row past the
+    // tensor): a predicated load, no branch between this and the next
+    template <Access ACCESS>
+    __device__ __forceinline__ void load_if(bool ok, const S *__restrict__ row, int64_t c) {
+        if (!ok) {
+            clear();
+            return;
+        }
 #pragma unroll
-        for (int v = 0; v < int(sizeof(words) / 16); v++)
-            reinterpret_cast<uint4 *>(words)[v] = __ldg(reinterpret_cast<const uint4 *>(p) + v);
-    }
-    // load, or zeros where the chunk is past the row (or the row past the
-    // tensor): a predicated load, no branch between this and the next one
-    __device__ __forceinline__ void load_if(bool ok, const S *__restrict__ p) {
-        if (ok) load(p);
-        else clear();
+        for (int v = 0; v < kVectorsPerChunk<S>; v++)
+            reinterpret_cast<uint4 *>(words)[v] = __ldg(
+                reinterpret_cast<const uint4 *>(row + vector_offset<S, ACCESS>(c, v)));
     }
     template <typename A>
     __device__ __forceinline__ void set(const A (&values)[kChunk]) {
@@ -286,14 +289,26 @@ RegisterRows backward_register_rows(int64_t rows, int64_t cols) {
     return g;
 }
 
+// Calls f(std::integral_constant<Access, ...>) for a register kernel's rows
+// of `cols`: kSpread in fp32 where they can be spread (see Access), else
+// kVector. (fp64 stays side by side: a dropout counter is 4 adjacent
+// columns, and a spread fp64 vector 2.)
+template <typename T, typename F>
+void dispatch_row_access(int64_t cols, F &&f) {
+    if constexpr (FO_SPREAD_VECTORS && std::is_same_v<T, float>)
+        if (spreadable(chunks_per_row(cols))) return f(std::integral_constant<Access, kSpread>{});
+    f(std::integral_constant<Access, kVector>{});
+}
+
 // What the forward adds to x before the norm. A template parameter, not a
 // runtime test: branches on it between the chunks made ptxas merge the
 // held row through local memory (spills of 100-400 bytes).
 enum ForwardInput { kX, kXPlusResidual, kDropoutXPlusResidual };
 
 // T: x and y; R: residual, residual_out (T, or float with a residual);
-// P: weight, bias.
-template <typename T, typename R, typename P, int CPT, ForwardInput INPUT>
+// P: weight, bias. ACCESS: where a chunk's vectors lie, in every operand
+// (kSpread only where T is fp32, and so are R and P).
+template <typename T, typename R, typename P, int CPT, ForwardInput INPUT, Access ACCESS>
 __global__ void __maxnreg__((ForwardHeld<T, R, CPT, INPUT != kX>::kRegisters))
     norm_forward_registers_kernel(fo_norm_forward_args a) {
     using A = acc_t<T>;
@@ -329,16 +344,16 @@ __global__ void __maxnreg__((ForwardHeld<T, R, CPT, INPUT != kX>::kRegisters))
             for (int k = k0; k < k0 + kBatch; k++) {
                 const int c = threadIdx.x + k * blockDim.x;
                 if constexpr (INPUT == kX)
-                    h[k].load_if(active && c < chunks, x + r * a.x_row_stride + c * kChunk);
+                    h[k].template load_if<ACCESS>(active && c < chunks, x + r * a.x_row_stride, c);
                 else
-                    xs[k - k0].load_if(active && c < chunks, x + r * a.x_row_stride + c * kChunk);
+                    xs[k - k0].template load_if<ACCESS>(active && c < chunks, x + r * a.x_row_stride, c);
             }
             if constexpr (INPUT != kX) {  // held in h until h replaces it
 #pragma unroll
                 for (int k = k0; k < k0 + kBatch; k++) {
                     const int c = threadIdx.x + k * blockDim.x;
-                    h[k].load_if(active && c < chunks,
-                                 residual + r * a.residual_row_stride + c * kChunk);
+                    h[k].template load_if<ACCESS>(active && c < chunks,
+                                                  residual + r * a.residual_row_stride, c);
                 }
             }
             // h = dropout(x) + residual as stored in residual_out's dtype R
@@ -354,8 +369,8 @@ __global__ void __maxnreg__((ForwardHeld<T, R, CPT, INPUT != kX>::kRegisters))
                     xs[k - k0].get(v);
                     acc_t<R> stored[kChunk];
                     h[k].get(stored);
-                    add_residual<T, R, INPUT == kDropoutXPlusResidual>(v, stored, a, r, c * kChunk,
-                                                                       active && c < chunks);
+                    add_residual<T, R, INPUT == kDropoutXPlusResidual, ACCESS>(
+                        v, stored, a, r, c, active && c < chunks);
                     h[k].set(v);
                 }
 #pragma unroll
@@ -385,27 +400,27 @@ __global__ void __maxnreg__((ForwardHeld<T, R, CPT, INPUT != kX>::kRegisters))
         for (int k = 0; k < CPT; k++) {
             const int c = threadIdx.x + k * blockDim.x;
             if (c >= chunks) continue;
-            const int col = c * kChunk;
             A v[kChunk];
             h[k].get(v);
             acc_t<P> w[kChunk], b[kChunk];
-            if (weight) load_chunk<P, true>(w, weight + col, kChunk);
-            if (bias) load_chunk<P, true>(b, bias + col, kChunk);
+            if (weight) load_row_chunk<P, ACCESS>(w, weight, c, cols);
+            if (bias) load_row_chunk<P, ACCESS>(b, bias, c, cols);
 #pragma unroll
             for (int i = 0; i < kChunk; i++) {
                 v[i] = (v[i] - mean) * rstd;
                 if (weight) v[i] *= A(w[i]);
                 v[i] += bias ? A(b[i]) : A(0);  // + 0 as the streaming kernel: -0 becomes +0
             }
-            store_chunk<T, true>(static_cast<T *>(a.y) + r * cols + col, v, kChunk);
+            store_row_chunk<T, ACCESS>(static_cast<T *>(a.y) + r * cols, v, c, cols);
         }
     }
 }
 
 // T: dy, dx; H: h, dresidual_out, dresidual (T or float); P: weight.
+// ACCESS as the forward's.
 // Writes this block's per-column sums of dy * xhat (weight) and dy (bias)
 // to partials[0 or 1][blockIdx.x][col].
-template <typename T, typename H, typename P, int CPT>
+template <typename T, typename H, typename P, int CPT, Access ACCESS>
 __global__ void __launch_bounds__(kMaxRowThreads,
                                   kBackwardMinBlocks<acc_t<T>, backward_held_bytes<T>(CPT, sizeof(H))>)
     norm_backward_registers_kernel(fo_norm_backward_args a, acc_t<T> *__restrict__ partials) {
@@ -462,8 +477,8 @@ __global__ void __launch_bounds__(kMaxRowThreads,
 #pragma unroll
         for (int k = 0; k < CPT; k++) {
             const int64_t c = threadIdx.x + int64_t(k) * blockDim.x;
-            dy_next[k].load_if(active && c < chunks, dy + r * a.dy_row_stride + c * kChunk);
-            h_next[k].load_if(active && c < chunks, h + r * a.h_row_stride + c * kChunk);
+            dy_next[k].template load_if<ACCESS>(active && c < chunks, dy + r * a.dy_row_stride, c);
+            h_next[k].template load_if<ACCESS>(active && c < chunks, h + r * a.h_row_stride, c);
         }
         mean_next = !active || rms ? A(0) : static_cast<const A *>(a.mean)[r];
         rstd_next = active ? static_cast<const A *>(a.rstd)[r] : A(0);
@@ -484,7 +499,7 @@ __global__ void __launch_bounds__(kMaxRowThreads,
         if (kPrefetch && base + step < a.rows) load_row(r + step);
         // the chunk's dy, xhat and weight * dy, from the held dy and h (and
         // the weight: from shared memory, or an L1 hit after the first row)
-        auto expand = [&](int k, const Held<T> &dy_k, const Held<H> &h_k, int64_t col,
+        auto expand = [&](int k, const Held<T> &dy_k, const Held<H> &h_k, int64_t c,
                           A(&g)[kChunk], A(&xhat)[kChunk], A(&wdy)[kChunk]) {
             dy_k.get(g);
             h_k.get(xhat);
@@ -497,7 +512,7 @@ __global__ void __launch_bounds__(kMaxRowThreads,
 #pragma unroll
                 for (int i = 0; i < kChunk; i++) w[i] = to_acc(raw[i]);
             } else if (weight) {
-                load_chunk<P, true>(w, weight + col, kChunk);
+                load_row_chunk<P, ACCESS>(w, weight, c, cols);
             }
 #pragma unroll
             for (int i = 0; i < kChunk; i++) {
@@ -511,7 +526,7 @@ __global__ void __launch_bounds__(kMaxRowThreads,
             const int64_t c = threadIdx.x + int64_t(k) * blockDim.x;
             if (!active || c >= chunks) continue;  // dy and h held as zeros
             A g[kChunk], xhat[kChunk], wdy[kChunk];
-            expand(k, dy_held[k], h_held[k], c * kChunk, g, xhat, wdy);
+            expand(k, dy_held[k], h_held[k], c, g, xhat, wdy);
 #pragma unroll
             for (int i = 0; i < kChunk; i++) {
                 dw[k][i] += g[i] * xhat[i];
@@ -530,13 +545,12 @@ __global__ void __launch_bounds__(kMaxRowThreads,
         for (int k = 0; k < CPT; k++) {
             const int64_t c = threadIdx.x + int64_t(k) * blockDim.x;
             if (c >= chunks) continue;
-            const int64_t col = c * kChunk;
             A g[kChunk], xhat[kChunk], dh[kChunk];
-            expand(k, dy_held[k], h_held[k], col, g, xhat, dh);
+            expand(k, dy_held[k], h_held[k], c, g, xhat, dh);
 #pragma unroll
             for (int i = 0; i < kChunk; i++)
                 dh[i] = rstd * (dh[i] - mean_wdy - xhat[i] * mean_wdy_xhat);
-            store_dh_chunk<T, H, true>(dh, a, r, col, kChunk);
+            store_dh_chunk<T, H, ACCESS>(dh, a, r, c);
         }
     }
     if (!columns) return;
@@ -569,12 +583,13 @@ __global__ void __launch_bounds__(kMaxRowThreads,
             __syncthreads();
         }
         if (threadIdx.y != 0 || c >= chunks) continue;
-        const int64_t at = int64_t(blockIdx.x) * cols + c * kChunk;
-        A *weight_partials = partials, *bias_partials = partials + int64_t(gridDim.x) * cols;
+        A *weight_partials = partials + int64_t(blockIdx.x) * cols;
+        A *bias_partials = weight_partials + int64_t(gridDim.x) * cols;
 #pragma unroll
         for (int i = 0; i < kChunk; i++) {
-            weight_partials[at + i] = dw[k][i];
-            bias_partials[at + i] = db[k][i];
+            const int64_t col = element_offset<T, ACCESS>(c, i);
+            weight_partials[col] = dw[k][i];
+            bias_partials[col] = db[k][i];
         }
     }
 }

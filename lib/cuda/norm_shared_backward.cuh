@@ -245,7 +245,7 @@ __global__ void __launch_bounds__(kSharedBackwardThreads, 1)
 #pragma unroll
             for (int i = 0; i < kChunk; i++)
                 dh[i] = rstd * (dh[i] - mean_wdy - xhat[i] * mean_wdy_xhat);
-            store_dh_chunk<T, H, true>(dh, a, r, col0 + int64_t(c) * kChunk, kChunk);
+            store_dh_chunk<T, H, kVector>(dh, a, r, col0 / kChunk + c);
         }
         __pipeline_commit();
     }

@@ -58,7 +58,7 @@ extern "C" int fo_cuda_square(int device_index, uintptr_t stream,
                 (!backward || (aligned16(a->dy) &&
                                stride_aligned16<T>(dy_row_stride, rows)));
             const RowGeometry g = row_geometry(rows, cols);
-            dispatch_access(vec, [&](auto access) {
+            dispatch_access<T>(vec, chunks_per_row(cols), [&](auto access) {
                 auto kernel = backward ? square_kernel<T, decltype(access)::value, true>
                                        : square_kernel<T, decltype(access)::value, false>;
                 kernel<<<g.grid, g.block, 0, cudaStream_t(stream)>>>(

@@ -72,7 +72,7 @@ extern "C" int fo_cuda_swiglu(int device_index, uintptr_t stream,
                              stride_aligned16<T>(a.up_row_stride, a.rows) &&
                              stride_aligned16<T>(a.dy_row_stride, a.rows);
             const RowGeometry g = row_geometry(a.rows, a.cols);
-            dispatch_access(vec, [&](auto access) {
+            dispatch_access<T>(vec, chunks_per_row(a.cols), [&](auto access) {
                 auto kernel = backward ? swiglu_kernel<T, decltype(access)::value, true>
                                        : swiglu_kernel<T, decltype(access)::value, false>;
                 kernel<<<g.grid, g.block, 0, cudaStream_t(stream)>>>(a);
