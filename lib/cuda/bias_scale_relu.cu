@@ -20,7 +20,7 @@ __device__ __forceinline__ void store_mask(uint8_t *__restrict__ mask_row, int64
         mask_row[c] = uint8_t(bits);
     } else {
         constexpr int kVectors = kVectorsPerChunk<T>, kPerVector = kChunk / kVectors;
-        const int lane = int(c % kSpreadGroup);
+        const int lane = int(threadIdx.x % kSpreadGroup);  // = c % 32, as vector_offset's
         uint8_t *group = mask_row + (c - lane);  // the group's 32 bytes
 #pragma unroll
         for (int v = 0; v < kVectors; v++) {
@@ -42,7 +42,7 @@ __device__ __forceinline__ unsigned load_mask(const uint8_t *__restrict__ mask_r
         return mask_row[c];
     } else {
         constexpr int kVectors = kVectorsPerChunk<T>, kPerVector = kChunk / kVectors;
-        const int lane = int(c % kSpreadGroup);
+        const int lane = int(threadIdx.x % kSpreadGroup);  // = c % 32, as vector_offset's
         const uint8_t *group = mask_row + (c - lane);
         unsigned bits = 0;
 #pragma unroll
