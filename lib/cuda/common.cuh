@@ -180,12 +180,15 @@ __device__ __forceinline__ void store_chunk(T *__restrict__ p,
 // bytes, and stores that write half-sectors. Spread (kSpread), vector v of
 // the 32 chunks of a warp's lanes (chunk c on lane c % 32) is the v-th run
 // of 32 vectors in their span: each warp instruction moves 512 contiguous
-// bytes. On the H100 square and SwiGLU in fp32 ran 1-15% faster so (tuning
-// run 44). A chunk's values are then 4 (fp64: 2) elements from each of 2
-// (4) places, the same places in every operand of the op. kSpread needs
-// rows of a whole number of such groups (chunks a multiple of 32) and
-// blockDim.x a multiple of 32; 16-bit chunks are one vector, where the two
-// layouts are the same.
+// bytes. On the H100 (tuning runs 44-46, fp32) square and SwiGLU ran 1-15%
+// faster so, relu(x*s+b) backward up to 19%, and the norms' register
+// kernels 1-15%; the shared-memory norm forward, whose cp.async copies land
+// in shared memory, ran 18% slower at 16384 columns and stays side by side
+// (with no more instructions: the cause was not found). A chunk's values
+// are then 4 (fp64: 2) elements from each of 2 (4) places, the same places
+// in every operand of the op. kSpread needs rows of a whole number of such
+// groups (chunks a multiple of 32) and blockDim.x a multiple of 32; 16-bit
+// chunks are one vector, where the two layouts are the same.
 enum Access { kScalar, kVector, kSpread };
 
 template <typename T>
@@ -245,8 +248,7 @@ __device__ __forceinline__ void load_row_chunk(acc_t<T> (&out)[kChunk], const T 
     }
 }
 
-// STREAM as store_chunk's.
-template <typename T, Access ACCESS, bool STREAM = false>
+template <typename T, Access ACCESS>
 __device__ __forceinline__ void store_row_chunk(T *__restrict__ row, const acc_t<T> (&in)[kChunk],
                                                 int64_t c, int64_t cols) {
     if constexpr (ACCESS == kScalar) {
@@ -259,10 +261,8 @@ __device__ __forceinline__ void store_row_chunk(T *__restrict__ row, const acc_t
             alignas(16) T raw[kPerVector];
 #pragma unroll
             for (int i = 0; i < kPerVector; i++) raw[i] = from_acc<T>(in[v * kPerVector + i]);
-            uint4 *to = reinterpret_cast<uint4 *>(row + vector_offset<T, ACCESS>(c, v));
-            const uint4 value = *reinterpret_cast<const uint4 *>(raw);
-            if constexpr (STREAM) __stcs(to, value);
-            else *to = value;
+            *reinterpret_cast<uint4 *>(row + vector_offset<T, ACCESS>(c, v)) =
+                *reinterpret_cast<const uint4 *>(raw);
         }
     }
 }

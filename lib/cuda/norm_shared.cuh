@@ -55,9 +55,7 @@ inline int shared_row_threads(int64_t cols) {
 template <typename T>
 constexpr int kSharedForwardRegisters = sizeof(T) == 2 ? 40 : 128;
 // T: x and y; P: weight, bias. One row a block at a time, grid-stride.
-// ACCESS: where a chunk's vectors lie in global memory (see Access; slot c
-// of shared memory holds chunk c's vectors in order either way).
-template <typename T, typename P, Access ACCESS>
+template <typename T, typename P>
 __global__ void __maxnreg__(kSharedForwardRegisters<T>)
     norm_forward_shared_kernel(fo_norm_forward_args a) {
     using A = acc_t<T>;
@@ -71,10 +69,9 @@ __global__ void __maxnreg__(kSharedForwardRegisters<T>)
     const A inv_cols = A(1) / A(a.cols);
     // this thread's chunks of row r into their slots (one commit group)
     auto copy_chunk = [&](int64_t r, int c) {
-        const T *row = x + r * a.x_row_stride;
+        const uint4 *from = reinterpret_cast<const uint4 *>(x + r * a.x_row_stride + c * kChunk);
 #pragma unroll
-        for (int v = 0; v < V; v++)
-            __pipeline_memcpy_async(&row_vectors[c * V + v], row + vector_offset<T, ACCESS>(c, v), 16);
+        for (int v = 0; v < V; v++) __pipeline_memcpy_async(&row_vectors[c * V + v], from + v, 16);
     };
     auto held = [&](int c, A(&values)[kChunk]) {
         alignas(16) T raw[kChunk];
@@ -111,18 +108,19 @@ __global__ void __maxnreg__(kSharedForwardRegisters<T>)
         }
         const int64_t next = r + gridDim.x;
         for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
+            const int col = c * kChunk;
             A v[kChunk];
             held(c, v);
             acc_t<P> w[kChunk], b[kChunk];
-            if (weight) load_row_chunk<P, ACCESS>(w, weight, c, a.cols);
-            if (bias) load_row_chunk<P, ACCESS>(b, bias, c, a.cols);
+            if (weight) load_chunk<P, true>(w, weight + col, kChunk);
+            if (bias) load_chunk<P, true>(b, bias + col, kChunk);
 #pragma unroll
             for (int i = 0; i < kChunk; i++) {
                 v[i] = (v[i] - mean) * rstd;
                 if (weight) v[i] *= A(w[i]);
                 v[i] += bias ? A(b[i]) : A(0);  // + 0 as the streaming kernel: -0 becomes +0
             }
-            store_row_chunk<T, ACCESS, true>(static_cast<T *>(a.y) + r * a.cols, v, c, a.cols);
+            store_chunk<T, true, true>(static_cast<T *>(a.y) + r * a.cols + col, v, kChunk);
             // the slot is free: its values were read (and used) above
             if (next < a.rows) copy_chunk(next, c);
         }
@@ -150,11 +148,11 @@ bool reserve_shared_memory(Kernel *kernel, int64_t bytes) {
 // The grid of norm_forward_shared_kernel, or 0 where the row does not fit
 // in this GPU's shared memory: the blocks resident at once (each prefetches
 // its next row), at most one a row.
-template <typename T, typename P, Access ACCESS>
+template <typename T, typename P>
 int64_t shared_forward_blocks(int64_t rows, int64_t cols) {
     int device = 0, multiprocessors = 0, resident = 0;
     const int64_t bytes = shared_row_bytes<T>(cols);
-    auto kernel = norm_forward_shared_kernel<T, P, ACCESS>;
+    auto kernel = norm_forward_shared_kernel<T, P>;
     if (!reserve_shared_memory(kernel, bytes)) return 0;
     cudaGetDevice(&device);
     cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device);
