@@ -241,11 +241,14 @@ void dispatch_chunks(int cpt, F &&f) {
 #ifndef FO_FORWARD_FP32_WIDE
 #define FO_FORWARD_FP32_WIDE 1
 #endif
+#ifndef FO_FORWARD_FP32_TARGET_CHUNKS
+#define FO_FORWARD_FP32_TARGET_CHUNKS 2
+#endif
 template <typename T>
 RegisterRows forward_register_rows(int64_t rows, int64_t cols) {
     constexpr bool kFloat = std::is_same_v<T, float>, kWide = kFloat && FO_FORWARD_FP32_WIDE;
     constexpr int kMaxChunks = kFloat && !kWide ? 2 : kForwardMaxChunks<T>;
-    return register_rows(rows, cols, kWide ? 2 : FO_FORWARD_TARGET_CHUNKS,
+    return register_rows(rows, cols, kWide ? FO_FORWARD_FP32_TARGET_CHUNKS : FO_FORWARD_TARGET_CHUNKS,
                          kWide ? 256 : FO_FORWARD_ROW_THREADS, kMaxChunks, kMaxRowGroups);
 }
 // Backward aims for 2 chunks a thread in 16-bit types (256 threads a row
