@@ -246,7 +246,9 @@ def test_dropout_is_reproducible_and_fresh(device):
 
 
 # backward kernels: registers, shared memory, a cluster, streaming (unaligned)
-@pytest.mark.parametrize("shape", [(32, 200), (16, 2048), (136, 12000), (2, 40008), (2, 40001)], ids=str)
+@pytest.mark.parametrize(
+    "shape", [(32, 200), (16, 2048), (136, 12000), (2, 40008), (2, 40001)], ids=str
+)
 @pytest.mark.parametrize("kind", ["layer", "rms"])
 def test_dropout_gradient_flows_through_kept_elements_only(kind, shape, device):
     p = 0.4

@@ -382,7 +382,8 @@ extern "C" int fo_cuda_norm_forward(int device_index, uintptr_t stream,
                                                                   kDropoutXPlusResidual, ACCESS>
                                         <<<grid, block, 0, on>>>(*a);
                                 else
-                                    norm_forward_registers_kernel<T, R, P, CPT, kXPlusResidual, ACCESS>
+                                    norm_forward_registers_kernel<T, R, P, CPT,
+                                                                  kXPlusResidual, ACCESS>
                                         <<<grid, block, 0, on>>>(*a);
                             });
                         });

@@ -220,7 +220,9 @@ __device__ __forceinline__ void add_residual(acc_t<T> (&x)[kChunk],
         residual[i] += acc_t<R>(x[i]);
         x[i] = A(to_acc(from_acc<R>(residual[i])));
     }
-    if (store) store_row_chunk<R, ACCESS>(static_cast<R *>(a.residual_out) + r * a.cols, residual, c, a.cols);
+    if (store)
+        store_row_chunk<R, ACCESS>(static_cast<R *>(a.residual_out) + r * a.cols, residual, c,
+                                   a.cols);
 }
 
 // Backward, chunk c of row r: dh (the gradient of h from the norm) plus the

@@ -349,7 +349,8 @@ __global__ void __maxnreg__((ForwardHeld<T, R, CPT, INPUT != kX>::kRegisters))
                 if constexpr (INPUT == kX)
                     h[k].template load_if<ACCESS>(active && c < chunks, x + r * a.x_row_stride, c);
                 else
-                    xs[k - k0].template load_if<ACCESS>(active && c < chunks, x + r * a.x_row_stride, c);
+                    xs[k - k0].template load_if<ACCESS>(active && c < chunks,
+                                                        x + r * a.x_row_stride, c);
             }
             if constexpr (INPUT != kX) {  // held in h until h replaces it
 #pragma unroll

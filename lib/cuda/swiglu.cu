@@ -16,6 +16,7 @@ __global__ void swiglu_kernel(fo_swiglu_args a) {
     const T *gate = static_cast<const T *>(a.gate);
     const T *up = static_cast<const T *>(a.up);
     const T *dy = static_cast<const T *>(a.dy);
+    T *y_or_dgate = static_cast<T *>(a.y_or_dgate), *dup = static_cast<T *>(a.dup);
     const int64_t cols = a.cols, chunks = chunks_per_row(cols);
     for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < chunks;
          c += int64_t(gridDim.x) * blockDim.x) {
@@ -27,7 +28,7 @@ __global__ void swiglu_kernel(fo_swiglu_args a) {
             if constexpr (!BACKWARD) {
 #pragma unroll
                 for (int i = 0; i < kChunk; i++) first[i] = g[i] * sigmoid(g[i]) * u[i];
-                store_row_chunk<T, ACCESS>(static_cast<T *>(a.y_or_dgate) + r * cols, first, c, cols);
+                store_row_chunk<T, ACCESS>(y_or_dgate + r * cols, first, c, cols);
             } else {
                 A d[kChunk], second[kChunk];
                 load_row_chunk<T, ACCESS>(d, dy + r * a.dy_row_stride, c, cols);
@@ -37,10 +38,10 @@ __global__ void swiglu_kernel(fo_swiglu_args a) {
                     first[i] = d[i] * u[i] * s * (A(1) + g[i] * (A(1) - s));
                     second[i] = d[i] * g[i] * s;
                 }
-                if (a.y_or_dgate)
-                    store_row_chunk<T, ACCESS>(static_cast<T *>(a.y_or_dgate) + r * cols, first, c, cols);
-                if (a.dup)
-                    store_row_chunk<T, ACCESS>(static_cast<T *>(a.dup) + r * cols, second, c, cols);
+                if (y_or_dgate)
+                    store_row_chunk<T, ACCESS>(y_or_dgate + r * cols, first, c, cols);
+                if (dup)
+                    store_row_chunk<T, ACCESS>(dup + r * cols, second, c, cols);
             }
         }
     }
