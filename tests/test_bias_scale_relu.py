@@ -54,6 +54,24 @@ def test_relu(shape, dtype, device):
     assert_close(x.grad, x64.grad, dtype)
 
 
+# (64, 1024): rows of whole 32-chunk groups, where the CUDA kernels spread a
+# chunk's fp32/fp64 vectors over the warp and gather the mask bytes with
+# shuffles; (3, 1000): side by side; (5, 13): element by element
+@pytest.mark.parametrize("shape", [(64, 1024), (3, 1000), (5, 13)], ids=str)
+def test_mask_byte_b_holds_columns_8b_to_8b_plus_7(shape, dtype, device):
+    """The saved mask's layout, against the output itself: byte b of a row,
+    bit i, says whether column 8b + i of y is not <= 0."""
+    x = random(shape, dtype, device, seed=8)
+    bias = random(shape[-1:], dtype, device, seed=9)
+    y, mask = torch.ops.fused_ops_py.bias_scale_relu(x, bias, 0.5, True)
+    rows, cols = shape
+    flowing = torch.zeros(rows, mask.shape[1] * 8, dtype=torch.int64)
+    flowing[:, :cols] = (~(y.cpu() <= 0)).long()
+    weights = 2 ** torch.arange(8, dtype=torch.int64)
+    expected = (flowing.view(rows, -1, 8) * weights).sum(-1).to(torch.uint8)
+    assert torch.equal(mask.cpu(), expected)
+
+
 @pytest.mark.parametrize("x_dtype", [torch.float16, torch.bfloat16])
 def test_fp32_bias_with_half_x(x_dtype, device):
     x = random((33, 24), x_dtype, device, seed=6).requires_grad_()

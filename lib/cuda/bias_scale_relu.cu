@@ -2,7 +2,8 @@
 //
 // Each thread owns one 8-element chunk of columns and walks down the rows, so
 // its bias chunk is loaded once (forward) and its bias-gradient partial stays
-// in registers (backward). The 8 mask bits of a chunk are one byte.
+// in registers (backward). Mask byte b of a row holds columns 8b..8b+7:
+// one chunk's byte, or, spread (see Access), bits of 2 (fp64: 4) lanes.
 #include "common.cuh"
 
 namespace fo {

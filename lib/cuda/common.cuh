@@ -118,7 +118,8 @@ __device__ __forceinline__ T from_acc(A v) {
 }
 
 // Every row-wise kernel works in chunks of 8 elements a thread: 16 bytes for
-// half types, and one mask byte, so no two threads share a mask byte.
+// half types, and one mask byte (whose bits a spread chunk shares with its
+// neighbour lanes: see Access and bias_scale_relu.cu's store_mask).
 constexpr int kChunk = 8;
 
 // A chunk is moved with 16-byte accesses when VEC (all operands 16-byte
@@ -180,8 +181,8 @@ __device__ __forceinline__ void store_chunk(T *__restrict__ p,
 // bytes, and stores that write half-sectors. Spread (kSpread), vector v of
 // the 32 chunks of a warp's lanes (chunk c on lane c % 32) is the v-th run
 // of 32 vectors in their span: each warp instruction moves 512 contiguous
-// bytes. On the H100 (tuning runs 44-46, fp32) square and SwiGLU ran 1-15%
-// faster so, relu(x*s+b) backward up to 19%, and the norms' register
+// bytes. Spread, on the H100 (tuning runs 44-46, fp32), square and SwiGLU
+// ran 1-15% faster, relu(x*s+b) backward up to 19%, and the norms' register
 // kernels 1-15%; the shared-memory norm forward, whose cp.async copies land
 // in shared memory, ran 18% slower at 16384 columns and stays side by side
 // (with no more instructions: the cause was not found). A chunk's values

@@ -172,7 +172,7 @@ __device__ __forceinline__ void apply_dropout(A (&v)[kChunk], int64_t row,
 }
 
 // Chunk c of row `row`, its values placed as ACCESS says: spread, values
-// 0-3 and 4-7 are four columns each, apart.
+// 0-3 and 4-7 are 4 adjacent columns each, 128 columns apart.
 template <typename T, Access ACCESS, typename A>
 __device__ __forceinline__ void apply_dropout_chunk(A (&v)[kChunk], int64_t row, int64_t c,
                                                     int64_t cols, double p, uint64_t seed,

@@ -320,9 +320,10 @@ __global__ void __maxnreg__((ForwardHeld<T, R, CPT, INPUT != kX>::kRegisters))
     const R *residual = static_cast<const R *>(a.residual);
     const P *weight = static_cast<const P *>(a.weight);
     const P *bias = static_cast<const P *>(a.bias);
-    // Column offsets are 32-bit (the row is at most 16384 elements here): the
-    // 64-bit ones ptxas hoisted out of the row loop, 2 registers for each
-    // chunk of each operand, spilled.
+    // Chunk indices are 32-bit (the row is at most 16384 elements here): the
+    // 64-bit column offsets ptxas hoisted out of the row loop, 2 registers
+    // for each chunk of each operand, spilled. (vector_offset widens them at
+    // each access; ptxas -v: no spills.)
     const int64_t cols = a.cols;
     const int chunks = int(chunks_per_row(cols));
     const bool rms = a.kind == FO_NORM_RMS;
