@@ -249,7 +249,8 @@ __device__ __forceinline__ void load_row_chunk(acc_t<T> (&out)[kChunk], const T 
     }
 }
 
-template <typename T, Access ACCESS>
+// STREAM: evict-first, as store_chunk's.
+template <typename T, Access ACCESS, bool STREAM = false>
 __device__ __forceinline__ void store_row_chunk(T *__restrict__ row, const acc_t<T> (&in)[kChunk],
                                                 int64_t c, int64_t cols) {
     if constexpr (ACCESS == kScalar) {
@@ -262,8 +263,10 @@ __device__ __forceinline__ void store_row_chunk(T *__restrict__ row, const acc_t
             alignas(16) T raw[kPerVector];
 #pragma unroll
             for (int i = 0; i < kPerVector; i++) raw[i] = from_acc<T>(in[v * kPerVector + i]);
-            *reinterpret_cast<uint4 *>(row + vector_offset<T, ACCESS>(c, v)) =
-                *reinterpret_cast<const uint4 *>(raw);
+            uint4 *to = reinterpret_cast<uint4 *>(row + vector_offset<T, ACCESS>(c, v));
+            const uint4 value = *reinterpret_cast<const uint4 *>(raw);
+            if constexpr (STREAM) __stcs(to, value);
+            else *to = value;
         }
     }
 }

@@ -23,9 +23,6 @@
 namespace fo {
 namespace {
 
-template <typename T>
-constexpr int kVectorsPerChunk = int(sizeof(T)) * kChunk / 16;
-
 // The dynamic shared memory of one row.
 template <typename T>
 int64_t shared_row_bytes(int64_t cols) {
@@ -54,8 +51,23 @@ inline int shared_row_threads(int64_t cols) {
 // its division spilled (one 512-thread block still fits).
 template <typename T>
 constexpr int kSharedForwardRegisters = sizeof(T) == 2 ? 40 : 128;
+// Tuning knobs (bench/tune.sh): FO_SHARED_STORE_HINTS, the y stores
+// evict-first in every type (2), in 16-bit types only (1), or never (0);
+// FO_SHARED_FORWARD_SPREAD (0), fp32 rows spread (kSpread) where they can be.
+#ifndef FO_SHARED_STORE_HINTS
+#define FO_SHARED_STORE_HINTS 2
+#endif
+#ifndef FO_SHARED_FORWARD_SPREAD
+#define FO_SHARED_FORWARD_SPREAD 0
+#endif
+template <typename T>
+constexpr bool kSharedStoreHints =
+    FO_SHARED_STORE_HINTS == 2 || (FO_SHARED_STORE_HINTS == 1 && sizeof(T) == 2);
 // T: x and y; P: weight, bias. One row a block at a time, grid-stride.
-template <typename T, typename P>
+// ACCESS: kVector, or kSpread (fp32, rows of whole groups of 32 chunks):
+// where in the row the vectors of chunk c lie; slot c of shared memory
+// holds them in that order either way.
+template <typename T, typename P, Access ACCESS>
 __global__ void __maxnreg__(kSharedForwardRegisters<T>)
     norm_forward_shared_kernel(fo_norm_forward_args a) {
     using A = acc_t<T>;
@@ -69,9 +81,10 @@ __global__ void __maxnreg__(kSharedForwardRegisters<T>)
     const A inv_cols = A(1) / A(a.cols);
     // this thread's chunks of row r into their slots (one commit group)
     auto copy_chunk = [&](int64_t r, int c) {
-        const uint4 *from = reinterpret_cast<const uint4 *>(x + r * a.x_row_stride + c * kChunk);
+        const T *row = x + r * a.x_row_stride;
 #pragma unroll
-        for (int v = 0; v < V; v++) __pipeline_memcpy_async(&row_vectors[c * V + v], from + v, 16);
+        for (int v = 0; v < V; v++)
+            __pipeline_memcpy_async(&row_vectors[c * V + v], row + vector_offset<T, ACCESS>(c, v), 16);
     };
     auto held = [&](int c, A(&values)[kChunk]) {
         alignas(16) T raw[kChunk];
@@ -108,24 +121,34 @@ __global__ void __maxnreg__(kSharedForwardRegisters<T>)
         }
         const int64_t next = r + gridDim.x;
         for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
-            const int col = c * kChunk;
             A v[kChunk];
             held(c, v);
             acc_t<P> w[kChunk], b[kChunk];
-            if (weight) load_chunk<P, true>(w, weight + col, kChunk);
-            if (bias) load_chunk<P, true>(b, bias + col, kChunk);
+            if (weight) load_row_chunk<P, ACCESS>(w, weight, c, a.cols);
+            if (bias) load_row_chunk<P, ACCESS>(b, bias, c, a.cols);
 #pragma unroll
             for (int i = 0; i < kChunk; i++) {
                 v[i] = (v[i] - mean) * rstd;
                 if (weight) v[i] *= A(w[i]);
                 v[i] += bias ? A(b[i]) : A(0);  // + 0 as the streaming kernel: -0 becomes +0
             }
-            store_chunk<T, true, true>(static_cast<T *>(a.y) + r * a.cols + col, v, kChunk);
+            store_row_chunk<T, ACCESS, kSharedStoreHints<T>>(static_cast<T *>(a.y) + r * a.cols, v,
+                                                             c, a.cols);
             // the slot is free: its values were read (and used) above
             if (next < a.rows) copy_chunk(next, c);
         }
         __pipeline_commit();
     }
+}
+
+// Calls f(std::integral_constant<Access, ...>) for the shared-memory
+// forward's rows of `cols`: kSpread where FO_SHARED_FORWARD_SPREAD allows,
+// x and its parameters are fp32 and the rows can be spread; else kVector.
+template <typename T, typename P, typename F>
+void dispatch_shared_access(int64_t cols, F &&f) {
+    if constexpr (FO_SHARED_FORWARD_SPREAD && std::is_same_v<T, float> && std::is_same_v<P, float>)
+        if (spreadable(chunks_per_row(cols))) return f(std::integral_constant<Access, kSpread>{});
+    f(std::integral_constant<Access, kVector>{});
 }
 
 // Lets `kernel` take `bytes` of dynamic shared memory, or false where this
@@ -148,11 +171,11 @@ bool reserve_shared_memory(Kernel *kernel, int64_t bytes) {
 // The grid of norm_forward_shared_kernel, or 0 where the row does not fit
 // in this GPU's shared memory: the blocks resident at once (each prefetches
 // its next row), at most one a row.
-template <typename T, typename P>
+template <typename T, typename P, Access ACCESS>
 int64_t shared_forward_blocks(int64_t rows, int64_t cols) {
     int device = 0, multiprocessors = 0, resident = 0;
     const int64_t bytes = shared_row_bytes<T>(cols);
-    auto kernel = norm_forward_shared_kernel<T, P>;
+    auto kernel = norm_forward_shared_kernel<T, P, ACCESS>;
     if (!reserve_shared_memory(kernel, bytes)) return 0;
     cudaGetDevice(&device);
     cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device);
