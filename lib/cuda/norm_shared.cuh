@@ -42,6 +42,32 @@ inline int shared_row_threads(int64_t cols) {
     return threads;
 }
 
+// The shared-memory kernels hold one row a block, and a block's next row
+// is only copied in as this one's output is written: during the row sums
+// the block has nothing in flight. With FO_SHARED_PREFETCH_L2 (tuning knob,
+// 0 or 1), each warp starts moving its share of the next row into L2 as a
+// row begins (cp.async.bulk.prefetch, sm_90: one instruction a warp and
+// operand), so the copies of the output pass find it there.
+#ifndef FO_SHARED_PREFETCH_L2
+#define FO_SHARED_PREFETCH_L2 0
+#endif
+// Lane 0 of each warp of the block starts moving its 1/warps of
+// [p, p + bytes) into L2 (p 16-byte aligned, bytes a multiple of 16);
+// a hint, and nothing before sm_90.
+__device__ __forceinline__ void prefetch_l2_by_warps(const void *p, int64_t bytes) {
+#if __CUDA_ARCH__ >= 900
+    if (!FO_SHARED_PREFETCH_L2 || threadIdx.x % 32 != 0) return;
+    const int64_t warps = (blockDim.x + 31) / 32;
+    const int64_t piece = (bytes / warps + 15) / 16 * 16;
+    const int64_t begin = int64_t(threadIdx.x / 32) * piece;
+    if (piece == 0 || begin >= bytes) return;
+    const int64_t n = bytes - begin < piece ? bytes - begin : piece;
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(static_cast<const char *>(p) + begin),
+                 "r"(uint32_t(n))
+                 : "memory");
+#endif
+}
+
 // Registers: 40 for 16-bit types, so that six blocks of a 16384-element row
 // (the most its 32 KiB of shared memory allow) fit an SM, not the four of
 // the 58 ptxas picks: on the H100 +3-9% at 16384 columns, bf16
@@ -97,6 +123,8 @@ __global__ void __maxnreg__(kSharedForwardRegisters<T>)
     __pipeline_commit();
     // the row loop is uniform across the block (row_sum holds barriers)
     for (int64_t r = blockIdx.x; r < a.rows; r += gridDim.x) {
+        const int64_t next = r + gridDim.x;
+        if (next < a.rows) prefetch_l2_by_warps(x + next * a.x_row_stride, a.cols * int64_t(sizeof(T)));
         __pipeline_wait_prior(0);  // this thread's copies of row r have landed
         A sum = 0;
         for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
@@ -119,7 +147,6 @@ __global__ void __maxnreg__(kSharedForwardRegisters<T>)
             if (a.mean) static_cast<A *>(a.mean)[r] = mean;
             if (a.rstd) static_cast<A *>(a.rstd)[r] = rstd;
         }
-        const int64_t next = r + gridDim.x;
         for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
             A v[kChunk];
             held(c, v);

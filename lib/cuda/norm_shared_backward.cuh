@@ -197,6 +197,11 @@ __global__ void __launch_bounds__(kSharedBackwardThreads, 1)
     // hold barriers)
     int iteration = 0;
     for (int64_t r = group; r < a.rows; r += groups, iteration++) {
+        const int64_t next = r + groups;
+        if (next < a.rows) {  // (FO_SHARED_PREFETCH_L2)
+            prefetch_l2_by_warps(dy + next * a.dy_row_stride, int64_t(here) * kChunk * int64_t(sizeof(T)));
+            prefetch_l2_by_warps(h + next * a.h_row_stride, int64_t(here) * kChunk * int64_t(sizeof(H)));
+        }
         const A mean = rms ? A(0) : static_cast<const A *>(a.mean)[r];
         const A rstd = static_cast<const A *>(a.rstd)[r];
         __pipeline_wait_prior(0);  // this thread's copies of row r have landed
@@ -233,7 +238,6 @@ __global__ void __launch_bounds__(kSharedBackwardThreads, 1)
         if (cluster > 1) cluster_sum2(sum_wdy, sum_wdy_xhat, iteration % 2);
         const A mean_wdy = rms ? A(0) : sum_wdy * inv_cols;
         const A mean_wdy_xhat = sum_wdy_xhat * inv_cols;
-        const int64_t next = r + groups;
 #pragma unroll
         for (int k = 0; k < CPT; k++) {
             const int c = threadIdx.x + k * blockDim.x;
