@@ -44,13 +44,15 @@ inline int shared_row_threads(int64_t cols) {
 
 // The shared-memory kernels hold one row a block, and a block's next row
 // is only copied in as this one's output is written: during the row sums
-// the block has nothing in flight. With FO_SHARED_PREFETCH_L2 (tuning knob,
-// 0 or 1), each warp starts moving its share of the next row into L2 as a
-// row begins (cp.async.bulk.prefetch, sm_90: one instruction a warp and
-// operand), so the copies of the output pass find it there.
+// the block has nothing in flight. With FO_SHARED_PREFETCH_L2 (tuning knob),
+// each warp starts moving its share of the next row into L2 as a row
+// begins (1) or once its copies of this row have landed (2)
+// (cp.async.bulk.prefetch, sm_90: one instruction a warp and operand), so
+// the copies of the output pass find it there. 0: never.
 #ifndef FO_SHARED_PREFETCH_L2
 #define FO_SHARED_PREFETCH_L2 0
 #endif
+constexpr bool kPrefetchBeforeWait = FO_SHARED_PREFETCH_L2 == 1;
 // Lane 0 of each warp of the block starts moving its 1/warps of
 // [p, p + bytes) into L2 (p 16-byte aligned, bytes a multiple of 16);
 // a hint, and nothing before sm_90.
@@ -124,8 +126,12 @@ __global__ void __maxnreg__(kSharedForwardRegisters<T>)
     // the row loop is uniform across the block (row_sum holds barriers)
     for (int64_t r = blockIdx.x; r < a.rows; r += gridDim.x) {
         const int64_t next = r + gridDim.x;
-        if (next < a.rows) prefetch_l2_by_warps(x + next * a.x_row_stride, a.cols * int64_t(sizeof(T)));
+        auto prefetch_next = [&] {
+            if (next < a.rows) prefetch_l2_by_warps(x + next * a.x_row_stride, a.cols * int64_t(sizeof(T)));
+        };
+        if (kPrefetchBeforeWait) prefetch_next();
         __pipeline_wait_prior(0);  // this thread's copies of row r have landed
+        if (!kPrefetchBeforeWait) prefetch_next();
         A sum = 0;
         for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
             A v[kChunk];

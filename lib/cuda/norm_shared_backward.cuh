@@ -198,13 +198,16 @@ __global__ void __launch_bounds__(kSharedBackwardThreads, 1)
     int iteration = 0;
     for (int64_t r = group; r < a.rows; r += groups, iteration++) {
         const int64_t next = r + groups;
-        if (next < a.rows) {  // (FO_SHARED_PREFETCH_L2)
+        auto prefetch_next = [&] {  // (FO_SHARED_PREFETCH_L2)
+            if (next >= a.rows) return;
             prefetch_l2_by_warps(dy + next * a.dy_row_stride, int64_t(here) * kChunk * int64_t(sizeof(T)));
             prefetch_l2_by_warps(h + next * a.h_row_stride, int64_t(here) * kChunk * int64_t(sizeof(H)));
-        }
+        };
+        if (kPrefetchBeforeWait) prefetch_next();
         const A mean = rms ? A(0) : static_cast<const A *>(a.mean)[r];
         const A rstd = static_cast<const A *>(a.rstd)[r];
         __pipeline_wait_prior(0);  // this thread's copies of row r have landed
+        if (!kPrefetchBeforeWait) prefetch_next();
         // the chunk's dy, xhat and weight * dy, from shared memory
         auto expand = [&](int c, A(&g)[kChunk], A(&xhat)[kChunk], A(&wdy)[kChunk]) {
             dy_row.get(c, g);
