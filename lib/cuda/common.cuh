@@ -249,8 +249,7 @@ __device__ __forceinline__ void load_row_chunk(acc_t<T> (&out)[kChunk], const T 
     }
 }
 
-// STREAM: evict-first, as store_chunk's.
-template <typename T, Access ACCESS, bool STREAM = false>
+template <typename T, Access ACCESS>
 __device__ __forceinline__ void store_row_chunk(T *__restrict__ row, const acc_t<T> (&in)[kChunk],
                                                 int64_t c, int64_t cols) {
     if constexpr (ACCESS == kScalar) {
@@ -263,10 +262,8 @@ __device__ __forceinline__ void store_row_chunk(T *__restrict__ row, const acc_t
             alignas(16) T raw[kPerVector];
 #pragma unroll
             for (int i = 0; i < kPerVector; i++) raw[i] = from_acc<T>(in[v * kPerVector + i]);
-            uint4 *to = reinterpret_cast<uint4 *>(row + vector_offset<T, ACCESS>(c, v));
-            const uint4 value = *reinterpret_cast<const uint4 *>(raw);
-            if constexpr (STREAM) __stcs(to, value);
-            else *to = value;
+            *reinterpret_cast<uint4 *>(row + vector_offset<T, ACCESS>(c, v)) =
+                *reinterpret_cast<const uint4 *>(raw);
         }
     }
 }

@@ -357,17 +357,13 @@ extern "C" int fo_cuda_norm_forward(int device_index, uintptr_t stream,
             dispatch_companion<T>(a->param_dtype, [&](auto param_tag) {
                 using P = decltype(param_tag);
                 if (shared) {
-                    bool launched = false;
-                    dispatch_shared_access<T, P>(a->cols, [&](auto access) {
-                        constexpr Access ACCESS = access.value;
-                        const int64_t blocks = shared_forward_blocks<T, P, ACCESS>(a->rows, a->cols);
-                        if (blocks == 0) return;
-                        norm_forward_shared_kernel<T, P, ACCESS>
+                    const int64_t blocks = shared_forward_blocks<T, P>(a->rows, a->cols);
+                    if (blocks > 0) {
+                        norm_forward_shared_kernel<T, P>
                             <<<unsigned(blocks), shared_row_threads(a->cols),
                                shared_row_bytes<T>(a->cols), on>>>(*a);
-                        launched = true;
-                    });
-                    if (launched) return;
+                        return;
+                    }
                 }
                 if (registers) {
                     dispatch_row_access<T>(a->cols, [&](auto access) {

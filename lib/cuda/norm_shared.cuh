@@ -44,21 +44,31 @@ inline int shared_row_threads(int64_t cols) {
 
 // The shared-memory kernels hold one row a block, and a block's next row
 // is only copied in as this one's output is written: during the row sums
-// the block has nothing in flight. With FO_SHARED_PREFETCH_L2 (tuning knob),
-// each warp starts moving its share of the next row into L2 as a row
-// begins (1) or once its copies of this row have landed (2)
-// (cp.async.bulk.prefetch, sm_90: one instruction a warp and operand), so
-// the copies of the output pass find it there. 0: never.
+// the block has nothing in flight. The 16-bit backward (one block an SM)
+// therefore starts moving its next row's dy and h into L2 as a row begins
+// (cp.async.bulk.prefetch, sm_90: one instruction a warp and operand), and
+// the copies of its dx pass find them there: on the H100 +3-8% at 16384 to
+// 65536 columns (bf16 LayerNorm 16384 x 16384 2366 -> 2474 GB/s, 4096 x
+// 65536 1755 -> 1858; bench/results/h100/tuning, runs 54-55). The fp32
+// backward ran 5-8% slower with it, the forward (three blocks an SM) 15-20%
+// slower at 16384-32768 columns; prefetching once the current row had
+// landed instead was slower still. Build-time knob FO_SHARED_PREFETCH_L2:
+// 1 (the 16-bit backward, with h of the same type), 0 never, 2 in every
+// shared-memory kernel.
 #ifndef FO_SHARED_PREFETCH_L2
-#define FO_SHARED_PREFETCH_L2 0
+#define FO_SHARED_PREFETCH_L2 1
 #endif
-constexpr bool kPrefetchBeforeWait = FO_SHARED_PREFETCH_L2 == 1;
+constexpr bool kForwardPrefetchL2 = FO_SHARED_PREFETCH_L2 == 2;
+template <typename T, typename H>
+constexpr bool kBackwardPrefetchL2 =
+    FO_SHARED_PREFETCH_L2 == 2 || (FO_SHARED_PREFETCH_L2 == 1 && sizeof(T) == 2 && std::is_same_v<H, T>);
+
 // Lane 0 of each warp of the block starts moving its 1/warps of
 // [p, p + bytes) into L2 (p 16-byte aligned, bytes a multiple of 16);
 // a hint, and nothing before sm_90.
 __device__ __forceinline__ void prefetch_l2_by_warps(const void *p, int64_t bytes) {
 #if __CUDA_ARCH__ >= 900
-    if (!FO_SHARED_PREFETCH_L2 || threadIdx.x % 32 != 0) return;
+    if (threadIdx.x % 32 != 0) return;
     const int64_t warps = (blockDim.x + 31) / 32;
     const int64_t piece = (bytes / warps + 15) / 16 * 16;
     const int64_t begin = int64_t(threadIdx.x / 32) * piece;
@@ -79,23 +89,8 @@ __device__ __forceinline__ void prefetch_l2_by_warps(const void *p, int64_t byte
 // its division spilled (one 512-thread block still fits).
 template <typename T>
 constexpr int kSharedForwardRegisters = sizeof(T) == 2 ? 40 : 128;
-// Tuning knobs (bench/tune.sh): FO_SHARED_STORE_HINTS, the y stores
-// evict-first in every type (2), in 16-bit types only (1), or never (0);
-// FO_SHARED_FORWARD_SPREAD (0), fp32 rows spread (kSpread) where they can be.
-#ifndef FO_SHARED_STORE_HINTS
-#define FO_SHARED_STORE_HINTS 2
-#endif
-#ifndef FO_SHARED_FORWARD_SPREAD
-#define FO_SHARED_FORWARD_SPREAD 0
-#endif
-template <typename T>
-constexpr bool kSharedStoreHints =
-    FO_SHARED_STORE_HINTS == 2 || (FO_SHARED_STORE_HINTS == 1 && sizeof(T) == 2);
 // T: x and y; P: weight, bias. One row a block at a time, grid-stride.
-// ACCESS: kVector, or kSpread (fp32, rows of whole groups of 32 chunks):
-// where in the row the vectors of chunk c lie; slot c of shared memory
-// holds them in that order either way.
-template <typename T, typename P, Access ACCESS>
+template <typename T, typename P>
 __global__ void __maxnreg__(kSharedForwardRegisters<T>)
     norm_forward_shared_kernel(fo_norm_forward_args a) {
     using A = acc_t<T>;
@@ -109,10 +104,9 @@ __global__ void __maxnreg__(kSharedForwardRegisters<T>)
     const A inv_cols = A(1) / A(a.cols);
     // this thread's chunks of row r into their slots (one commit group)
     auto copy_chunk = [&](int64_t r, int c) {
-        const T *row = x + r * a.x_row_stride;
+        const uint4 *from = reinterpret_cast<const uint4 *>(x + r * a.x_row_stride + c * kChunk);
 #pragma unroll
-        for (int v = 0; v < V; v++)
-            __pipeline_memcpy_async(&row_vectors[c * V + v], row + vector_offset<T, ACCESS>(c, v), 16);
+        for (int v = 0; v < V; v++) __pipeline_memcpy_async(&row_vectors[c * V + v], from + v, 16);
     };
     auto held = [&](int c, A(&values)[kChunk]) {
         alignas(16) T raw[kChunk];
@@ -126,12 +120,9 @@ __global__ void __maxnreg__(kSharedForwardRegisters<T>)
     // the row loop is uniform across the block (row_sum holds barriers)
     for (int64_t r = blockIdx.x; r < a.rows; r += gridDim.x) {
         const int64_t next = r + gridDim.x;
-        auto prefetch_next = [&] {
-            if (next < a.rows) prefetch_l2_by_warps(x + next * a.x_row_stride, a.cols * int64_t(sizeof(T)));
-        };
-        if (kPrefetchBeforeWait) prefetch_next();
+        if (kForwardPrefetchL2 && next < a.rows)
+            prefetch_l2_by_warps(x + next * a.x_row_stride, a.cols * int64_t(sizeof(T)));
         __pipeline_wait_prior(0);  // this thread's copies of row r have landed
-        if (!kPrefetchBeforeWait) prefetch_next();
         A sum = 0;
         for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
             A v[kChunk];
@@ -154,34 +145,24 @@ __global__ void __maxnreg__(kSharedForwardRegisters<T>)
             if (a.rstd) static_cast<A *>(a.rstd)[r] = rstd;
         }
         for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
+            const int col = c * kChunk;
             A v[kChunk];
             held(c, v);
             acc_t<P> w[kChunk], b[kChunk];
-            if (weight) load_row_chunk<P, ACCESS>(w, weight, c, a.cols);
-            if (bias) load_row_chunk<P, ACCESS>(b, bias, c, a.cols);
+            if (weight) load_chunk<P, true>(w, weight + col, kChunk);
+            if (bias) load_chunk<P, true>(b, bias + col, kChunk);
 #pragma unroll
             for (int i = 0; i < kChunk; i++) {
                 v[i] = (v[i] - mean) * rstd;
                 if (weight) v[i] *= A(w[i]);
                 v[i] += bias ? A(b[i]) : A(0);  // + 0 as the streaming kernel: -0 becomes +0
             }
-            store_row_chunk<T, ACCESS, kSharedStoreHints<T>>(static_cast<T *>(a.y) + r * a.cols, v,
-                                                             c, a.cols);
+            store_chunk<T, true, true>(static_cast<T *>(a.y) + r * a.cols + col, v, kChunk);
             // the slot is free: its values were read (and used) above
             if (next < a.rows) copy_chunk(next, c);
         }
         __pipeline_commit();
     }
-}
-
-// Calls f(std::integral_constant<Access, ...>) for the shared-memory
-// forward's rows of `cols`: kSpread where FO_SHARED_FORWARD_SPREAD allows,
-// x and its parameters are fp32 and the rows can be spread; else kVector.
-template <typename T, typename P, typename F>
-void dispatch_shared_access(int64_t cols, F &&f) {
-    if constexpr (FO_SHARED_FORWARD_SPREAD && std::is_same_v<T, float> && std::is_same_v<P, float>)
-        if (spreadable(chunks_per_row(cols))) return f(std::integral_constant<Access, kSpread>{});
-    f(std::integral_constant<Access, kVector>{});
 }
 
 // Lets `kernel` take `bytes` of dynamic shared memory, or false where this
@@ -204,11 +185,11 @@ bool reserve_shared_memory(Kernel *kernel, int64_t bytes) {
 // The grid of norm_forward_shared_kernel, or 0 where the row does not fit
 // in this GPU's shared memory: the blocks resident at once (each prefetches
 // its next row), at most one a row.
-template <typename T, typename P, Access ACCESS>
+template <typename T, typename P>
 int64_t shared_forward_blocks(int64_t rows, int64_t cols) {
     int device = 0, multiprocessors = 0, resident = 0;
     const int64_t bytes = shared_row_bytes<T>(cols);
-    auto kernel = norm_forward_shared_kernel<T, P, ACCESS>;
+    auto kernel = norm_forward_shared_kernel<T, P>;
     if (!reserve_shared_memory(kernel, bytes)) return 0;
     cudaGetDevice(&device);
     cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device);

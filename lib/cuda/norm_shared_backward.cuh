@@ -17,8 +17,9 @@
 // freed slot, so the next row is in flight while this one is written. (A
 // second buffer, the next row in flight during all of this one, measured
 // 1-4% faster for LayerNorm but 2-9% slower for RMSNorm and add + RMSNorm
-// at 16384 columns, bench/results/h100/tuning run 13.) The weight is
-// copied in once a block.
+// at 16384 columns, bench/results/h100/tuning run 13.) In 16-bit types
+// the next row is also prefetched into L2 as a row begins
+// (kBackwardPrefetchL2). The weight is copied in once a block.
 //
 // The blocks of a cluster add their row sums through distributed shared
 // memory, in rank order (the same bits in each). The weight and bias
@@ -198,16 +199,13 @@ __global__ void __launch_bounds__(kSharedBackwardThreads, 1)
     int iteration = 0;
     for (int64_t r = group; r < a.rows; r += groups, iteration++) {
         const int64_t next = r + groups;
-        auto prefetch_next = [&] {  // (FO_SHARED_PREFETCH_L2)
-            if (next >= a.rows) return;
+        if (kBackwardPrefetchL2<T, H> && next < a.rows) {  // (see kBackwardPrefetchL2)
             prefetch_l2_by_warps(dy + next * a.dy_row_stride, int64_t(here) * kChunk * int64_t(sizeof(T)));
             prefetch_l2_by_warps(h + next * a.h_row_stride, int64_t(here) * kChunk * int64_t(sizeof(H)));
-        };
-        if (kPrefetchBeforeWait) prefetch_next();
+        }
         const A mean = rms ? A(0) : static_cast<const A *>(a.mean)[r];
         const A rstd = static_cast<const A *>(a.rstd)[r];
         __pipeline_wait_prior(0);  // this thread's copies of row r have landed
-        if (!kPrefetchBeforeWait) prefetch_next();
         // the chunk's dy, xhat and weight * dy, from shared memory
         auto expand = [&](int c, A(&g)[kChunk], A(&xhat)[kChunk], A(&wdy)[kChunk]) {
             dy_row.get(c, g);
