@@ -19,7 +19,9 @@ the backward alone, fwdbwd both. Exits 1 if any provider's check is BAD.
 --isolate times each provider in a process of its own, joined as combine.py
 joins parts: one provider's state can move another's times (tuning run 27:
 after torch.compile had run in the process, Liger's LayerNorm forward read
-15.5 us at 4096x2048 bf16, alone 18.3 us).
+15.5 us at 4096x2048 bf16, alone 18.3 us). With --provider-runs DIR each
+provider's run stays in DIR/<provider>, so the runs finished before a time
+limit can still be joined (combine.py OUT DIR/*).
 
     python bench/bench_ops.py                         # the full GPU set
     python bench/bench_ops.py --quick --out /tmp/b    # CPU smoke run
@@ -534,6 +536,8 @@ def parse_args(argv):
     p.add_argument("--out", type=Path, help="default bench/results/<device-slug>/")
     p.add_argument("--isolate", action="store_true",
                    help="each provider in a process of its own, the results joined")
+    p.add_argument("--provider-runs", type=Path,
+                   help="with --isolate: keep each provider's run in DIR/<provider> (default: a temporary folder)")
     args = p.parse_args(argv)
     args.dtypes = args.dtypes or (["fp32"] if args.quick else list(DTYPES))
     if args.shapes:
@@ -555,16 +559,17 @@ def run_isolated(args, argv):
     for arg in argv:
         if skip:
             skip = False
-        elif arg in ("--providers", "--out"):
+        elif arg in ("--providers", "--out", "--provider-runs"):
             skip = True
-        elif arg != "--isolate" and not arg.startswith(("--providers=", "--out=")):
+        elif arg != "--isolate" and not arg.startswith(("--providers=", "--out=", "--provider-runs=")):
             passed.append(arg)
     out = args.out or results_dir(device_name(torch.device(args.device)))
     # the runs import the fused_ops_py this process imported
     env = dict(os.environ)
     paths = [str(Path(fo.__file__).resolve().parent.parent), env.get("PYTHONPATH", "")]
     env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
-    with tempfile.TemporaryDirectory() as parts:
+    with tempfile.TemporaryDirectory() as temporary:
+        parts = args.provider_runs or temporary
         failed = 0
         for provider in args.providers:
             part = Path(parts) / provider

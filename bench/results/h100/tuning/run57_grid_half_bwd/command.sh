@@ -1,0 +1,19 @@
+# Run 57: the bf16 and fp16 grid rows of LayerNorm / RMSNorm / add + RMSNorm
+# backward, each provider in a process of its own: the shared-memory
+# backward now prefetches into L2 (16384 columns and up), and the fp16
+# rows up to 8192 columns predated run 42's shared weight. Each provider's
+# run is kept (--provider-runs), so one cut by its time limit still joins.
+# (Run 56's bf16 run finished every provider but was cut while joining.)
+set -u
+export PYTHONUNBUFFERED=1
+python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl
+export PYTHONPATH=/tmp/site:$PWD
+(meson setup build/gpu -Dcuda=enabled -Dgpu_archs=90 -Dgpu_ptx=false && ninja -C build/gpu) > $OUT/build.txt 2>&1 || { tail -30 $OUT/build.txt; exit 1; }
+export FUSED_OPS_PY_LIBRARY=$PWD/build/gpu/libfused_ops.so
+mkdir -p $OUT/parts $OUT/provider_runs
+for d in bf16 fp16; do
+  timeout 265 python3 bench/bench_ops.py --isolate --ops layer_norm,rms_norm,add_rms_norm --directions bwd --dtypes $d \
+      --provider-runs $OUT/provider_runs/${d}_bwd --out $OUT/parts/prefetch_l2_${d}_bwd > $OUT/prefetch_l2_${d}_bwd.txt 2>&1
+  echo "$d bwd exit $?"; ls $OUT/provider_runs/${d}_bwd
+done
+cd $OUT && tar czf run57.tgz parts provider_runs *.txt; ls
