@@ -13,7 +13,8 @@
 // the chunks it copied itself, so no barrier guards the row; and as it
 // writes a chunk of the output it copies the same chunk of the block's next
 // row into the slot just freed, so the next row is in flight during this
-// one's output, and the memory never waits for the statistics.
+// one's output (and the other blocks of the SM, two or more, keep the
+// memory busy during this one's statistics).
 #pragma once
 
 #include <cuda_pipeline.h>
