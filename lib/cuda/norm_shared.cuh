@@ -13,7 +13,7 @@
 // the chunks it copied itself, so no barrier guards the row; and as it
 // writes a chunk of the output it copies the same chunk of the block's next
 // row into the slot just freed, so the next row is in flight during this
-// one's output (and the other blocks of the SM, two or more, keep the
+// one's output (where an SM holds several blocks, the others keep the
 // memory busy during this one's statistics).
 #pragma once
 
