@@ -127,13 +127,9 @@ constexpr int kBackwardMinBlocks = !std::is_same_v<A, double> && HELD_BYTES <= 1
 // at 4096 x 1024, elsewhere within -1% and +6% (tuning run 21). fp32 still
 // counts x twice at 2 chunks (80 registers): at 64 it ran 1-10% slower; at
 // 4 chunks (rows of 8192) it counts one copy, 80 registers, no spills.
-#ifndef FO_FORWARD_FP32_ONE_COPY_CHUNKS
-#define FO_FORWARD_FP32_ONE_COPY_CHUNKS 4
-#endif
 template <typename T, typename R, int CPT, bool RESIDUAL>
 struct ForwardHeld {
-    static constexpr bool kOneCopy =
-        !RESIDUAL && (sizeof(T) == 2 || (sizeof(T) == 4 && CPT >= FO_FORWARD_FP32_ONE_COPY_CHUNKS));
+    static constexpr bool kOneCopy = !RESIDUAL && (sizeof(T) == 2 || (sizeof(T) == 4 && CPT >= 4));
     static constexpr int kChunkBytes = kChunk * int(sizeof(T) + (kOneCopy ? 0 : sizeof(R)));
     static constexpr int kBatch = CPT * kChunkBytes <= 128 || CPT == 1 ? CPT : CPT / 2;
     static_assert(kBatch * kChunkBytes <= 128 || CPT == 1, "a batch is at most 128 bytes");
