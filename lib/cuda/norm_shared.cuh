@@ -75,9 +75,9 @@ __device__ __forceinline__ void prefetch_l2_by_warps(const void *p, int64_t byte
     const int64_t begin = int64_t(threadIdx.x / 32) * piece;
     if (piece == 0 || begin >= bytes) return;
     const int64_t n = bytes - begin < piece ? bytes - begin : piece;
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(static_cast<const char *>(p) + begin),
-                 "r"(uint32_t(n))
-                 : "memory");
+    // (the instruction takes a .global address, not a generic one)
+    const size_t global = __cvta_generic_to_global(static_cast<const char *>(p) + begin);
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(global), "r"(uint32_t(n)) : "memory");
 #endif
 }
 
