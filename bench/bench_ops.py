@@ -550,8 +550,9 @@ def parse_args(argv):
 
 
 def run_isolated(args, argv):
-    """Runs this script once a provider (argv without --isolate, --providers
-    and --out) and joins the runs into args.out; 1 if any run failed."""
+    """Runs this script once a provider (argv without --isolate, --providers,
+    --out and --provider-runs) and joins the runs into args.out; 1 if any
+    run failed."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))  # combine.py is beside this file
     import combine
 
@@ -573,6 +574,9 @@ def run_isolated(args, argv):
         failed = 0
         for provider in args.providers:
             part = Path(parts) / provider
+            # a results file left by an earlier run in a kept folder would be
+            # joined as this run's if this one died before writing its own
+            (part / "results.json").unlink(missing_ok=True)
             print(f"== {provider}: its own process", flush=True)
             failed |= subprocess.run([sys.executable, __file__, *passed, "--providers", provider,
                                       "--out", str(part)], env=env).returncode

@@ -6,6 +6,7 @@ import csv
 import json
 import importlib.util
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -120,25 +121,37 @@ def test_isolate_runs_each_provider_alone_and_joins_them_with_their_ratios(tmp_p
     assert [p["argv"][-3] for p in meta["parts"]] == ["fused", "eager"]  # --providers X --out D
 
 
-def test_isolate_keeps_each_providers_run_where_asked_so_a_cut_run_still_joins(tmp_path):
+def test_isolate_keeps_each_providers_run_where_asked_so_a_cut_run_still_joins(tmp_path, monkeypatch):
     bench_ops, combine = load("bench_ops"), load("combine")
     runs = tmp_path / "runs"
     status = bench_ops.main([
         "--device", "cpu", "--quick", "--ops", "square", "--directions", "fwd", "--isolate",
         "--providers", "fused,eager", "--shapes", "16x64", "--out", str(tmp_path / "joined"),
-        "--provider-runs", str(runs),
+        f"--provider-runs={runs}",
     ])
     assert status == 0
     assert sorted(p.name for p in runs.iterdir()) == ["eager", "fused"]
-    # each run holds its own provider's rows only, not passed on to it
+    # each run holds its own provider's rows only, and was not handed the
+    # option itself
     for provider in ("fused", "eager"):
         with open(runs / provider / "results.csv") as f:
             assert [r["provider"] for r in csv.DictReader(f)] == [provider]
+        argv = json.loads((runs / provider / "results.json").read_text())["meta"]["argv"]
+        assert not any(a.startswith("--provider-runs") for a in argv) and "--isolate" not in argv
     # joined again by hand (as after a time limit), the same rows and ratios
     _, count = combine.combine(tmp_path / "again", [runs / "fused", runs / "eager"])
     assert count == 2
     with open(tmp_path / "joined" / "results.csv") as a, open(tmp_path / "again" / "results.csv") as b:
         assert list(csv.DictReader(a)) == list(csv.DictReader(b))
+    # runs that die in the kept folders do not join the earlier runs' results
+    died = types.SimpleNamespace(returncode=1)
+    monkeypatch.setattr(bench_ops.subprocess, "run", lambda *a, **k: died)
+    status = bench_ops.main([
+        "--device", "cpu", "--quick", "--ops", "square", "--directions", "fwd", "--isolate",
+        "--providers", "fused,eager", "--shapes", "16x64", "--out", str(tmp_path / "cut"),
+        "--provider-runs", str(runs),
+    ])
+    assert status == 1 and not (tmp_path / "cut" / "results.csv").exists()
 
 
 def synthetic_row(op, direction, shape, dtype, provider, gbs, call_us, peak=""):

@@ -48,14 +48,15 @@ inline int shared_row_threads(int64_t cols) {
 // the block has nothing in flight. The 16-bit backward (one block an SM)
 // therefore starts moving its next row's dy and h into L2 as a row begins
 // (cp.async.bulk.prefetch, sm_90: one instruction a warp and operand), and
-// the copies of its dx pass find them there: on the H100 +3-8% at 16384 to
-// 65536 columns (bf16 LayerNorm 16384 x 16384 2366 -> 2474 GB/s, 4096 x
-// 65536 1755 -> 1858; bench/results/h100/tuning, runs 54-55). The fp32
-// backward ran 5-8% slower with it, the forward (three blocks an SM) 15-20%
-// slower at 16384-32768 columns; prefetching once the current row had
-// landed instead was slower still. Build-time knob FO_SHARED_PREFETCH_L2:
-// 1 (the 16-bit backward, with h of the same type), 0 never, 2 in every
-// shared-memory kernel.
+// the copies of its dx pass find them there: on the H100 +3-8% at 16384
+// and 65536 columns, +1-3% at 32768 (bf16 LayerNorm 16384 x 16384 2366 ->
+// 2474 GB/s, 4096 x 65536 1755 -> 1858; bench/results/h100/tuning, runs
+// 54-55 and 61). The fp32 backward ran 5-8% slower with it, and the
+// forward 2-23% slower at 16384-32768 columns (three blocks an SM); issued
+// once the current row had landed, it was slower in the backward too.
+// 16-bit x with an fp32 h is left out: it spilled 8 bytes with it. Build-
+// time knob FO_SHARED_PREFETCH_L2: 1 (the 16-bit backward, with h of the
+// same type), 0 never, 2 in every shared-memory kernel.
 #ifndef FO_SHARED_PREFETCH_L2
 #define FO_SHARED_PREFETCH_L2 1
 #endif

@@ -17,9 +17,9 @@
 // freed slot, so the next row is in flight while this one is written. (A
 // second buffer, the next row in flight during all of this one, measured
 // 1-4% faster for LayerNorm but 2-9% slower for RMSNorm and add + RMSNorm
-// at 16384 columns, bench/results/h100/tuning run 13.) In 16-bit types
-// the next row is also prefetched into L2 as a row begins
-// (kBackwardPrefetchL2). The weight is copied in once a block.
+// at 16384 columns, bench/results/h100/tuning run 13.) In 16-bit types,
+// with h of the same type, the next row is also prefetched into L2 as a
+// row begins (kBackwardPrefetchL2). The weight is copied in once a block.
 //
 // The blocks of a cluster add their row sums through distributed shared
 // memory, in rank order (the same bits in each). The weight and bias
