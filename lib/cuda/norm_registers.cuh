@@ -66,6 +66,24 @@ struct Held {
             clear();
             return;
         }
+        load<ACCESS>(row, c);
+    }
+    // chunk c of a weight or bias, or `missing` in every element where
+    // there is none: a predicated load onto the constant, not a select an
+    // element after it
+    template <Access ACCESS>
+    __device__ __forceinline__ void load_or_fill(const S *__restrict__ row, int64_t c, S missing) {
+        if (row) {
+            load<ACCESS>(row, c);
+            return;
+        }
+        alignas(16) S raw[kChunk];
+#pragma unroll
+        for (int i = 0; i < kChunk; i++) raw[i] = missing;
+        memcpy(words, raw, sizeof(words));
+    }
+    template <Access ACCESS>
+    __device__ __forceinline__ void load(const S *__restrict__ row, int64_t c) {
 #pragma unroll
         for (int v = 0; v < kVectorsPerChunk<S>; v++)
             reinterpret_cast<uint4 *>(words)[v] = __ldg(
@@ -338,7 +356,9 @@ __global__ void __maxnreg__((ForwardHeld<T, R, CPT, INPUT != kX>::kRegisters))
         // chunk and added it up before the next load kept one 16-byte load
         // in flight a thread, in the SASS, and ran at half the bandwidth.)
         Held<R, true> h[CPT];
-        A sum = 0;
+        // four sums a thread, not one: a chain of 32 dependent adds is time
+        // the last warps of a single-wave grid wait out
+        A sums[4] = {};
 #pragma unroll
         for (int k0 = 0; k0 < CPT; k0 += kBatch) {
             // x itself is h without a residual: loaded straight into h, so
@@ -379,43 +399,49 @@ __global__ void __maxnreg__((ForwardHeld<T, R, CPT, INPUT != kX>::kRegisters))
                     h[k].set(v);
                 }
 #pragma unroll
-                for (int i = 0; i < kChunk; i++) sum += v[i];
+                for (int i = 0; i < kChunk; i++) sums[i % 4] += v[i];
             }
         }
-        const A mean = rms ? A(0) : row_sum(sum) * inv_cols;
+        const A mean = rms ? A(0) : row_sum((sums[0] + sums[1]) + (sums[2] + sums[3])) * inv_cols;
         // the variance about the mean, from registers: no cancellation, and
-        // no second read
-        A deviations = 0;
+        // no second read (RMSNorm's mean is 0: no subtraction)
+        A squares[4] = {};
+        auto add_squares = [&](auto centred) {
 #pragma unroll
-        for (int k = 0; k < CPT; k++) {
-            if (int(threadIdx.x + k * blockDim.x) >= chunks) continue;
-            A v[kChunk];
-            h[k].get(v);
+            for (int k = 0; k < CPT; k++) {
+                if (int(threadIdx.x + k * blockDim.x) >= chunks) continue;
+                A v[kChunk];
+                h[k].get(v);
 #pragma unroll
-            for (int i = 0; i < kChunk; i++) deviations += (v[i] - mean) * (v[i] - mean);
-        }
-        const A variance = row_sum(deviations) * inv_cols;
+                for (int i = 0; i < kChunk; i++) {
+                    const A d = decltype(centred)::value ? v[i] - mean : v[i];
+                    squares[i % 4] = fma(d, d, squares[i % 4]);
+                }
+            }
+        };
+        if (rms) add_squares(std::false_type{});
+        else add_squares(std::true_type{});
+        const A variance = row_sum((squares[0] + squares[1]) + (squares[2] + squares[3])) * inv_cols;
         if (!active) continue;
         const A rstd = reciprocal_sqrt(variance + A(a.eps));
         if (threadIdx.x == 0) {
             if (a.mean) static_cast<A *>(a.mean)[r] = mean;
             if (a.rstd) static_cast<A *>(a.rstd)[r] = rstd;
         }
+        const A shift = -mean * rstd;
 #pragma unroll
         for (int k = 0; k < CPT; k++) {
             const int c = threadIdx.x + k * blockDim.x;
             if (c >= chunks) continue;
-            A v[kChunk];
+            A v[kChunk], w[kChunk], b[kChunk];
             h[k].get(v);
-            acc_t<P> w[kChunk], b[kChunk];
-            if (weight) load_row_chunk<P, ACCESS>(w, weight, c, cols);
-            if (bias) load_row_chunk<P, ACCESS>(b, bias, c, cols);
-#pragma unroll
-            for (int i = 0; i < kChunk; i++) {
-                v[i] = (v[i] - mean) * rstd;
-                if (weight) v[i] *= A(w[i]);
-                v[i] += bias ? A(b[i]) : A(0);  // + 0 as the streaming kernel: -0 becomes +0
-            }
+            // widened a word at a time, as the row
+            Held<P, true> weight_chunk, bias_chunk;
+            weight_chunk.template load_or_fill<ACCESS>(weight, c, from_acc<P>(1.0f));
+            bias_chunk.template load_or_fill<ACCESS>(bias, c, from_acc<P>(0.0f));
+            weight_chunk.get(w);
+            bias_chunk.get(b);
+            normalize_chunk(v, rstd, shift, w, b);
             store_row_chunk<T, ACCESS>(static_cast<T *>(a.y) + r * cols, v, c, cols);
         }
     }

@@ -146,19 +146,16 @@ __global__ void __maxnreg__(kSharedForwardRegisters<T>)
             if (a.mean) static_cast<A *>(a.mean)[r] = mean;
             if (a.rstd) static_cast<A *>(a.rstd)[r] = rstd;
         }
+        const A shift = -mean * rstd;
         for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
             const int col = c * kChunk;
-            A v[kChunk];
+            A v[kChunk], w[kChunk], b[kChunk];
             held(c, v);
-            acc_t<P> w[kChunk], b[kChunk];
             if (weight) load_chunk<P, true>(w, weight + col, kChunk);
+            else fill(w, A(1));
             if (bias) load_chunk<P, true>(b, bias + col, kChunk);
-#pragma unroll
-            for (int i = 0; i < kChunk; i++) {
-                v[i] = (v[i] - mean) * rstd;
-                if (weight) v[i] *= A(w[i]);
-                v[i] += bias ? A(b[i]) : A(0);  // + 0 as the streaming kernel: -0 becomes +0
-            }
+            else fill(b, A(0));
+            normalize_chunk(v, rstd, shift, w, b);
             store_chunk<T, true, true>(static_cast<T *>(a.y) + r * a.cols + col, v, kChunk);
             // the slot is free: its values were read (and used) above
             if (next < a.rows) copy_chunk(next, c);
