@@ -56,45 +56,53 @@ __device__ __forceinline__ unsigned load_mask(const uint8_t *__restrict__ mask_r
     }
 }
 
-template <typename T, typename B, Access ACCESS>
+template <typename T, typename B, Access ACCESS, bool DENSE>
 __global__ void bias_scale_relu_forward_kernel(
     T *__restrict__ y, uint8_t *__restrict__ mask, const T *__restrict__ x,
     int64_t x_row_stride, const B *__restrict__ bias, int64_t rows,
     int64_t cols, double scale) {
     using A = acc_t<T>;
     const int64_t chunks = chunks_per_row(cols);
-    for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < chunks;
-         c += int64_t(gridDim.x) * blockDim.x) {
-        // bias is read once per column chunk, element-wise: it is small and
-        // stays in L2, and B may differ from T (fp32 bias, bf16 x)
-        A b[kChunk];
-        if constexpr (ACCESS == kScalar) {
-            const int64_t col = c * kChunk;
-            const int n = int(cols - col < kChunk ? cols - col : kChunk);
+    // the chunk of a row, with b the chunk's bias
+    auto chunk = [&](int64_t c, int64_t r, const A(&b)[kChunk]) {
+        A v[kChunk];
+        load_row_chunk<T, ACCESS>(v, x + r * x_row_stride, c, cols);
+        unsigned bits = 0;
 #pragma unroll
-            for (int i = 0; i < kChunk; i++)
-                b[i] = bias && i < n ? A(to_acc(bias[col + i])) : A(0);
-        } else {
-#pragma unroll
-            for (int i = 0; i < kChunk; i++)
-                b[i] = bias ? A(to_acc(bias[element_offset<T, ACCESS>(c, i)])) : A(0);
+        for (int i = 0; i < kChunk; i++) {
+            A t = v[i] * A(scale) + b[i];
+            // NaN passes through, as in torch; the mask bit says where
+            // y as stored is not <= 0 (a tiny value may round to 0; NaN
+            // passes the gradient, as torch's threshold_backward does)
+            v[i] = A(to_acc(from_acc<T>(t < A(0) ? A(0) : t)));
+            bits |= unsigned(!(v[i] <= A(0))) << i;
         }
-        for (int64_t r = blockIdx.y * int64_t(blockDim.y) + threadIdx.y;
-             r < rows; r += int64_t(gridDim.y) * blockDim.y) {
-            A v[kChunk];
-            load_row_chunk<T, ACCESS>(v, x + r * x_row_stride, c, cols);
-            unsigned bits = 0;
+        store_row_chunk<T, ACCESS>(y + r * cols, v, c, cols);
+        if (mask) store_mask<T, ACCESS>(mask + r * chunks, c, bits);
+    };
+    if constexpr (DENSE) {  // without a bias (see for_each_chunk)
+        const A zeros[kChunk] = {};
+        for_each_chunk<true>(rows, chunks, [&](int64_t c, int64_t r) { chunk(c, r, zeros); });
+    } else {
+        for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < chunks;
+             c += int64_t(gridDim.x) * blockDim.x) {
+            // bias is read once per column chunk, element-wise: it is small and
+            // stays in L2, and B may differ from T (fp32 bias, bf16 x)
+            A b[kChunk];
+            if constexpr (ACCESS == kScalar) {
+                const int64_t col = c * kChunk;
+                const int n = int(cols - col < kChunk ? cols - col : kChunk);
 #pragma unroll
-            for (int i = 0; i < kChunk; i++) {
-                A t = v[i] * A(scale) + b[i];
-                // NaN passes through, as in torch; the mask bit says where
-                // y as stored is not <= 0 (a tiny value may round to 0; NaN
-                // passes the gradient, as torch's threshold_backward does)
-                v[i] = A(to_acc(from_acc<T>(t < A(0) ? A(0) : t)));
-                bits |= unsigned(!(v[i] <= A(0))) << i;
+                for (int i = 0; i < kChunk; i++)
+                    b[i] = bias && i < n ? A(to_acc(bias[col + i])) : A(0);
+            } else {
+#pragma unroll
+                for (int i = 0; i < kChunk; i++)
+                    b[i] = bias ? A(to_acc(bias[element_offset<T, ACCESS>(c, i)])) : A(0);
             }
-            store_row_chunk<T, ACCESS>(y + r * cols, v, c, cols);
-            if (mask) store_mask<T, ACCESS>(mask + r * chunks, c, bits);
+            for (int64_t r = blockIdx.y * int64_t(blockDim.y) + threadIdx.y;
+                 r < rows; r += int64_t(gridDim.y) * blockDim.y)
+                chunk(c, r, b);
         }
     }
 }
@@ -204,15 +212,16 @@ extern "C" int fo_cuda_bias_scale_relu_forward(
             const bool vec = cols % kChunk == 0 && aligned16(a->x) &&
                              aligned16(a->y) &&
                              stride_aligned16<T>(x_row_stride, rows);
-            const RowGeometry g = forward_geometry(rows, cols);
+            const bool dense = !a->bias && dense_walk(rows, cols);
+            const RowGeometry g = dense ? dense_geometry(cols) : forward_geometry(rows, cols);
             dispatch_companion<T>(a->bias_dtype, [&](auto bias_tag) {
                 using B = decltype(bias_tag);
                 dispatch_access<T>(vec, chunks_per_row(cols), [&](auto access) {
-                    bias_scale_relu_forward_kernel<T, B, access.value>
-                        <<<g.grid, g.block, 0, cudaStream_t(stream)>>>(
-                            static_cast<T *>(a->y), a->mask, static_cast<const T *>(a->x),
-                            x_row_stride, static_cast<const B *>(a->bias), rows, cols,
-                            a->scale);
+                    auto kernel = dense ? bias_scale_relu_forward_kernel<T, B, access.value, true>
+                                        : bias_scale_relu_forward_kernel<T, B, access.value, false>;
+                    kernel<<<g.grid, g.block, 0, cudaStream_t(stream)>>>(
+                        static_cast<T *>(a->y), a->mask, static_cast<const T *>(a->x),
+                        x_row_stride, static_cast<const B *>(a->bias), rows, cols, a->scale);
                 });
             });
         });

@@ -4,31 +4,26 @@
 namespace fo {
 namespace {
 
-template <typename T, Access ACCESS, bool BACKWARD>
+template <typename T, Access ACCESS, bool BACKWARD, bool DENSE>
 __global__ void square_kernel(T *__restrict__ out, const T *__restrict__ x,
                               int64_t x_row_stride, const T *__restrict__ dy,
                               int64_t dy_row_stride, int64_t rows,
                               int64_t cols) {
     using A = acc_t<T>;
-    const int64_t chunks = chunks_per_row(cols);
-    for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < chunks;
-         c += int64_t(gridDim.x) * blockDim.x) {
-        for (int64_t r = blockIdx.y * int64_t(blockDim.y) + threadIdx.y;
-             r < rows; r += int64_t(gridDim.y) * blockDim.y) {
-            A v[kChunk];
-            load_row_chunk<T, ACCESS>(v, x + r * x_row_stride, c, cols);
-            if constexpr (BACKWARD) {
-                A g[kChunk];
-                load_row_chunk<T, ACCESS>(g, dy + r * dy_row_stride, c, cols);
+    for_each_chunk<DENSE>(rows, chunks_per_row(cols), [&](int64_t c, int64_t r) {
+        A v[kChunk];
+        load_row_chunk<T, ACCESS>(v, x + r * x_row_stride, c, cols);
+        if constexpr (BACKWARD) {
+            A g[kChunk];
+            load_row_chunk<T, ACCESS>(g, dy + r * dy_row_stride, c, cols);
 #pragma unroll
-                for (int i = 0; i < kChunk; i++) v[i] = A(2) * v[i] * g[i];
-            } else {
+            for (int i = 0; i < kChunk; i++) v[i] = A(2) * v[i] * g[i];
+        } else {
 #pragma unroll
-                for (int i = 0; i < kChunk; i++) v[i] = v[i] * v[i];
-            }
-            store_row_chunk<T, ACCESS>(out + r * cols, v, c, cols);
+            for (int i = 0; i < kChunk; i++) v[i] = v[i] * v[i];
         }
-    }
+        store_row_chunk<T, ACCESS>(out + r * cols, v, c, cols);
+    });
 }
 
 }  // namespace
@@ -57,10 +52,14 @@ extern "C" int fo_cuda_square(int device_index, uintptr_t stream,
                 stride_aligned16<T>(x_row_stride, rows) &&
                 (!backward || (aligned16(a->dy) &&
                                stride_aligned16<T>(dy_row_stride, rows)));
-            const RowGeometry g = row_geometry(rows, cols);
+            const bool dense = dense_walk(rows, cols);
+            const RowGeometry g = dense ? dense_geometry(cols) : row_geometry(rows, cols);
             dispatch_access<T>(vec, chunks_per_row(cols), [&](auto access) {
-                auto kernel = backward ? square_kernel<T, decltype(access)::value, true>
-                                       : square_kernel<T, decltype(access)::value, false>;
+                constexpr Access kAccess = decltype(access)::value;
+                auto kernel = backward ? (dense ? square_kernel<T, kAccess, true, true>
+                                                : square_kernel<T, kAccess, true, false>)
+                                       : (dense ? square_kernel<T, kAccess, false, true>
+                                                : square_kernel<T, kAccess, false, false>);
                 kernel<<<g.grid, g.block, 0, cudaStream_t(stream)>>>(
                     static_cast<T *>(a->out), static_cast<const T *>(a->x),
                     x_row_stride, static_cast<const T *>(a->dy), dy_row_stride,

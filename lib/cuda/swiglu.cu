@@ -10,41 +10,35 @@ __device__ __forceinline__ A sigmoid(A v) {
     return A(1) / (A(1) + exp(-v));
 }
 
-template <typename T, Access ACCESS, bool BACKWARD>
+template <typename T, Access ACCESS, bool BACKWARD, bool DENSE>
 __global__ void swiglu_kernel(fo_swiglu_args a) {
     using A = acc_t<T>;
     const T *gate = static_cast<const T *>(a.gate);
     const T *up = static_cast<const T *>(a.up);
     const T *dy = static_cast<const T *>(a.dy);
     T *y_or_dgate = static_cast<T *>(a.y_or_dgate), *dup = static_cast<T *>(a.dup);
-    const int64_t cols = a.cols, chunks = chunks_per_row(cols);
-    for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < chunks;
-         c += int64_t(gridDim.x) * blockDim.x) {
-        for (int64_t r = blockIdx.y * int64_t(blockDim.y) + threadIdx.y;
-             r < a.rows; r += int64_t(gridDim.y) * blockDim.y) {
-            A g[kChunk], u[kChunk], first[kChunk];
-            load_row_chunk<T, ACCESS>(g, gate + r * a.gate_row_stride, c, cols);
-            load_row_chunk<T, ACCESS>(u, up + r * a.up_row_stride, c, cols);
-            if constexpr (!BACKWARD) {
+    const int64_t cols = a.cols;
+    for_each_chunk<DENSE>(a.rows, chunks_per_row(cols), [&](int64_t c, int64_t r) {
+        A g[kChunk], u[kChunk], first[kChunk];
+        load_row_chunk<T, ACCESS>(g, gate + r * a.gate_row_stride, c, cols);
+        load_row_chunk<T, ACCESS>(u, up + r * a.up_row_stride, c, cols);
+        if constexpr (!BACKWARD) {
 #pragma unroll
-                for (int i = 0; i < kChunk; i++) first[i] = g[i] * sigmoid(g[i]) * u[i];
-                store_row_chunk<T, ACCESS>(y_or_dgate + r * cols, first, c, cols);
-            } else {
-                A d[kChunk], second[kChunk];
-                load_row_chunk<T, ACCESS>(d, dy + r * a.dy_row_stride, c, cols);
+            for (int i = 0; i < kChunk; i++) first[i] = g[i] * sigmoid(g[i]) * u[i];
+            store_row_chunk<T, ACCESS>(y_or_dgate + r * cols, first, c, cols);
+        } else {
+            A d[kChunk], second[kChunk];
+            load_row_chunk<T, ACCESS>(d, dy + r * a.dy_row_stride, c, cols);
 #pragma unroll
-                for (int i = 0; i < kChunk; i++) {
-                    const A s = sigmoid(g[i]);
-                    first[i] = d[i] * u[i] * s * (A(1) + g[i] * (A(1) - s));
-                    second[i] = d[i] * g[i] * s;
-                }
-                if (y_or_dgate)
-                    store_row_chunk<T, ACCESS>(y_or_dgate + r * cols, first, c, cols);
-                if (dup)
-                    store_row_chunk<T, ACCESS>(dup + r * cols, second, c, cols);
+            for (int i = 0; i < kChunk; i++) {
+                const A s = sigmoid(g[i]);
+                first[i] = d[i] * u[i] * s * (A(1) + g[i] * (A(1) - s));
+                second[i] = d[i] * g[i] * s;
             }
+            if (y_or_dgate) store_row_chunk<T, ACCESS>(y_or_dgate + r * cols, first, c, cols);
+            if (dup) store_row_chunk<T, ACCESS>(dup + r * cols, second, c, cols);
         }
-    }
+    });
 }
 
 }  // namespace
@@ -72,10 +66,14 @@ extern "C" int fo_cuda_swiglu(int device_index, uintptr_t stream,
                              aligned16(a.up) && stride_aligned16<T>(a.gate_row_stride, a.rows) &&
                              stride_aligned16<T>(a.up_row_stride, a.rows) &&
                              stride_aligned16<T>(a.dy_row_stride, a.rows);
-            const RowGeometry g = row_geometry(a.rows, a.cols);
+            const bool dense = dense_walk(a.rows, a.cols);
+            const RowGeometry g = dense ? dense_geometry(a.cols) : row_geometry(a.rows, a.cols);
             dispatch_access<T>(vec, chunks_per_row(a.cols), [&](auto access) {
-                auto kernel = backward ? swiglu_kernel<T, decltype(access)::value, true>
-                                       : swiglu_kernel<T, decltype(access)::value, false>;
+                constexpr Access kAccess = decltype(access)::value;
+                auto kernel = backward ? (dense ? swiglu_kernel<T, kAccess, true, true>
+                                                : swiglu_kernel<T, kAccess, true, false>)
+                                       : (dense ? swiglu_kernel<T, kAccess, false, true>
+                                                : swiglu_kernel<T, kAccess, false, false>);
                 kernel<<<g.grid, g.block, 0, cudaStream_t(stream)>>>(a);
             });
         });
