@@ -321,9 +321,6 @@ void dispatch_row_access(int64_t cols, F &&f) {
     f(std::integral_constant<Access, kVector>{});
 }
 
-#ifndef FO_FORWARD_WIDEN
-#define FO_FORWARD_WIDEN 0
-#endif
 // What the forward adds to x before the norm. A template parameter, not a
 // runtime test: branches on it between the chunks made ptxas merge the
 // held row through local memory (spills of 100-400 bytes).
@@ -337,7 +334,6 @@ __global__ void __maxnreg__((ForwardHeld<T, R, CPT, INPUT != kX>::kRegisters))
     norm_forward_registers_kernel(fo_norm_forward_args a) {
     using A = acc_t<T>;
     constexpr int kBatch = ForwardHeld<T, R, CPT, INPUT != kX>::kBatch;
-    constexpr bool kWiden = sizeof(R) == 2 && (FO_FORWARD_WIDEN == 2 || (FO_FORWARD_WIDEN == 1 && INPUT == kX));
     const T *x = static_cast<const T *>(a.x);
     const R *residual = static_cast<const R *>(a.residual);
     const P *weight = static_cast<const P *>(a.weight);
@@ -360,17 +356,6 @@ __global__ void __maxnreg__((ForwardHeld<T, R, CPT, INPUT != kX>::kRegisters))
         // chunk and added it up before the next load kept one 16-byte load
         // in flight a thread, in the SASS, and ran at half the bandwidth.)
         Held<R, true> h[CPT];
-        // the row widened to A once, where kWiden: read by the two passes
-        // after the first instead of widening h again in each
-        A wide[kWiden ? CPT : 1][kChunk];
-        auto row_chunk = [&](int k, A(&v)[kChunk]) {
-            if constexpr (kWiden) {
-#pragma unroll
-                for (int i = 0; i < kChunk; i++) v[i] = wide[k][i];
-            } else {
-                h[k].get(v);
-            }
-        };
         // four sums a thread, not one: a chain of 32 dependent adds is time
         // the last warps of a single-wave grid wait out
         A sums[4] = {};
@@ -414,10 +399,7 @@ __global__ void __maxnreg__((ForwardHeld<T, R, CPT, INPUT != kX>::kRegisters))
                     h[k].set(v);
                 }
 #pragma unroll
-                for (int i = 0; i < kChunk; i++) {
-                    sums[i % 4] += v[i];
-                    if constexpr (kWiden) wide[k][i] = v[i];
-                }
+                for (int i = 0; i < kChunk; i++) sums[i % 4] += v[i];
             }
         }
         const A mean = rms ? A(0) : row_sum((sums[0] + sums[1]) + (sums[2] + sums[3])) * inv_cols;
@@ -429,7 +411,7 @@ __global__ void __maxnreg__((ForwardHeld<T, R, CPT, INPUT != kX>::kRegisters))
             for (int k = 0; k < CPT; k++) {
                 if (int(threadIdx.x + k * blockDim.x) >= chunks) continue;
                 A v[kChunk];
-                row_chunk(k, v);
+                h[k].get(v);
 #pragma unroll
                 for (int i = 0; i < kChunk; i++) {
                     const A d = decltype(centred)::value ? v[i] - mean : v[i];
@@ -452,7 +434,7 @@ __global__ void __maxnreg__((ForwardHeld<T, R, CPT, INPUT != kX>::kRegisters))
             const int c = threadIdx.x + k * blockDim.x;
             if (c >= chunks) continue;
             A v[kChunk], w[kChunk], b[kChunk];
-            row_chunk(k, v);
+            h[k].get(v);
             // widened a word at a time, as the row
             Held<P, true> weight_chunk, bias_chunk;
             weight_chunk.template load_or_fill<ACCESS>(weight, c, from_acc<P>(1.0f));
