@@ -343,6 +343,8 @@ inline RowGeometry row_geometry(int64_t rows, int64_t cols) {
 // tuning, run 64) square, SwiGLU and relu's forward ran 1-6% faster up to
 // 4096 x 2048 and 16384 x 1024, level from 16384 x 2048 on, and SwiGLU's
 // 16-bit forward 1% slower from 8M chunks (not understood): hence the cap.
+// (A warp is wholly in or out of the chunks where they are spread: kSpread
+// rows are a multiple of 32 chunks, so relu's mask shuffles see full warps.)
 template <bool DENSE, typename F>
 __device__ __forceinline__ void for_each_chunk(int64_t rows, int64_t chunks, F &&f) {
     if constexpr (DENSE) {

@@ -196,6 +196,12 @@ __device__ __forceinline__ void load_params(A (&out)[kChunk],
         out[i] = p && i < n ? A(to_acc(p[i])) : missing;
 }
 
+template <typename A>
+__device__ __forceinline__ void fill(A (&v)[kChunk], A value) {
+#pragma unroll
+    for (int i = 0; i < kChunk; i++) v[i] = value;
+}
+
 // The output of a chunk, y = (h - mean) * rstd * w + b, in two FFMAs an
 // element: h * rstd + shift (shift = -mean * rstd), then * w + b, where the
 // former (h - mean) * rstd, * w, + (bias ? b : 0) took five, a select among
@@ -206,12 +212,6 @@ __device__ __forceinline__ void load_params(A (&out)[kChunk],
 // rounds once more than h - mean would: an error of |mean| * rstd ulps, the
 // size of the mean's own. A missing weight is ones, a missing bias zeros
 // (+ 0: -0 becomes +0, as in the streaming kernel).
-template <typename A>
-__device__ __forceinline__ void fill(A (&v)[kChunk], A value) {
-#pragma unroll
-    for (int i = 0; i < kChunk; i++) v[i] = value;
-}
-
 template <typename A>
 __device__ __forceinline__ void normalize_chunk(A (&v)[kChunk], A rstd, A shift,
                                                 const A (&w)[kChunk], const A (&b)[kChunk]) {
