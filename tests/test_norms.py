@@ -110,7 +110,10 @@ def test_rms_norm(shape, normalized_shape, eps, dtype, device):
 @pytest.mark.parametrize("kind", ["layer", "rms"])
 @pytest.mark.parametrize("residual_dtype", ["same", "float32"])
 @pytest.mark.parametrize(
-    "shape", [(1, 1), (7, 13), (3, 5, 64), (37, 2048), (2, 70001), (2, 40008), (137, 9000), (0, 16)], ids=str
+    "shape",
+    # (2, 40008) and (3, 131072): fp32 add + RMSNorm rows held by clusters of 4 and 8 blocks
+    [(1, 1), (7, 13), (3, 5, 64), (37, 2048), (2, 70001), (2, 40008), (3, 131072), (137, 9000), (0, 16)],
+    ids=str,
 )
 def test_add_norm_without_dropout(shape, kind, residual_dtype, dtype, device):
     if residual_dtype == "float32" and dtype not in (torch.float16, torch.bfloat16):
@@ -166,6 +169,17 @@ def test_mixed_fp32_params_with_half_x(rows, cols, device):
         assert_close(x.grad, x64.grad, dtype)
         torch.testing.assert_close(weight.grad.double().cpu(), w64.grad.cpu(), atol=1e-2, rtol=1e-2)
         torch.testing.assert_close(bias.grad.double().cpu(), b64.grad.cpu(), atol=1e-4, rtol=1e-4)
+
+
+# an RMSNorm row held by a cluster of 4 blocks, fp32 weights beside 16-bit x
+def test_mixed_fp32_weight_rms_norm_of_long_rows(device):
+    for dtype in (torch.float16, torch.bfloat16):
+        x = leaf((3, 65536), dtype, device, 14)
+        weight = leaf((65536,), torch.float32, device, 15)
+        y = fo.fused_rms_norm(x, weight)
+        expected = rms_norm_reference(as64(x), (65536,), as64(weight), torch.finfo(dtype).eps)
+        assert y.dtype == dtype
+        assert_close(y, expected, dtype)
 
 
 @pytest.mark.parametrize("offset", [0, 3], ids=["aligned", "misaligned"])

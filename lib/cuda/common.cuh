@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
+#include <utility>
 
 #include "../internal.h"
 
@@ -85,6 +86,35 @@ int launch_on(const char *op, int device_index, Launch &&launch) {
     cudaGetLastError();
     launch();
     return cuda_status(op, cudaGetLastError());
+}
+
+// Whether `device` launches thread block clusters (sm_90 and later).
+inline bool has_clusters(int device) {
+    int clusters = 0;
+    if (cudaDeviceGetAttribute(&clusters, cudaDevAttrClusterLaunch, device) != cudaSuccess) {
+        cudaGetLastError();  // a failed query is "no", not this op's error
+        return false;
+    }
+    return clusters != 0;
+}
+
+// Launches `kernel` in clusters of `cluster` consecutive blocks along x;
+// the error, if any, is left for launch_on.
+template <typename... Params, typename... Args>
+void launch_clustered(void (*kernel)(Params...), dim3 grid, dim3 block, int cluster,
+                      cudaStream_t stream, Args &&...args) {
+    cudaLaunchAttribute attribute = {};
+    attribute.id = cudaLaunchAttributeClusterDimension;
+    attribute.val.clusterDim.x = unsigned(cluster);
+    attribute.val.clusterDim.y = 1;
+    attribute.val.clusterDim.z = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = grid;
+    config.blockDim = block;
+    config.stream = stream;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
 }
 
 // Calls f(T{}) with T the element type of `dtype`; the caller validated it.

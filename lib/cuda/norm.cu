@@ -299,6 +299,42 @@ __global__ void norm_backward_columns_kernel(fo_norm_backward_args a,
     }
 }
 
+// The forward of rows that a cluster of blocks holds in registers
+// (forward_cluster_rows): every input kind and access, kForwardMaxChunks
+// chunks a thread, clusters of 2, 4 or 8 blocks.
+template <typename T, typename P>
+void launch_forward_clustered(const fo_norm_forward_args &a, const RegisterRows &g,
+                              cudaStream_t stream) {
+    constexpr int CPT = kForwardMaxChunks<T>;
+    const dim3 grid(unsigned(g.groups * g.cluster)), block(unsigned(g.tx));
+    dispatch_row_access<T>(a.cols, [&](auto access) {
+        constexpr Access ACCESS = access.value;
+        auto launch = [&](auto cluster) {
+            constexpr int CLUSTER = cluster.value;
+            if (!a.residual) {
+                launch_clustered(norm_forward_registers_kernel<T, T, P, CPT, kX, ACCESS, CLUSTER>,
+                                 grid, block, CLUSTER, stream, a);
+                return;
+            }
+            dispatch_companion<T>(a.residual_dtype, [&](auto residual_tag) {
+                using R = decltype(residual_tag);
+                if (a.dropout_p > 0)
+                    launch_clustered(
+                        norm_forward_registers_kernel<T, R, P, CPT, kDropoutXPlusResidual, ACCESS,
+                                                      CLUSTER>,
+                        grid, block, CLUSTER, stream, a);
+                else
+                    launch_clustered(
+                        norm_forward_registers_kernel<T, R, P, CPT, kXPlusResidual, ACCESS, CLUSTER>,
+                        grid, block, CLUSTER, stream, a);
+            });
+        };
+        if (g.cluster == 2) launch(std::integral_constant<int, 2>{});
+        if (g.cluster == 4) launch(std::integral_constant<int, 4>{});
+        if (g.cluster == 8) launch(std::integral_constant<int, 8>{});
+    });
+}
+
 }  // namespace
 }  // namespace fo
 
@@ -334,7 +370,9 @@ extern "C" int fo_cuda_norm_forward(int device_index, uintptr_t stream,
             const RegisterRows fast = forward_register_rows<T>(a->rows, a->cols);
             const bool params_aligned = aligned16(a->weight) && aligned16(a->bias);
             const bool registers = vec && fast.cpt > 0 && params_aligned;
-            // Without a residual, the rows too long for registers take the
+            // RMSNorm rows too long for registers take a cluster's
+            // (forward_cluster_rows). Without a residual, the other rows too
+            // long for registers take the
             // shared-memory kernel, where they fit; so do the rows of 512
             // threads in registers (16-bit above 8192 elements, fp32 above
             // 8192, fp64 above 2048) unless the register kernel fits them in
@@ -348,9 +386,14 @@ extern "C" int fo_cuda_norm_forward(int device_index, uintptr_t stream,
             // tuning knob FO_FORWARD_ROW_THREADS is 512.)
             constexpr bool two_rows_an_sm =
                 ForwardHeld<T, T, kForwardMaxChunks<T>, false>::kRegisters <= 64;
-            const bool shared =
-                FO_SHARED_FORWARD && vec && !a->residual && params_aligned &&
-                (!registers || (fast.tx == kMaxRowThreads && !two_rows_an_sm));
+            const RegisterRows spread =
+                registers || !vec || !params_aligned
+                    ? RegisterRows{}
+                    : forward_cluster_rows<T>(a->rows, a->cols, a->kind, a->residual != nullptr);
+            const bool clustered = spread.cpt > 0 && has_clusters(device_index);
+            const bool shared = FO_SHARED_FORWARD && vec && !a->residual && params_aligned &&
+                                !clustered &&
+                                (!registers || (fast.tx == kMaxRowThreads && !two_rows_an_sm));
             const RowBlocks g = row_blocks(a->rows, a->cols);
             const dim3 grid(unsigned(fast.groups)), block(fast.tx, fast.ty);
             const cudaStream_t on = cudaStream_t(stream);
@@ -389,6 +432,12 @@ extern "C" int fo_cuda_norm_forward(int device_index, uintptr_t stream,
                         });
                     });
                     return;
+                }
+                if constexpr (!std::is_same_v<T, double>) {  // fp64: no clusters
+                    if (clustered) {
+                        launch_forward_clustered<T, P>(*a, spread, on);
+                        return;
+                    }
                 }
                 dispatch_companion<T>(a->residual_dtype, [&](auto residual_tag) {
                     using R = decltype(residual_tag);

@@ -4,6 +4,8 @@
 // loads, and the residual and gradient steps of one chunk. Included by norm.cu only.
 #pragma once
 
+#include <cooperative_groups.h>
+
 #include "../philox.h"
 #include "common.cuh"
 
@@ -48,6 +50,59 @@ __device__ A row_sum(A v) {
     for (int w = 0; w < warps; w++) total += warp_sums[threadIdx.y][w];
     __syncthreads();  // the next call reuses warp_sums
     return total;
+}
+
+// This block's cluster: its size and rank (1 and 0 before Hopper, where
+// the launcher never asks for a cluster).
+__device__ __forceinline__ int cluster_blocks() {
+#if __CUDA_ARCH__ >= 900
+    return int(cooperative_groups::this_cluster().num_blocks());
+#else
+    return 1;
+#endif
+}
+__device__ __forceinline__ int cluster_rank() {
+#if __CUDA_ARCH__ >= 900
+    return int(cooperative_groups::this_cluster().block_rank());
+#else
+    return 0;
+#endif
+}
+__device__ __forceinline__ void cluster_sync() {
+#if __CUDA_ARCH__ >= 900
+    cooperative_groups::this_cluster().sync();
+#endif
+}
+
+// row_sum over a row that a cluster of CLUSTER blocks holds (one row a
+// block, blockDim.y == 1): each block's row_sum, then the blocks' totals
+// read from each other's shared memory in rank order, the same bits in
+// every block. The slot alternates with `parity`, so one cluster barrier a
+// call suffices: a block writes a slot again two calls later, past the
+// barrier of the call between, which no block reaches before it has read
+// that slot. A kernel that calls this ends with cluster_sync(): a block's
+// shared memory must outlive the others' reads of it.
+template <int CLUSTER, typename A>
+__device__ A cluster_row_sum(A v, int &parity) {
+    const A total = row_sum(v);
+    if constexpr (CLUSTER == 1) {
+        return total;
+    } else {
+#if __CUDA_ARCH__ >= 900
+        __shared__ A slots[2];
+        cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+        if (threadIdx.x == 0) slots[parity] = total;
+        cluster.sync();
+        A sum = 0;
+#pragma unroll
+        for (int rank = 0; rank < CLUSTER; rank++) sum += *cluster.map_shared_rank(&slots[parity], rank);
+        parity ^= 1;
+        return sum;
+#else
+        __trap();  // launched only where the device has clusters
+        return total;
+#endif
+    }
 }
 
 // row_sum of two values at once: one pass through shared memory for both.

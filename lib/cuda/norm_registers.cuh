@@ -28,6 +28,7 @@ namespace {
 struct RegisterRows {
     int tx = 0, ty = 0, cpt = 0;  // cpt = 0: the row does not fit
     int64_t groups = 0;           // blocks: ceil(rows / ty), capped
+    int cluster = 1;              // blocks a row (forward_cluster_rows)
 };
 
 // Two 16-bit values packed in a word, lower first, widened to fp32 from the
@@ -269,6 +270,46 @@ RegisterRows forward_register_rows(int64_t rows, int64_t cols) {
     return register_rows(rows, cols, kWide ? FO_FORWARD_FP32_TARGET_CHUNKS : FO_FORWARD_TARGET_CHUNKS,
                          kWide ? 256 : FO_FORWARD_ROW_THREADS, kMaxChunks, kMaxRowGroups);
 }
+// RMSNorm rows longer than a block holds in registers (16-bit above 16384
+// elements, fp32 above 16384): a thread block cluster of 2-8 blocks holds
+// the row, kForwardMaxChunks chunks a thread, and the blocks add their row
+// sums through each other's shared memory (cluster_row_sum; sm_90 and
+// later). Each element is read once and written once, as in one block
+// (the shared-memory kernel holds one row of 64-128 KB an SM, and the fp32
+// rows it cannot hold stream, reading x twice). On
+// the H100 (bench/results/h100/tuning, run 74), against the shared-memory
+// kernel: RMSNorm at 65536 columns +5-8% in 16-bit, +11% in fp32, and
+// add + RMSNorm in fp32 +7% against the streaming kernel. Not taken:
+// LayerNorm (7-11% slower there, with its mean and variance exchanged in
+// one cluster barrier or two), add + RMSNorm with 16-bit x (6% slower than
+// streaming), fp32 LayerNorm at 16384 (+1-2%), fp64.
+// Build-time knob: FO_FORWARD_CLUSTER (0: off).
+#ifndef FO_FORWARD_CLUSTER
+#define FO_FORWARD_CLUSTER 1
+#endif
+constexpr int kForwardMaxCluster = 8;  // the portable cluster size
+template <typename T>
+RegisterRows forward_cluster_rows(int64_t rows, int64_t cols, int kind, bool residual) {
+    RegisterRows g;
+    if (!FO_FORWARD_CLUSTER || std::is_same_v<T, double> || kind != FO_NORM_RMS ||
+        (residual && !std::is_same_v<T, float>))
+        return g;
+    constexpr int kCpt = kForwardMaxChunks<T>;
+    const int64_t chunks = chunks_per_row(cols);
+    int cluster = 2;
+    while (cluster < kForwardMaxCluster && int64_t(cluster) * kMaxRowThreads * kCpt < chunks)
+        cluster *= 2;
+    if (int64_t(cluster) * kMaxRowThreads * kCpt < chunks) return g;
+    int tx = 32;
+    while (int64_t(cluster) * tx * kCpt < chunks) tx *= 2;
+    g.tx = tx;
+    g.ty = 1;
+    g.cpt = kCpt;
+    g.cluster = cluster;
+    g.groups = rows < kMaxRowGroups ? (rows < 1 ? 1 : rows) : kMaxRowGroups;
+    return g;
+}
+
 // Backward aims for 2 chunks a thread in 16-bit types (256 threads a row
 // for 4096 elements, at 128 registers): 10-25% faster than 1 chunk on 512
 // threads within 64 registers on the H100, for the same reason as forward.
@@ -321,6 +362,27 @@ void dispatch_row_access(int64_t cols, F &&f) {
     f(std::integral_constant<Access, kVector>{});
 }
 
+// The sum of the squares of a thread's held values about `center` (the
+// row's mean; RMSNorm's is 0 and skips the subtraction), from registers:
+// no cancellation, and no second read. Four sums, not one chain.
+template <bool CENTRED, int CPT, typename S, typename A>
+__device__ __forceinline__ A sum_squares(const Held<S, true> (&h)[CPT], int lane, int row_threads,
+                                         int chunks, A center) {
+    A squares[4] = {};
+#pragma unroll
+    for (int k = 0; k < CPT; k++) {
+        if (lane + k * row_threads >= chunks) continue;
+        A v[kChunk];
+        h[k].get(v);
+#pragma unroll
+        for (int i = 0; i < kChunk; i++) {
+            const A d = CENTRED ? v[i] - center : v[i];
+            squares[i % 4] = fma(d, d, squares[i % 4]);
+        }
+    }
+    return (squares[0] + squares[1]) + (squares[2] + squares[3]);
+}
+
 // What the forward adds to x before the norm. A template parameter, not a
 // runtime test: branches on it between the chunks made ptxas merge the
 // held row through local memory (spills of 100-400 bytes).
@@ -328,8 +390,11 @@ enum ForwardInput { kX, kXPlusResidual, kDropoutXPlusResidual };
 
 // T: x and y; R: residual, residual_out (T, or float with a residual);
 // P: weight, bias. ACCESS: where a chunk's vectors lie, in every operand
-// (kSpread only where T is fp32, and so are R and P).
-template <typename T, typename R, typename P, int CPT, ForwardInput INPUT, Access ACCESS>
+// (kSpread only where T is fp32, and so are R and P). CLUSTER: the blocks
+// that hold a row together (consecutive blockIdx.x, launched as a thread
+// block cluster where above 1; see forward_cluster_rows).
+template <typename T, typename R, typename P, int CPT, ForwardInput INPUT, Access ACCESS,
+          int CLUSTER = 1>
 __global__ void __maxnreg__((ForwardHeld<T, R, CPT, INPUT != kX>::kRegisters))
     norm_forward_registers_kernel(fo_norm_forward_args a) {
     using A = acc_t<T>;
@@ -338,7 +403,7 @@ __global__ void __maxnreg__((ForwardHeld<T, R, CPT, INPUT != kX>::kRegisters))
     const R *residual = static_cast<const R *>(a.residual);
     const P *weight = static_cast<const P *>(a.weight);
     const P *bias = static_cast<const P *>(a.bias);
-    // Chunk indices are 32-bit (the row is at most 16384 elements here): the
+    // Chunk indices are 32-bit (the row is at most 131072 elements here): the
     // 64-bit column offsets ptxas hoisted out of the row loop, 2 registers
     // for each chunk of each operand, spilled. (vector_offset widens them at
     // each access; ptxas -v: no spills.)
@@ -346,9 +411,14 @@ __global__ void __maxnreg__((ForwardHeld<T, R, CPT, INPUT != kX>::kRegisters))
     const int chunks = int(chunks_per_row(cols));
     const bool rms = a.kind == FO_NORM_RMS;
     const A inv_cols = A(1) / A(cols);  // once: a division costs a dozen instructions
-    // the row loop is uniform across the block (row_sum holds barriers)
-    for (int64_t base = blockIdx.x * int64_t(blockDim.y); base < a.rows;
-         base += int64_t(gridDim.x) * blockDim.y) {
+    // this thread's place among the row's threads, across the cluster
+    const int lane = int(blockIdx.x % CLUSTER) * blockDim.x + threadIdx.x;
+    const int row_threads = CLUSTER * blockDim.x;
+    int parity = 0;  // cluster_row_sum's slot
+    // the row loop is uniform across the block and the cluster (row_sum
+    // and cluster_row_sum hold barriers)
+    for (int64_t base = blockIdx.x / CLUSTER * int64_t(blockDim.y); base < a.rows;
+         base += int64_t(gridDim.x / CLUSTER) * blockDim.y) {
         const int64_t r = base + threadIdx.y;
         const bool active = r < a.rows;
         // Every load of a batch is issued before any is used, so all of a
@@ -366,7 +436,7 @@ __global__ void __maxnreg__((ForwardHeld<T, R, CPT, INPUT != kX>::kRegisters))
             Held<T, true> xs[INPUT == kX ? 1 : kBatch];
 #pragma unroll
             for (int k = k0; k < k0 + kBatch; k++) {
-                const int c = threadIdx.x + k * blockDim.x;
+                const int c = lane + k * row_threads;
                 if constexpr (INPUT == kX)
                     h[k].template load_if<ACCESS>(active && c < chunks, x + r * a.x_row_stride, c);
                 else
@@ -376,7 +446,7 @@ __global__ void __maxnreg__((ForwardHeld<T, R, CPT, INPUT != kX>::kRegisters))
             if constexpr (INPUT != kX) {  // held in h until h replaces it
 #pragma unroll
                 for (int k = k0; k < k0 + kBatch; k++) {
-                    const int c = threadIdx.x + k * blockDim.x;
+                    const int c = lane + k * row_threads;
                     h[k].template load_if<ACCESS>(active && c < chunks,
                                                   residual + r * a.residual_row_stride, c);
                 }
@@ -386,7 +456,7 @@ __global__ void __maxnreg__((ForwardHeld<T, R, CPT, INPUT != kX>::kRegisters))
             // row
 #pragma unroll
             for (int k = k0; k < k0 + kBatch; k++) {
-                const int c = threadIdx.x + k * blockDim.x;
+                const int c = lane + k * row_threads;
                 A v[kChunk];
                 if constexpr (INPUT == kX) {
                     h[k].get(v);
@@ -402,36 +472,25 @@ __global__ void __maxnreg__((ForwardHeld<T, R, CPT, INPUT != kX>::kRegisters))
                 for (int i = 0; i < kChunk; i++) sums[i % 4] += v[i];
             }
         }
-        const A mean = rms ? A(0) : row_sum((sums[0] + sums[1]) + (sums[2] + sums[3])) * inv_cols;
-        // the variance about the mean, from registers: no cancellation, and
-        // no second read (RMSNorm's mean is 0: no subtraction)
-        A squares[4] = {};
-        auto add_squares = [&](auto centred) {
-#pragma unroll
-            for (int k = 0; k < CPT; k++) {
-                if (int(threadIdx.x + k * blockDim.x) >= chunks) continue;
-                A v[kChunk];
-                h[k].get(v);
-#pragma unroll
-                for (int i = 0; i < kChunk; i++) {
-                    const A d = decltype(centred)::value ? v[i] - mean : v[i];
-                    squares[i % 4] = fma(d, d, squares[i % 4]);
-                }
-            }
-        };
-        if (rms) add_squares(std::false_type{});
-        else add_squares(std::true_type{});
-        const A variance = row_sum((squares[0] + squares[1]) + (squares[2] + squares[3])) * inv_cols;
+        // the variance about the mean: no cancellation
+        const A mean =
+            rms ? A(0)
+                : cluster_row_sum<CLUSTER>((sums[0] + sums[1]) + (sums[2] + sums[3]), parity) * inv_cols;
+        const A variance =
+            cluster_row_sum<CLUSTER>(rms ? sum_squares<false>(h, lane, row_threads, chunks, mean)
+                                         : sum_squares<true>(h, lane, row_threads, chunks, mean),
+                                     parity) *
+            inv_cols;
         if (!active) continue;
         const A rstd = reciprocal_sqrt(variance + A(a.eps));
-        if (threadIdx.x == 0) {
+        if (lane == 0) {
             if (a.mean) static_cast<A *>(a.mean)[r] = mean;
             if (a.rstd) static_cast<A *>(a.rstd)[r] = rstd;
         }
         const A shift = -mean * rstd;
 #pragma unroll
         for (int k = 0; k < CPT; k++) {
-            const int c = threadIdx.x + k * blockDim.x;
+            const int c = lane + k * row_threads;
             if (c >= chunks) continue;
             A v[kChunk], w[kChunk], b[kChunk];
             h[k].get(v);
@@ -445,6 +504,7 @@ __global__ void __maxnreg__((ForwardHeld<T, R, CPT, INPUT != kX>::kRegisters))
             store_row_chunk<T, ACCESS>(static_cast<T *>(a.y) + r * cols, v, c, cols);
         }
     }
+    if constexpr (CLUSTER > 1) cluster_sync();
 }
 
 // T: dy, dx; H: h, dresidual_out, dresidual (T or float); P: weight.

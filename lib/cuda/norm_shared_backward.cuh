@@ -111,28 +111,6 @@ struct SharedRow {
     __device__ __forceinline__ uint4 *end() const { return vectors + V * chunks; }
 };
 
-// This block's cluster: its size and rank (1 and 0 before Hopper, where
-// the launcher never asks for a cluster).
-__device__ __forceinline__ int cluster_blocks() {
-#if __CUDA_ARCH__ >= 900
-    return int(cooperative_groups::this_cluster().num_blocks());
-#else
-    return 1;
-#endif
-}
-__device__ __forceinline__ int cluster_rank() {
-#if __CUDA_ARCH__ >= 900
-    return int(cooperative_groups::this_cluster().block_rank());
-#else
-    return 0;
-#endif
-}
-__device__ __forceinline__ void cluster_sync() {
-#if __CUDA_ARCH__ >= 900
-    cooperative_groups::this_cluster().sync();
-#endif
-}
-
 // u and v summed over the blocks of the cluster (each holding its block's
 // sums), in rank order, the same bits in every block. Two slots, by the
 // parity of the row: a block is at most one row ahead of another (the
