@@ -270,19 +270,19 @@ RegisterRows forward_register_rows(int64_t rows, int64_t cols) {
     return register_rows(rows, cols, kWide ? FO_FORWARD_FP32_TARGET_CHUNKS : FO_FORWARD_TARGET_CHUNKS,
                          kWide ? 256 : FO_FORWARD_ROW_THREADS, kMaxChunks, kMaxRowGroups);
 }
-// RMSNorm rows longer than a block holds in registers (16-bit above 16384
-// elements, fp32 above 16384): a thread block cluster of 2-8 blocks holds
-// the row, kForwardMaxChunks chunks a thread, and the blocks add their row
-// sums through each other's shared memory (cluster_row_sum; sm_90 and
-// later). Each element is read once and written once, as in one block
-// (the shared-memory kernel holds one row of 64-128 KB an SM, and the fp32
-// rows it cannot hold stream, reading x twice). On
-// the H100 (bench/results/h100/tuning, run 74), against the shared-memory
-// kernel: RMSNorm at 65536 columns +5-8% in 16-bit, +11% in fp32, and
-// add + RMSNorm in fp32 +7% against the streaming kernel. Not taken:
-// LayerNorm (7-11% slower there, with its mean and variance exchanged in
-// one cluster barrier or two), add + RMSNorm with 16-bit x (6% slower than
-// streaming), fp32 LayerNorm at 16384 (+1-2%), fp64.
+// RMSNorm rows longer than a block holds in registers (past 16384
+// elements): a thread block cluster of 2-8 blocks holds the row,
+// kForwardMaxChunks chunks a thread, and the blocks add their row sums
+// through each other's shared memory (cluster_row_sum; sm_90 and later).
+// Each element is read once and written once, as in one block (the
+// shared-memory kernel holds one row of 64-128 KB an SM; the fp32 rows it
+// cannot hold stream, reading x twice). On the H100 at 65536 columns
+// (bench/results/h100/tuning, run 74): RMSNorm +5-8% in 16-bit against the
+// shared-memory kernel, +11% in fp32 and fp32 add + RMSNorm +7% against
+// the streaming kernel. Not taken: LayerNorm, 3-11% slower there with its
+// mean and variance exchanged across the cluster in two barriers (run 71)
+// or in one (each block's moments merged, run 74); add + RMSNorm with
+// 16-bit x, 6% slower than streaming; fp32 rows of 16384, level; fp64.
 // Build-time knob: FO_FORWARD_CLUSTER (0: off).
 #ifndef FO_FORWARD_CLUSTER
 #define FO_FORWARD_CLUSTER 1
