@@ -124,7 +124,8 @@ struct Held {
 // there):
 // - forward (ForwardHeld): __maxnreg__ 64 up to 96 bytes (four blocks of
 //   256 threads an SM), 80 up to 160 (three), else 128 (two; one of 512).
-//   fp64 always 128. (64 for 128 bytes spilled 8-64 bytes and was slower.)
+//   fp64 always 128. (64 for 128 bytes spilled 8-64 bytes and was slower;
+//   16-bit x with a 16-bit residual and no dropout is the exception, at 64.)
 // - backward (backward_held_bytes: dy and h, the next row's where it
 //   prefetches, and the fp32 weight/bias partials; 96 bytes for a bf16
 //   chunk): __launch_bounds__(512, 2), i.e. 64 registers, up to 128 bytes;
@@ -146,7 +147,7 @@ constexpr int kBackwardMinBlocks = !std::is_same_v<A, double> && HELD_BYTES <= 1
 // at 4096 x 1024, elsewhere within -1% and +6% (tuning run 21). fp32 still
 // counts x twice at 2 chunks (80 registers): at 64 it ran 1-10% slower; at
 // 4 chunks (rows of 8192) it counts one copy, 80 registers, no spills.
-template <typename T, typename R, int CPT, bool RESIDUAL>
+template <typename T, typename R, int CPT, bool RESIDUAL, bool DROPOUT = false>
 struct ForwardHeld {
     static constexpr bool kOneCopy = !RESIDUAL && (sizeof(T) == 2 || (sizeof(T) == 4 && CPT >= 4));
     static constexpr int kChunkBytes = kChunk * int(sizeof(T) + (kOneCopy ? 0 : sizeof(R)));
@@ -155,7 +156,14 @@ struct ForwardHeld {
     // (a residual also costs its pointers and the residual_out stores)
     static constexpr int kBytes =
         (CPT - kBatch) * kChunk * int(sizeof(R)) + kBatch * kChunkBytes + (RESIDUAL ? 64 : 0);
-    static constexpr int kRegisters = std::is_same_v<T, double> ? 128 : forward_registers(kBytes);
+    // 16-bit x and residual without dropout fit 64 registers at any CPT
+    // (ptxas -v: no spills, sm_80 and sm_90), below the budget of their
+    // held bytes (80 at 2 chunks, 128 at 4): add + RMSNorm 4096 x 1024
+    // +12-14%, 4096 x 2048 +6-8%, 16384 x 1024 +2%, elsewhere within
+    // -0.5% and +2% (tuning run 77). With dropout it spilled 4-20 bytes.
+    static constexpr bool kHalfResidual = RESIDUAL && !DROPOUT && sizeof(T) == 2 && sizeof(R) == 2;
+    static constexpr int kRegisters =
+        std::is_same_v<T, double> ? 128 : kHalfResidual ? 64 : forward_registers(kBytes);
 };
 // Forward holds CPT chunks of the row: up to 4 (16384 elements at 512
 // threads), fp64 1 (8 chunks spilled once all their loads were issued
@@ -395,7 +403,7 @@ enum ForwardInput { kX, kXPlusResidual, kDropoutXPlusResidual };
 // block cluster where above 1; see forward_cluster_rows).
 template <typename T, typename R, typename P, int CPT, ForwardInput INPUT, Access ACCESS,
           int CLUSTER = 1>
-__global__ void __maxnreg__((ForwardHeld<T, R, CPT, INPUT != kX>::kRegisters))
+__global__ void __maxnreg__((ForwardHeld<T, R, CPT, INPUT != kX, INPUT == kDropoutXPlusResidual>::kRegisters))
     norm_forward_registers_kernel(fo_norm_forward_args a) {
     using A = acc_t<T>;
     constexpr int kBatch = ForwardHeld<T, R, CPT, INPUT != kX>::kBatch;
