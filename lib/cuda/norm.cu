@@ -300,8 +300,8 @@ __global__ void norm_backward_columns_kernel(fo_norm_backward_args a,
 }
 
 // The forward of rows that a cluster of blocks holds in registers
-// (forward_cluster_rows): every input kind and access, kForwardMaxChunks
-// chunks a thread, clusters of 2, 4 or 8 blocks.
+// (forward_cluster_rows: RMSNorm, with a residual only in fp32): every
+// access, kForwardMaxChunks chunks a thread, clusters of 2, 4 or 8 blocks.
 template <typename T, typename P>
 void launch_forward_clustered(const fo_norm_forward_args &a, const RegisterRows &g,
                               cudaStream_t stream) {
@@ -316,18 +316,17 @@ void launch_forward_clustered(const fo_norm_forward_args &a, const RegisterRows 
                                  grid, block, CLUSTER, stream, a);
                 return;
             }
-            dispatch_companion<T>(a.residual_dtype, [&](auto residual_tag) {
-                using R = decltype(residual_tag);
+            if constexpr (std::is_same_v<T, float>) {  // the only residual rows it takes
                 if (a.dropout_p > 0)
                     launch_clustered(
-                        norm_forward_registers_kernel<T, R, P, CPT, kDropoutXPlusResidual, ACCESS,
+                        norm_forward_registers_kernel<T, T, P, CPT, kDropoutXPlusResidual, ACCESS,
                                                       CLUSTER>,
                         grid, block, CLUSTER, stream, a);
                 else
                     launch_clustered(
-                        norm_forward_registers_kernel<T, R, P, CPT, kXPlusResidual, ACCESS, CLUSTER>,
+                        norm_forward_registers_kernel<T, T, P, CPT, kXPlusResidual, ACCESS, CLUSTER>,
                         grid, block, CLUSTER, stream, a);
-            });
+            }
         };
         if (g.cluster == 2) launch(std::integral_constant<int, 2>{});
         if (g.cluster == 4) launch(std::integral_constant<int, 4>{});

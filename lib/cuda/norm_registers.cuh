@@ -403,7 +403,8 @@ enum ForwardInput { kX, kXPlusResidual, kDropoutXPlusResidual };
 // block cluster where above 1; see forward_cluster_rows).
 template <typename T, typename R, typename P, int CPT, ForwardInput INPUT, Access ACCESS,
           int CLUSTER = 1>
-__global__ void __maxnreg__((ForwardHeld<T, R, CPT, INPUT != kX, INPUT == kDropoutXPlusResidual>::kRegisters))
+__global__ void
+__maxnreg__((ForwardHeld<T, R, CPT, INPUT != kX, INPUT == kDropoutXPlusResidual>::kRegisters))
     norm_forward_registers_kernel(fo_norm_forward_args a) {
     using A = acc_t<T>;
     constexpr int kBatch = ForwardHeld<T, R, CPT, INPUT != kX>::kBatch;
