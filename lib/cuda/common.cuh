@@ -98,22 +98,35 @@ inline bool has_clusters(int device) {
     return clusters != 0;
 }
 
+// A launch of `grid` in clusters of `cluster` consecutive blocks along x
+// (a plain launch where cluster is 1), for cudaLaunchKernelEx and the
+// cluster occupancy queries; `shape` holds the cluster attribute and must
+// outlive the config.
+inline cudaLaunchConfig_t clustered_config(dim3 grid, dim3 block, size_t shared_bytes,
+                                           cudaStream_t stream, int cluster,
+                                           cudaLaunchAttribute &shape) {
+    shape = {};
+    shape.id = cudaLaunchAttributeClusterDimension;
+    shape.val.clusterDim.x = unsigned(cluster);
+    shape.val.clusterDim.y = 1;
+    shape.val.clusterDim.z = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = grid;
+    config.blockDim = block;
+    config.dynamicSmemBytes = shared_bytes;
+    config.stream = stream;
+    config.attrs = &shape;
+    config.numAttrs = cluster > 1 ? 1 : 0;
+    return config;
+}
+
 // Launches `kernel` in clusters of `cluster` consecutive blocks along x;
 // the error, if any, is left for launch_on.
 template <typename... Params, typename... Args>
 void launch_clustered(void (*kernel)(Params...), dim3 grid, dim3 block, int cluster,
                       cudaStream_t stream, Args &&...args) {
-    cudaLaunchAttribute attribute = {};
-    attribute.id = cudaLaunchAttributeClusterDimension;
-    attribute.val.clusterDim.x = unsigned(cluster);
-    attribute.val.clusterDim.y = 1;
-    attribute.val.clusterDim.z = 1;
-    cudaLaunchConfig_t config = {};
-    config.gridDim = grid;
-    config.blockDim = block;
-    config.stream = stream;
-    config.attrs = &attribute;
-    config.numAttrs = 1;
+    cudaLaunchAttribute shape;
+    const cudaLaunchConfig_t config = clustered_config(grid, block, 0, stream, cluster, shape);
     cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
 }
 

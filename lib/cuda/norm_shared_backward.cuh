@@ -282,17 +282,10 @@ bool norm_backward_shared(const fo_norm_backward_args &a, cudaStream_t stream) {
             if (!reserve_shared_memory(kernel, bytes)) return;
             const int64_t groups = shared_backward_groups(a.rows, a.cols);
             acc_t<T> *partials = static_cast<acc_t<T> *>(a.workspace);
-            cudaLaunchConfig_t config = {};
-            config.gridDim = dim3(unsigned(groups * cluster));
-            config.blockDim = dim3(kSharedBackwardThreads);
-            config.dynamicSmemBytes = size_t(bytes);
-            config.stream = stream;
-            cudaLaunchAttribute cluster_shape = {};
-            cluster_shape.id = cudaLaunchAttributeClusterDimension;
-            cluster_shape.val.clusterDim.x = unsigned(cluster);
-            cluster_shape.val.clusterDim.y = cluster_shape.val.clusterDim.z = 1;
-            config.attrs = &cluster_shape;
-            config.numAttrs = cluster > 1 ? 1 : 0;
+            cudaLaunchAttribute cluster_shape;
+            const cudaLaunchConfig_t config =
+                clustered_config(dim3(unsigned(groups * cluster)), dim3(kSharedBackwardThreads),
+                                 size_t(bytes), stream, cluster, cluster_shape);
             // every group resident at once, or stream: a second wave of
             // even one group would double the time (GPUs with fewer SMs;
             // GPCs that hold fewer clusters)
