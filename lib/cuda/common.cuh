@@ -409,9 +409,14 @@ inline bool dense_walk(int64_t rows, int64_t cols) {
     return rows == 1 && chunks_per_row(cols) <= kDenseWalkChunks;
 }
 // The grid of the DENSE walk: a thread a chunk, kThreads a block.
+// (FO_DENSE_BLOCK_THREADS: a tuning knob, kThreads unless set)
+#ifndef FO_DENSE_BLOCK_THREADS
+#define FO_DENSE_BLOCK_THREADS 256
+#endif
 inline RowGeometry dense_geometry(int64_t cols) {
-    const int64_t blocks = (chunks_per_row(cols) + kThreads - 1) / kThreads;
-    return {dim3(unsigned(blocks < 1 ? 1 : blocks)), dim3(kThreads)};
+    constexpr int64_t kBlock = FO_DENSE_BLOCK_THREADS;
+    const int64_t blocks = (chunks_per_row(cols) + kBlock - 1) / kBlock;
+    return {dim3(unsigned(blocks < 1 ? 1 : blocks)), dim3(unsigned(kBlock))};
 }
 
 // out[col] = sum over g < groups of partials[g * cols + col]: the second,

@@ -271,12 +271,25 @@ void dispatch_chunks(int cpt, F &&f) {
 #ifndef FO_FORWARD_FP32_TARGET_CHUNKS
 #define FO_FORWARD_FP32_TARGET_CHUNKS 2
 #endif
+// FO_FORWARD_BLOCK_THREADS (tuning knob): the threads of a block of short
+// rows (TY rows of TX), kThreads unless set.
+#ifndef FO_FORWARD_BLOCK_THREADS
+#define FO_FORWARD_BLOCK_THREADS 256
+#endif
 template <typename T>
 RegisterRows forward_register_rows(int64_t rows, int64_t cols) {
     constexpr bool kFloat = std::is_same_v<T, float>, kWide = kFloat && FO_FORWARD_FP32_WIDE;
     constexpr int kMaxChunks = kFloat && !kWide ? 2 : kForwardMaxChunks<T>;
-    return register_rows(rows, cols, kWide ? FO_FORWARD_FP32_TARGET_CHUNKS : FO_FORWARD_TARGET_CHUNKS,
-                         kWide ? 256 : FO_FORWARD_ROW_THREADS, kMaxChunks, kMaxRowGroups);
+    RegisterRows g =
+        register_rows(rows, cols, kWide ? FO_FORWARD_FP32_TARGET_CHUNKS : FO_FORWARD_TARGET_CHUNKS,
+                      kWide ? 256 : FO_FORWARD_ROW_THREADS, kMaxChunks, kMaxRowGroups);
+    if (g.cpt > 0 && g.tx * g.ty > FO_FORWARD_BLOCK_THREADS) {
+        g.ty = g.tx >= FO_FORWARD_BLOCK_THREADS ? 1 : FO_FORWARD_BLOCK_THREADS / g.tx;
+        g.groups = (rows + g.ty - 1) / g.ty;
+        if (g.groups > kMaxRowGroups) g.groups = kMaxRowGroups;
+        if (g.groups < 1) g.groups = 1;
+    }
+    return g;
 }
 // RMSNorm rows longer than a block holds in registers (past 16384
 // elements): a thread block cluster of 2-8 blocks holds the row,
