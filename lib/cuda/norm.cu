@@ -372,18 +372,20 @@ extern "C" int fo_cuda_norm_forward(int device_index, uintptr_t stream,
             // RMSNorm rows too long for registers take a cluster's
             // (forward_cluster_rows). Without a residual, the other rows too
             // long for registers take the
-            // shared-memory kernel, where they fit; so do the rows of 512
-            // threads in registers (16-bit above 8192 elements, fp32 above
-            // 8192, fp64 above 2048) unless the register kernel fits them in
-            // 64 registers, two blocks an SM (16-bit, x counted once).
-            // At 80 registers, one block an SM, they ran at 64-70% of the
-            // copy ceiling on the H100 and the shared-memory kernel 8-30%
-            // faster (bench/results/h100/tuning, run 9); at 64, 16-bit rows
-            // of 16384 ran 5-10% faster than in shared memory (runs 20-21).
+            // shared-memory kernel, where they fit; so do fp64's rows of 512
+            // threads in registers (above 2048 elements). At 80 registers,
+            // one block an SM, such rows ran at 64-70% of the copy ceiling
+            // on the H100 and the shared-memory kernel 8-30% faster
+            // (bench/results/h100/tuning, run 9); since, the register
+            // kernel has gained: 16-bit rows of 16384 at 64 registers ran
+            // 5-10% faster than in shared memory (runs 20-21), and fp32
+            // rows of 16384 at 80 registers, still one block an SM, 6-13%
+            // faster (run 82: LayerNorm 16384 x 16384 2643 -> 2989 GB/s).
             // (A row takes 512 threads only once kForwardMaxChunks a thread
             // would not hold it on 256, so it holds that many; unless the
             // tuning knob FO_FORWARD_ROW_THREADS is 512.)
-            constexpr bool two_rows_an_sm =
+            constexpr bool rows_of_512_in_registers =
+                !std::is_same_v<T, double> ||
                 ForwardHeld<T, T, kForwardMaxChunks<T>, false>::kRegisters <= 64;
             const RegisterRows spread =
                 registers || !vec || !params_aligned
@@ -392,7 +394,7 @@ extern "C" int fo_cuda_norm_forward(int device_index, uintptr_t stream,
             const bool clustered = spread.cpt > 0 && has_clusters(device_index);
             const bool shared = FO_SHARED_FORWARD && vec && !a->residual && params_aligned &&
                                 !clustered &&
-                                (!registers || (fast.tx == kMaxRowThreads && !two_rows_an_sm));
+                                (!registers || (fast.tx == kMaxRowThreads && !rows_of_512_in_registers));
             const RowBlocks g = row_blocks(a->rows, a->cols);
             const dim3 grid(unsigned(fast.groups)), block(fast.tx, fast.ty);
             const cudaStream_t on = cudaStream_t(stream);

@@ -272,7 +272,8 @@ void dispatch_chunks(int cpt, F &&f) {
 #define FO_FORWARD_FP32_TARGET_CHUNKS 2
 #endif
 // FO_FORWARD_BLOCK_THREADS (tuning knob): the threads of a block of short
-// rows (TY rows of TX), kThreads unless set.
+// rows (TY rows of TX, at most 8 rows where TX is above a warp: row_sum's
+// room), kThreads unless set.
 #ifndef FO_FORWARD_BLOCK_THREADS
 #define FO_FORWARD_BLOCK_THREADS 256
 #endif
@@ -283,8 +284,11 @@ RegisterRows forward_register_rows(int64_t rows, int64_t cols) {
     RegisterRows g =
         register_rows(rows, cols, kWide ? FO_FORWARD_FP32_TARGET_CHUNKS : FO_FORWARD_TARGET_CHUNKS,
                       kWide ? 256 : FO_FORWARD_ROW_THREADS, kMaxChunks, kMaxRowGroups);
-    if (g.cpt > 0 && g.tx * g.ty > FO_FORWARD_BLOCK_THREADS) {
-        g.ty = g.tx >= FO_FORWARD_BLOCK_THREADS ? 1 : FO_FORWARD_BLOCK_THREADS / g.tx;
+    // (1024 threads only at 64 registers: 16-bit rows without a residual)
+    constexpr int kBlock = sizeof(T) != 2 && FO_FORWARD_BLOCK_THREADS > 512 ? 512 : FO_FORWARD_BLOCK_THREADS;
+    if (g.cpt > 0 && g.tx * g.ty != kBlock) {
+        g.ty = g.tx >= kBlock ? 1 : kBlock / g.tx;
+        if (g.tx > 32 && g.ty > 8) g.ty = 8;
         g.groups = (rows + g.ty - 1) / g.ty;
         if (g.groups > kMaxRowGroups) g.groups = kMaxRowGroups;
         if (g.groups < 1) g.groups = 1;
