@@ -1,7 +1,8 @@
 // norm_shared.cuh: the forward of LayerNorm and RMSNorm (without a residual)
 // for aligned rows too long for registers but short enough for shared
-// memory: 16-bit rows of 16385 to about 100000 elements, fp32 rows of 8193
-// to about 50000.
+// memory: 16-bit rows of 16385 to about 100000 elements and fp32 rows of
+// 16385 to about 50000 (RMSNorm's take a cluster where the GPU has them),
+// and fp64 rows of 2049 to about 25000.
 //
 // Why: the streaming kernel reads such a row twice, and at 65536 columns
 // the second read mostly misses L2 (bench/results/h100/tuning, ncu: 1.4x
@@ -85,8 +86,9 @@ __device__ __forceinline__ void prefetch_l2_by_warps(const void *p, int64_t byte
 // Registers: 40 for 16-bit types, so that six blocks of a 16384-element row
 // (the most its 32 KiB of shared memory allow) fit an SM, not the four of
 // the 58 ptxas picks: on the H100 +3-9% at 16384 columns, bf16
-// (tuning run 17; 0 spills). fp32 rows take 64 KiB, three blocks, and at
-// 40 registers ran 8-13% slower, so fp32 keeps what ptxas picks; fp64
+// (tuning run 17; 0 spills). fp32 rows of 16384 (64 KiB, three blocks an
+// SM; they now take the register kernel) ran 8-13% slower at 40 registers,
+// so fp32 keeps what ptxas picks; fp64
 // takes 128, not the 64 that ptxas picked on sm_80, where the slow path of
 // its division spilled (one 512-thread block still fits).
 template <typename T>
