@@ -299,29 +299,6 @@ __global__ void norm_backward_columns_kernel(fo_norm_backward_args a,
     }
 }
 
-// The dynamic shared memory in which the register forward `kernel` (at
-// REGISTERS registers a thread) holds its parameters (params_shared), or 0
-// where it loads them from global memory: without parameters, and where the
-// slots would leave room for fewer blocks an SM than its registers do.
-// Build-time knob FO_FORWARD_PARAMS_SHARED (0: never).
-#ifndef FO_FORWARD_PARAMS_SHARED
-#define FO_FORWARD_PARAMS_SHARED 1
-#endif
-template <typename P, int REGISTERS, typename Kernel>
-int64_t forward_params_shared_bytes(Kernel *kernel, const fo_norm_forward_args &a,
-                                    const RegisterRows &g) {
-    const int64_t bytes = forward_param_slot_bytes<P>(a, g);
-    if (!FO_FORWARD_PARAMS_SHARED || bytes == 0) return 0;
-    int device = 0, per_sm = 0;
-    cudaGetDevice(&device);
-    cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
-    const int64_t blocks = 65536 / (int64_t(REGISTERS) * g.tx * g.ty);  // an SM's, by registers
-    // (1 KiB a block for the runtime and the row sums' own)
-    if (blocks * (bytes + 1024) > per_sm) return 0;
-    if (bytes > 48 * 1024 && !reserve_shared_memory(kernel, bytes)) return 0;
-    return bytes;
-}
-
 // The forward of rows that a cluster of blocks holds in registers
 // (forward_cluster_rows: RMSNorm, with a residual only in fp32): every
 // access, kForwardMaxChunks chunks a thread, clusters of 2, 4 or 8 blocks.
@@ -437,35 +414,21 @@ extern "C" int fo_cuda_norm_forward(int device_index, uintptr_t stream,
                         constexpr Access ACCESS = access.value;
                         dispatch_chunks<kForwardMaxChunks<T>>(fast.cpt, [&](auto cpt) {
                             constexpr int CPT = cpt.value;
-                            // the kernel of INPUT, with its parameters held
-                            // in shared memory where that costs no blocks
-                            auto launch = [&](auto input, auto residual_tag) {
-                                constexpr ForwardInput INPUT = input.value;
-                                using R = decltype(residual_tag);
-                                constexpr int kRegisters =
-                                    ForwardHeld<T, R, CPT, INPUT != kX,
-                                                INPUT == kDropoutXPlusResidual>::kRegisters;
-                                auto with_slots =
-                                    norm_forward_registers_kernel<T, R, P, CPT, INPUT, ACCESS, 1, true>;
-                                const int64_t slots =
-                                    forward_params_shared_bytes<P, kRegisters>(with_slots, *a, fast);
-                                if (slots > 0)
-                                    with_slots<<<grid, block, size_t(slots), on>>>(*a);
-                                else
-                                    norm_forward_registers_kernel<T, R, P, CPT, INPUT, ACCESS>
-                                        <<<grid, block, 0, on>>>(*a);
-                            };
                             if (!a->residual) {
-                                launch(std::integral_constant<ForwardInput, kX>{}, T{});
+                                norm_forward_registers_kernel<T, T, P, CPT, kX, ACCESS>
+                                    <<<grid, block, 0, on>>>(*a);
                                 return;
                             }
                             dispatch_companion<T>(a->residual_dtype, [&](auto residual_tag) {
+                                using R = decltype(residual_tag);
                                 if (a->dropout_p > 0)
-                                    launch(std::integral_constant<ForwardInput, kDropoutXPlusResidual>{},
-                                           residual_tag);
+                                    norm_forward_registers_kernel<T, R, P, CPT,
+                                                                  kDropoutXPlusResidual, ACCESS>
+                                        <<<grid, block, 0, on>>>(*a);
                                 else
-                                    launch(std::integral_constant<ForwardInput, kXPlusResidual>{},
-                                           residual_tag);
+                                    norm_forward_registers_kernel<T, R, P, CPT,
+                                                                  kXPlusResidual, ACCESS>
+                                        <<<grid, block, 0, on>>>(*a);
                             });
                         });
                     });

@@ -19,8 +19,6 @@
 // loads are in flight, which is what a memory-bound kernel lives on.
 #pragma once
 
-#include <cuda_pipeline.h>
-
 #include "norm_common.cuh"
 
 namespace fo {
@@ -420,32 +418,17 @@ enum ForwardInput { kX, kXPlusResidual, kDropoutXPlusResidual };
 // (kSpread only where T is fp32, and so are R and P). CLUSTER: the blocks
 // that hold a row together (consecutive blockIdx.x, launched as a thread
 // block cluster where above 1; see forward_cluster_rows).
-// PARAMS_SHARED: the block's dynamic shared memory holds its threads'
-// chunks of the weight and bias (forward_param_slot_bytes), which each
-// thread copies there as it starts and reads in the output pass of every
-// row, instead of loading them from global memory as that pass begins.
 template <typename T, typename R, typename P, int CPT, ForwardInput INPUT, Access ACCESS,
-          int CLUSTER = 1, bool PARAMS_SHARED = false>
+          int CLUSTER = 1>
 __global__ void
 __maxnreg__((ForwardHeld<T, R, CPT, INPUT != kX, INPUT == kDropoutXPlusResidual>::kRegisters))
     norm_forward_registers_kernel(fo_norm_forward_args a) {
-    static_assert(CLUSTER == 1 || !PARAMS_SHARED, "a cluster's blocks load their parameters");
-    constexpr bool params_shared = PARAMS_SHARED;
     using A = acc_t<T>;
     constexpr int kBatch = ForwardHeld<T, R, CPT, INPUT != kX>::kBatch;
     const T *x = static_cast<const T *>(a.x);
     const R *residual = static_cast<const R *>(a.residual);
     const P *weight = static_cast<const P *>(a.weight);
     const P *bias = static_cast<const P *>(a.bias);
-    // slot (param, k, v) of this thread: param 0 the weight, then the bias;
-    // a warp's 16-byte reads of one slot are contiguous
-    extern __shared__ uint4 param_slots[];
-    constexpr int kParamVectors = kVectorsPerChunk<P>;
-    const int thread = threadIdx.y * blockDim.x + threadIdx.x, threads = blockDim.x * blockDim.y;
-    auto slot = [&](int param, int k, int v) -> uint4 * {
-        return &param_slots[((param * CPT + k) * kParamVectors + v) * threads + thread];
-    };
-    const int bias_slot = weight ? 1 : 0;
     // Chunk indices are 32-bit (the row is at most 131072 elements here): the
     // 64-bit column offsets ptxas hoisted out of the row loop, 2 registers
     // for each chunk of each operand, spilled. (vector_offset widens them at
@@ -458,21 +441,6 @@ __maxnreg__((ForwardHeld<T, R, CPT, INPUT != kX, INPUT == kDropoutXPlusResidual>
     const int lane = int(blockIdx.x % CLUSTER) * blockDim.x + threadIdx.x;
     const int row_threads = CLUSTER * blockDim.x;
     int parity = 0;  // cluster_row_sum's slot
-    if constexpr (params_shared) {  // the same chunks in every row of this thread
-#pragma unroll
-        for (int k = 0; k < CPT; k++) {
-            const int c = lane + k * row_threads;
-            if (c >= chunks) continue;
-#pragma unroll
-            for (int v = 0; v < kParamVectors; v++) {
-                if (weight)
-                    __pipeline_memcpy_async(slot(0, k, v), weight + vector_offset<P, ACCESS>(c, v), 16);
-                if (bias)
-                    __pipeline_memcpy_async(slot(bias_slot, k, v), bias + vector_offset<P, ACCESS>(c, v), 16);
-            }
-        }
-        __pipeline_commit();
-    }
     // the row loop is uniform across the block and the cluster (row_sum
     // and cluster_row_sum hold barriers)
     for (int64_t base = blockIdx.x / CLUSTER * int64_t(blockDim.y); base < a.rows;
@@ -546,7 +514,6 @@ __maxnreg__((ForwardHeld<T, R, CPT, INPUT != kX, INPUT == kDropoutXPlusResidual>
             if (a.rstd) static_cast<A *>(a.rstd)[r] = rstd;
         }
         const A shift = -mean * rstd;
-        if constexpr (params_shared) __pipeline_wait_prior(0);  // this thread's copies have landed
 #pragma unroll
         for (int k = 0; k < CPT; k++) {
             const int c = lane + k * row_threads;
@@ -555,36 +522,15 @@ __maxnreg__((ForwardHeld<T, R, CPT, INPUT != kX, INPUT == kDropoutXPlusResidual>
             h[k].get(v);
             // widened a word at a time, as the row
             Held<P, true> weight_chunk, bias_chunk;
-            if (params_shared && weight) {
-#pragma unroll
-                for (int vec = 0; vec < kParamVectors; vec++)
-                    reinterpret_cast<uint4 *>(weight_chunk.words)[vec] = *slot(0, k, vec);
-            } else {
-                weight_chunk.template load_or_fill<ACCESS>(weight, c, from_acc<P>(1.0f));
-            }
-            if (params_shared && bias) {
-#pragma unroll
-                for (int vec = 0; vec < kParamVectors; vec++)
-                    reinterpret_cast<uint4 *>(bias_chunk.words)[vec] = *slot(bias_slot, k, vec);
-            } else {
-                bias_chunk.template load_or_fill<ACCESS>(bias, c, from_acc<P>(0.0f));
-            }
+            weight_chunk.template load_or_fill<ACCESS>(weight, c, from_acc<P>(1.0f));
+            bias_chunk.template load_or_fill<ACCESS>(bias, c, from_acc<P>(0.0f));
             weight_chunk.get(w);
             bias_chunk.get(b);
             normalize_chunk(v, rstd, shift, w, b);
             store_row_chunk<T, ACCESS>(static_cast<T *>(a.y) + r * cols, v, c, cols);
         }
     }
-    if constexpr (params_shared) __pipeline_wait_prior(0);  // (a thread of no active row)
     if constexpr (CLUSTER > 1) cluster_sync();
-}
-
-// The dynamic shared memory of params_shared: CPT chunks of each parameter
-// a thread.
-template <typename P>
-int64_t forward_param_slot_bytes(const fo_norm_forward_args &a, const RegisterRows &g) {
-    const int params = (a.weight ? 1 : 0) + (a.bias ? 1 : 0);
-    return int64_t(params) * g.cpt * kVectorsPerChunk<P> * 16 * g.tx * g.ty;
 }
 
 // T: dy, dx; H: h, dresidual_out, dresidual (T or float); P: weight.
