@@ -32,5 +32,5 @@ for k in sorted(t):
     g = [t[k].get(n, float("nan")) for n in ("base-1", "c8-2", "base-3", "c8-4")]
     print(*k, *(f"{x:.0f}" for x in g), f"{(g[1] + g[3]) / (g[0] + g[2]):.3f}", f"{g[2] / g[0]:.3f}")
 PY
-FUSED_OPS_PY_LIBRARY=$PWD/build_ab/c8/libfused_ops.so timeout 330 python3 -m pytest -q -x tests 2>&1 | tail -3 | tee $W/pytest_all_c8.txt
+FUSED_OPS_PY_LIBRARY=$PWD/build_ab/c8/libfused_ops.so timeout 430 python3 -m pytest -q -x tests 2>&1 | tail -3 | tee $W/pytest_all_c8.txt
 cd $W && tar czf $OUT/run85.tgz . && cd $OUT && rm -rf w; ls $OUT
