@@ -409,7 +409,8 @@ inline bool dense_walk(int64_t rows, int64_t cols) {
     return rows == 1 && chunks_per_row(cols) <= kDenseWalkChunks;
 }
 // The grid of the DENSE walk: a thread a chunk, kThreads a block.
-// (FO_DENSE_BLOCK_THREADS: a tuning knob, kThreads unless set)
+// (FO_DENSE_BLOCK_THREADS: a tuning knob, kThreads unless set; 64 and 128
+// measured within 1.5% of 256 on the H100, tuning run 82)
 #ifndef FO_DENSE_BLOCK_THREADS
 #define FO_DENSE_BLOCK_THREADS 256
 #endif

@@ -412,7 +412,7 @@ extern "C" int fo_cuda_norm_forward(int device_index, uintptr_t stream,
                 if (registers) {
                     dispatch_row_access<T>(a->cols, [&](auto access) {
                         constexpr Access ACCESS = access.value;
-                        dispatch_chunks<kForwardRegisterMaxChunks<T>>(fast.cpt, [&](auto cpt) {
+                        dispatch_chunks<kForwardMaxChunks<T>>(fast.cpt, [&](auto cpt) {
                             constexpr int CPT = cpt.value;
                             if (!a->residual) {
                                 norm_forward_registers_kernel<T, T, P, CPT, kX, ACCESS>

@@ -151,9 +151,7 @@ template <typename T, typename R, int CPT, bool RESIDUAL, bool DROPOUT = false>
 struct ForwardHeld {
     static constexpr bool kOneCopy = !RESIDUAL && (sizeof(T) == 2 || (sizeof(T) == 4 && CPT >= 4));
     static constexpr int kChunkBytes = kChunk * int(sizeof(T) + (kOneCopy ? 0 : sizeof(R)));
-    static constexpr int kBatch = CPT * kChunkBytes <= 128 || CPT == 1 ? CPT
-                                  : CPT / 2 * kChunkBytes <= 128   ? CPT / 2
-                                                                   : CPT / 4;
+    static constexpr int kBatch = CPT * kChunkBytes <= 128 || CPT == 1 ? CPT : CPT / 2;
     static_assert(kBatch * kChunkBytes <= 128 || CPT == 1, "a batch is at most 128 bytes");
     // (a residual also costs its pointers and the residual_out stores)
     static constexpr int kBytes =
@@ -174,16 +172,6 @@ struct ForwardHeld {
 // without the prefetch).
 template <typename T>
 constexpr int kForwardMaxChunks = sizeof(T) == 8 ? 1 : 4;
-// The most chunks a thread of the one-block register forward holds: fp32
-// may hold FO_FORWARD_FP32_MAX_CHUNKS (tuning knob: 4, or 8 for rows of
-// 16384 on 256 threads at 128 registers, two blocks an SM, instead of 512
-// threads at 80, one block).
-#ifndef FO_FORWARD_FP32_MAX_CHUNKS
-#define FO_FORWARD_FP32_MAX_CHUNKS 4
-#endif
-template <typename T>
-constexpr int kForwardRegisterMaxChunks =
-    std::is_same_v<T, float> ? FO_FORWARD_FP32_MAX_CHUNKS : kForwardMaxChunks<T>;
 template <typename T>
 constexpr int kBackwardMaxChunks = std::is_same_v<T, double> ? 1 : 2;
 // Backward prefetches the next row's dy and h from 2 chunks a thread of
@@ -285,14 +273,17 @@ void dispatch_chunks(int cpt, F &&f) {
 #endif
 // FO_FORWARD_BLOCK_THREADS (tuning knob): the threads of a block of short
 // rows (TY rows of TX, at most 8 rows where TX is above a warp: row_sum's
-// room), kThreads unless set.
+// room), kThreads unless set. On the H100 (bench/results/h100/tuning, runs
+// 82-83) a warp a block, as torch.compile launches these rows, ran the
+// 16-bit forward 0.82-0.86x at 4096 x 512-1024, 64 threads 0.91-0.97x, 128
+// within 3%; 512 and 1024 threads 0.83-1.03x.
 #ifndef FO_FORWARD_BLOCK_THREADS
 #define FO_FORWARD_BLOCK_THREADS 256
 #endif
 template <typename T>
 RegisterRows forward_register_rows(int64_t rows, int64_t cols) {
     constexpr bool kFloat = std::is_same_v<T, float>, kWide = kFloat && FO_FORWARD_FP32_WIDE;
-    constexpr int kMaxChunks = kFloat && !kWide ? 2 : kForwardRegisterMaxChunks<T>;
+    constexpr int kMaxChunks = kFloat && !kWide ? 2 : kForwardMaxChunks<T>;
     RegisterRows g =
         register_rows(rows, cols, kWide ? FO_FORWARD_FP32_TARGET_CHUNKS : FO_FORWARD_TARGET_CHUNKS,
                       kWide ? 256 : FO_FORWARD_ROW_THREADS, kMaxChunks, kMaxRowGroups);
