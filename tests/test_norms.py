@@ -25,8 +25,8 @@ CASES = [
     # the register kernels (aligned, N % 8 == 0) at each chunks-a-thread
     # count, and a persistent backward grid whose blocks loop over rows
     ((4100, 64), (64,)),
-    ((70, 512), (512,)),  # forward: rows of 16 threads where the knob asks
-    ((9, 264), (264,)),  # ... with the last chunks past the row
+    ((70, 512), (512,)),
+    ((9, 264), (264,)),  # the last chunks of a thread past the row
     ((1100, 1024), (1024,)),  # 16-bit backward: 2 chunks, prefetching, blocks loop
     ((33, 4096), (4096,)),
     ((9, 8192), (8192,)),

@@ -431,7 +431,7 @@ extern "C" int fo_cuda_norm_forward(int device_index, uintptr_t stream,
                                         <<<grid, block, 0, on>>>(*a);
                             });
                         });
-                    }, fast.tx);
+                    });
                     return;
                 }
                 if constexpr (!std::is_same_v<T, double>) {  // fp64: no clusters

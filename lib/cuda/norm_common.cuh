@@ -36,20 +36,14 @@ inline RowBlocks row_blocks(int64_t rows, int64_t cols) {
 // The sum of v over the blockDim.x threads of this row, the same bits in
 // every thread: a butterfly within warps (commutative adds, so all lanes
 // agree), then the warps' sums in order. Every thread of the block calls it.
-// Rows of 16 threads (FO_FORWARD_HALF_WARP_ROWS, tuning knob) are summed
-// within their half of the warp.
-#ifndef FO_FORWARD_HALF_WARP_ROWS
-#define FO_FORWARD_HALF_WARP_ROWS 0
-#endif
 template <typename A>
 __device__ A row_sum(A v) {
     __shared__ A warp_sums[8][kMaxRowThreads / 32];  // ty <= 8 (tx >= 32)
 #pragma unroll
     for (int offset = 16; offset > 0; offset /= 2)
-        if (!FO_FORWARD_HALF_WARP_ROWS || offset < int(blockDim.x))
-            v += __shfl_xor_sync(0xffffffffu, v, offset);
+        v += __shfl_xor_sync(0xffffffffu, v, offset);
     const int warps = blockDim.x / 32;
-    if (warps <= 1) return v;
+    if (warps == 1) return v;
     if (threadIdx.x % 32 == 0) warp_sums[threadIdx.y][threadIdx.x / 32] = v;
     __syncthreads();
     A total = 0;

@@ -289,16 +289,7 @@ RegisterRows forward_register_rows(int64_t rows, int64_t cols) {
                       kWide ? 256 : FO_FORWARD_ROW_THREADS, kMaxChunks, kMaxRowGroups);
     // (1024 threads only at 64 registers: 16-bit rows without a residual)
     constexpr int kBlock = sizeof(T) != 2 && FO_FORWARD_BLOCK_THREADS > 512 ? 512 : FO_FORWARD_BLOCK_THREADS;
-    // (tuning knob: rows of 257-512 elements on 16 threads, 4 chunks each)
-    const int64_t chunks = chunks_per_row(cols);
-    if (FO_FORWARD_HALF_WARP_ROWS && g.tx == 32 && chunks > 32 && chunks <= 16 * kMaxChunks) {
-        g.tx = 16;
-        g.cpt = 1;
-        while (16 * g.cpt < chunks) g.cpt *= 2;
-        g.ty = kBlock / 16;
-        g.groups = 0;  // recomputed below
-    }
-    if (g.cpt > 0 && (g.tx * g.ty != kBlock || g.groups == 0)) {
+    if (g.cpt > 0 && g.tx * g.ty != kBlock) {
         g.ty = g.tx >= kBlock ? 1 : kBlock / g.tx;
         if (g.tx > 32 && g.ty > 8) g.ty = 8;
         g.groups = (rows + g.ty - 1) / g.ty;
@@ -393,10 +384,9 @@ RegisterRows backward_register_rows(int64_t rows, int64_t cols) {
 // kVector. (fp64 stays side by side: a dropout counter is 4 adjacent
 // columns, and a spread fp64 vector 2.)
 template <typename T, typename F>
-void dispatch_row_access(int64_t cols, F &&f, int row_threads = kSpreadGroup) {
+void dispatch_row_access(int64_t cols, F &&f) {
     if constexpr (FO_SPREAD_VECTORS && std::is_same_v<T, float>)
-        if (row_threads >= kSpreadGroup && spreadable(chunks_per_row(cols)))
-            return f(std::integral_constant<Access, kSpread>{});
+        if (spreadable(chunks_per_row(cols))) return f(std::integral_constant<Access, kSpread>{});
     f(std::integral_constant<Access, kVector>{});
 }
 
