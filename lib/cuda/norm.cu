@@ -384,9 +384,7 @@ extern "C" int fo_cuda_norm_forward(int device_index, uintptr_t stream,
             // (A row takes 512 threads only once kForwardMaxChunks a thread
             // would not hold it on 256, so it holds that many; unless the
             // tuning knob FO_FORWARD_ROW_THREADS is 512.)
-            constexpr bool rows_of_512_in_registers =
-                !std::is_same_v<T, double> ||
-                ForwardHeld<T, T, kForwardMaxChunks<T>, false>::kRegisters <= 64;
+            constexpr bool rows_of_512_in_registers = !std::is_same_v<T, double>;
             const RegisterRows spread =
                 registers || !vec || !params_aligned
                     ? RegisterRows{}

@@ -271,15 +271,17 @@ void dispatch_chunks(int cpt, F &&f) {
 #ifndef FO_FORWARD_FP32_TARGET_CHUNKS
 #define FO_FORWARD_FP32_TARGET_CHUNKS 2
 #endif
-// FO_FORWARD_BLOCK_THREADS (tuning knob): the threads of a block of short
-// rows (TY rows of TX, at most 8 rows where TX is above a warp: row_sum's
-// room), kThreads unless set. On the H100 (bench/results/h100/tuning, runs
-// 82-83) a warp a block, as torch.compile launches these rows, ran the
-// 16-bit forward 0.82-0.86x at 4096 x 512-1024, 64 threads 0.91-0.97x, 128
-// within 3%; 512 and 1024 threads 0.83-1.03x.
+// FO_FORWARD_BLOCK_THREADS (tuning knob, 32 to 512): the threads of a block
+// of short rows (TY rows of TX, at most 8 rows where TX is above a warp:
+// row_sum's room), kThreads unless set. On the H100 (bench/results/h100/
+// tuning, runs 82-83) a warp a block, as torch.compile launches these rows,
+// ran the 16-bit forward 0.82-0.86x at 4096 x 512-1024, 64 threads
+// 0.91-0.97x, 128 within 3%; 512 threads (and 1024, 16-bit only) 0.83-1.03x.
 #ifndef FO_FORWARD_BLOCK_THREADS
 #define FO_FORWARD_BLOCK_THREADS 256
 #endif
+static_assert(FO_FORWARD_BLOCK_THREADS >= 32 && FO_FORWARD_BLOCK_THREADS <= kMaxRowThreads,
+              "a block of the register forward: 32 to 512 threads");
 template <typename T>
 RegisterRows forward_register_rows(int64_t rows, int64_t cols) {
     constexpr bool kFloat = std::is_same_v<T, float>, kWide = kFloat && FO_FORWARD_FP32_WIDE;
@@ -287,8 +289,7 @@ RegisterRows forward_register_rows(int64_t rows, int64_t cols) {
     RegisterRows g =
         register_rows(rows, cols, kWide ? FO_FORWARD_FP32_TARGET_CHUNKS : FO_FORWARD_TARGET_CHUNKS,
                       kWide ? 256 : FO_FORWARD_ROW_THREADS, kMaxChunks, kMaxRowGroups);
-    // (1024 threads only at 64 registers: 16-bit rows without a residual)
-    constexpr int kBlock = sizeof(T) != 2 && FO_FORWARD_BLOCK_THREADS > 512 ? 512 : FO_FORWARD_BLOCK_THREADS;
+    constexpr int kBlock = FO_FORWARD_BLOCK_THREADS;
     if (g.cpt > 0 && g.tx * g.ty != kBlock) {
         g.ty = g.tx >= kBlock ? 1 : kBlock / g.tx;
         if (g.tx > 32 && g.ty > 8) g.ty = 8;
