@@ -147,6 +147,9 @@ constexpr int kBackwardMinBlocks = !std::is_same_v<A, double> && HELD_BYTES <= 1
 // at 4096 x 1024, elsewhere within -1% and +6% (tuning run 21). fp32 still
 // counts x twice at 2 chunks (80 registers): at 64 it ran 1-10% slower; at
 // 4 chunks (rows of 8192) it counts one copy, 80 registers, no spills.
+#ifndef FO_FORWARD_FP32_RESIDUAL_REGISTERS
+#define FO_FORWARD_FP32_RESIDUAL_REGISTERS 0
+#endif
 template <typename T, typename R, int CPT, bool RESIDUAL, bool DROPOUT = false>
 struct ForwardHeld {
     static constexpr bool kOneCopy = !RESIDUAL && (sizeof(T) == 2 || (sizeof(T) == 4 && CPT >= 4));
@@ -162,8 +165,14 @@ struct ForwardHeld {
     // +12-14%, 4096 x 2048 +6-8%, 16384 x 1024 +2%, elsewhere within
     // -0.5% and +2% (tuning run 77). With dropout it spilled 4-20 bytes.
     static constexpr bool kHalfResidual = RESIDUAL && !DROPOUT && sizeof(T) == 2 && sizeof(R) == 2;
-    static constexpr int kRegisters =
-        std::is_same_v<T, double> ? 128 : kHalfResidual ? 64 : forward_registers(kBytes);
+    // (tuning knob: fp32 x and residual without dropout, up to 2 chunks a
+    // thread, at this many)
+    static constexpr bool kFloatResidual = FO_FORWARD_FP32_RESIDUAL_REGISTERS && RESIDUAL && !DROPOUT &&
+                                           sizeof(T) == 4 && sizeof(R) == 4 && CPT <= 2;
+    static constexpr int kRegisters = std::is_same_v<T, double> ? 128
+                                      : kHalfResidual           ? 64
+                                      : kFloatResidual          ? FO_FORWARD_FP32_RESIDUAL_REGISTERS
+                                                                : forward_registers(kBytes);
 };
 // Forward holds CPT chunks of the row: up to 4 (16384 elements at 512
 // threads), fp64 1 (8 chunks spilled once all their loads were issued
