@@ -125,7 +125,8 @@ struct Held {
 // - forward (ForwardHeld): __maxnreg__ 64 up to 96 bytes (four blocks of
 //   256 threads an SM), 80 up to 160 (three), else 128 (two; one of 512).
 //   fp64 always 128. (64 for 128 bytes spilled 8-64 bytes and was slower;
-//   16-bit x with a 16-bit residual and no dropout is the exception, at 64.)
+//   x with a residual of its own type and no dropout is the exception, at
+//   64: 16-bit at any CPT, fp32 at up to 2.)
 // - backward (backward_held_bytes: dy and h, the next row's where it
 //   prefetches, and the fp32 weight/bias partials; 96 bytes for a bf16
 //   chunk): __launch_bounds__(512, 2), i.e. 64 registers, up to 128 bytes;
@@ -147,9 +148,6 @@ constexpr int kBackwardMinBlocks = !std::is_same_v<A, double> && HELD_BYTES <= 1
 // at 4096 x 1024, elsewhere within -1% and +6% (tuning run 21). fp32 still
 // counts x twice at 2 chunks (80 registers): at 64 it ran 1-10% slower; at
 // 4 chunks (rows of 8192) it counts one copy, 80 registers, no spills.
-#ifndef FO_FORWARD_FP32_RESIDUAL_REGISTERS
-#define FO_FORWARD_FP32_RESIDUAL_REGISTERS 0
-#endif
 template <typename T, typename R, int CPT, bool RESIDUAL, bool DROPOUT = false>
 struct ForwardHeld {
     static constexpr bool kOneCopy = !RESIDUAL && (sizeof(T) == 2 || (sizeof(T) == 4 && CPT >= 4));
@@ -164,15 +162,17 @@ struct ForwardHeld {
     // held bytes (80 at 2 chunks, 128 at 4): add + RMSNorm 4096 x 1024
     // +12-14%, 4096 x 2048 +6-8%, 16384 x 1024 +2%, elsewhere within
     // -0.5% and +2% (tuning run 77). With dropout it spilled 4-20 bytes.
+    // So do fp32 x and residual without dropout at up to 2 chunks a thread
+    // (54-64 used on sm_90, no spills; at 4 chunks it spilled 100 bytes),
+    // where the budget was 128 (ptxas used 64-72, three blocks an SM): add
+    // + RMSNorm 4096 x 512 +10%, 4096 x 1024 +2%, elsewhere within 0.2%
+    // (tuning run 89).
     static constexpr bool kHalfResidual = RESIDUAL && !DROPOUT && sizeof(T) == 2 && sizeof(R) == 2;
-    // (tuning knob: fp32 x and residual without dropout, up to 2 chunks a
-    // thread, at this many)
-    static constexpr bool kFloatResidual = FO_FORWARD_FP32_RESIDUAL_REGISTERS && RESIDUAL && !DROPOUT &&
-                                           sizeof(T) == 4 && sizeof(R) == 4 && CPT <= 2;
-    static constexpr int kRegisters = std::is_same_v<T, double> ? 128
-                                      : kHalfResidual           ? 64
-                                      : kFloatResidual          ? FO_FORWARD_FP32_RESIDUAL_REGISTERS
-                                                                : forward_registers(kBytes);
+    static constexpr bool kFloatResidual =
+        RESIDUAL && !DROPOUT && sizeof(T) == 4 && sizeof(R) == 4 && CPT <= 2;
+    static constexpr int kRegisters = std::is_same_v<T, double>          ? 128
+                                      : kHalfResidual || kFloatResidual ? 64
+                                                                        : forward_registers(kBytes);
 };
 // Forward holds CPT chunks of the row: up to 4 (16384 elements at 512
 // threads), fp64 1 (8 chunks spilled once all their loads were issued
