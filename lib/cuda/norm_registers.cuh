@@ -223,9 +223,10 @@ int64_t backward_threads(int cpt) {
 // thread has several 16-byte loads in flight), at least a warp and at most
 // `max_tx` a row, more (to kMaxRowThreads) only where the row would not fit
 // in max_chunks a thread; then the power-of-two chunks a thread that covers
-// the row. Narrow rows share a block of kThreads (TY rows).
+// the row. Narrow rows share a block of block_threads (TY rows).
 inline RegisterRows register_rows(int64_t rows, int64_t cols, int target, int max_tx,
-                                  int max_chunks, int64_t max_groups) {
+                                  int max_chunks, int64_t max_groups,
+                                  int block_threads = kThreads) {
     RegisterRows g;
     const int64_t chunks = chunks_per_row(cols);
     if (target > max_chunks) target = max_chunks;  // fp64: fewer a thread
@@ -237,7 +238,7 @@ inline RegisterRows register_rows(int64_t rows, int64_t cols, int target, int ma
     if (cpt > max_chunks) return g;
     g.tx = tx;
     g.cpt = cpt;
-    g.ty = tx >= kThreads ? 1 : kThreads / tx;
+    g.ty = tx >= block_threads ? 1 : block_threads / tx;
     g.groups = (rows + g.ty - 1) / g.ty;
     if (g.groups > max_groups) g.groups = max_groups;
     if (g.groups < 1) g.groups = 1;
@@ -280,9 +281,9 @@ void dispatch_chunks(int cpt, F &&f) {
 #ifndef FO_FORWARD_FP32_TARGET_CHUNKS
 #define FO_FORWARD_FP32_TARGET_CHUNKS 2
 #endif
-// FO_FORWARD_BLOCK_THREADS (tuning knob, 32 to 512): the threads of a block
-// of short rows (TY rows of TX, at most 8 rows where TX is above a warp:
-// row_sum's room), kThreads unless set. On the H100 (bench/results/h100/
+// FO_FORWARD_BLOCK_THREADS (tuning knob, 32 to 512, so at most 8 rows of
+// more than a warp: row_sum's room): the threads of a block of short rows
+// (TY rows of TX), kThreads unless set. On the H100 (bench/results/h100/
 // tuning, runs 82-83) a warp a block, as torch.compile launches these rows,
 // ran the 16-bit forward 0.82-0.86x at 4096 x 512-1024, 64 threads
 // 0.91-0.97x, 128 within 3%; 512 threads (and 1024, 16-bit only) 0.83-1.03x.
@@ -295,18 +296,9 @@ template <typename T>
 RegisterRows forward_register_rows(int64_t rows, int64_t cols) {
     constexpr bool kFloat = std::is_same_v<T, float>, kWide = kFloat && FO_FORWARD_FP32_WIDE;
     constexpr int kMaxChunks = kFloat && !kWide ? 2 : kForwardMaxChunks<T>;
-    RegisterRows g =
-        register_rows(rows, cols, kWide ? FO_FORWARD_FP32_TARGET_CHUNKS : FO_FORWARD_TARGET_CHUNKS,
-                      kWide ? 256 : FO_FORWARD_ROW_THREADS, kMaxChunks, kMaxRowGroups);
-    constexpr int kBlock = FO_FORWARD_BLOCK_THREADS;
-    if (g.cpt > 0 && g.tx * g.ty != kBlock) {
-        g.ty = g.tx >= kBlock ? 1 : kBlock / g.tx;
-        if (g.tx > 32 && g.ty > 8) g.ty = 8;
-        g.groups = (rows + g.ty - 1) / g.ty;
-        if (g.groups > kMaxRowGroups) g.groups = kMaxRowGroups;
-        if (g.groups < 1) g.groups = 1;
-    }
-    return g;
+    return register_rows(rows, cols, kWide ? FO_FORWARD_FP32_TARGET_CHUNKS : FO_FORWARD_TARGET_CHUNKS,
+                         kWide ? 256 : FO_FORWARD_ROW_THREADS, kMaxChunks, kMaxRowGroups,
+                         FO_FORWARD_BLOCK_THREADS);
 }
 // RMSNorm rows longer than a block holds in registers (past 16384
 // elements): a thread block cluster of 2-8 blocks holds the row,
