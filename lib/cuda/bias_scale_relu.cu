@@ -66,7 +66,7 @@ __global__ void bias_scale_relu_forward_kernel(
     // the chunk of a row, with b the chunk's bias
     auto chunk = [&](int64_t c, int64_t r, const A(&b)[kChunk]) {
         A v[kChunk];
-        load_row_chunk<T, ACCESS, kElementwiseLastUse>(v, x + r * x_row_stride, c, cols);
+        load_row_chunk<T, ACCESS>(v, x + r * x_row_stride, c, cols);
         unsigned bits = 0;
 #pragma unroll
         for (int i = 0; i < kChunk; i++) {
@@ -77,7 +77,7 @@ __global__ void bias_scale_relu_forward_kernel(
             v[i] = A(to_acc(from_acc<T>(t < A(0) ? A(0) : t)));
             bits |= unsigned(!(v[i] <= A(0))) << i;
         }
-        store_row_chunk<T, ACCESS, kElementwiseStream>(y + r * cols, v, c, cols);
+        store_row_chunk<T, ACCESS>(y + r * cols, v, c, cols);
         if (mask) store_mask<T, ACCESS>(mask + r * chunks, c, bits);
     };
     if constexpr (DENSE) {  // without a bias (see for_each_chunk)
@@ -127,7 +127,7 @@ __global__ void bias_scale_relu_backward_kernel(
         for (int64_t r = blockIdx.y * int64_t(blockDim.y) + threadIdx.y;
              active && r < rows; r += int64_t(gridDim.y) * blockDim.y) {
             A g[kChunk];
-            load_row_chunk<T, ACCESS, kElementwiseLastUse>(g, dy + r * dy_row_stride, c, cols);
+            load_row_chunk<T, ACCESS>(g, dy + r * dy_row_stride, c, cols);
             const unsigned bits = load_mask<T, ACCESS>(mask + r * chunks, c);
 #pragma unroll
             for (int i = 0; i < kChunk; i++) {
@@ -135,7 +135,7 @@ __global__ void bias_scale_relu_backward_kernel(
                 sum[i] += g[i];
                 g[i] *= A(scale);
             }
-            if (dx) store_row_chunk<T, ACCESS, kElementwiseStream>(dx + r * cols, g, c, cols);
+            if (dx) store_row_chunk<T, ACCESS>(dx + r * cols, g, c, cols);
         }
         if (!partials) continue;
         // sum the TY threads of each column in ty order

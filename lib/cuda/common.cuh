@@ -273,9 +273,7 @@ __device__ __forceinline__ int64_t element_offset(int64_t c, int i) {
 
 // Chunk c of a row of `cols` elements: 16-byte vectors placed as ACCESS
 // says, or (kScalar) element by element, the last chunk short.
-// LAST_USE (vector accesses only) marks the loads evict-first (__ldcs)
-// and STREAM the stores (__stcs): see kElementwiseLastUse.
-template <typename T, Access ACCESS, bool LAST_USE = false>
+template <typename T, Access ACCESS>
 __device__ __forceinline__ void load_row_chunk(acc_t<T> (&out)[kChunk], const T *__restrict__ row,
                                                int64_t c, int64_t cols) {
     if constexpr (ACCESS == kScalar) {
@@ -286,15 +284,15 @@ __device__ __forceinline__ void load_row_chunk(acc_t<T> (&out)[kChunk], const T 
 #pragma unroll
         for (int v = 0; v < kVectorsPerChunk<T>; v++) {
             alignas(16) T raw[kPerVector];
-            const uint4 *from = reinterpret_cast<const uint4 *>(row + vector_offset<T, ACCESS>(c, v));
-            *reinterpret_cast<uint4 *>(raw) = LAST_USE ? __ldcs(from) : __ldg(from);
+            *reinterpret_cast<uint4 *>(raw) =
+                __ldg(reinterpret_cast<const uint4 *>(row + vector_offset<T, ACCESS>(c, v)));
 #pragma unroll
             for (int i = 0; i < kPerVector; i++) out[v * kPerVector + i] = to_acc(raw[i]);
         }
     }
 }
 
-template <typename T, Access ACCESS, bool STREAM = false>
+template <typename T, Access ACCESS>
 __device__ __forceinline__ void store_row_chunk(T *__restrict__ row, const acc_t<T> (&in)[kChunk],
                                                 int64_t c, int64_t cols) {
     if constexpr (ACCESS == kScalar) {
@@ -307,22 +305,11 @@ __device__ __forceinline__ void store_row_chunk(T *__restrict__ row, const acc_t
             alignas(16) T raw[kPerVector];
 #pragma unroll
             for (int i = 0; i < kPerVector; i++) raw[i] = from_acc<T>(in[v * kPerVector + i]);
-            uint4 *to = reinterpret_cast<uint4 *>(row + vector_offset<T, ACCESS>(c, v));
-            const uint4 value = *reinterpret_cast<const uint4 *>(raw);
-            if constexpr (STREAM) __stcs(to, value);
-            else *to = value;
+            *reinterpret_cast<uint4 *>(row + vector_offset<T, ACCESS>(c, v)) =
+                *reinterpret_cast<const uint4 *>(raw);
         }
     }
 }
-
-// Cache hints of the elementwise ops (square, SwiGLU, relu(x*s+b)), whose
-// operands are each touched once: bit 0 marks their loads evict-first,
-// bit 1 their stores. Tuning knob FO_ELEMENTWISE_HINTS (0: none).
-#ifndef FO_ELEMENTWISE_HINTS
-#define FO_ELEMENTWISE_HINTS 0
-#endif
-constexpr bool kElementwiseLastUse = FO_ELEMENTWISE_HINTS & 1;
-constexpr bool kElementwiseStream = FO_ELEMENTWISE_HINTS & 2;
 
 // The vector access of the elementwise ops and the fp32 norms: kSpread
 // where rows can be spread, unless the tuning knob FO_SPREAD_VECTORS is 0

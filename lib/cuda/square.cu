@@ -12,17 +12,17 @@ __global__ void square_kernel(T *__restrict__ out, const T *__restrict__ x,
     using A = acc_t<T>;
     for_each_chunk<DENSE>(rows, chunks_per_row(cols), [&](int64_t c, int64_t r) {
         A v[kChunk];
-        load_row_chunk<T, ACCESS, kElementwiseLastUse>(v, x + r * x_row_stride, c, cols);
+        load_row_chunk<T, ACCESS>(v, x + r * x_row_stride, c, cols);
         if constexpr (BACKWARD) {
             A g[kChunk];
-            load_row_chunk<T, ACCESS, kElementwiseLastUse>(g, dy + r * dy_row_stride, c, cols);
+            load_row_chunk<T, ACCESS>(g, dy + r * dy_row_stride, c, cols);
 #pragma unroll
             for (int i = 0; i < kChunk; i++) v[i] = A(2) * v[i] * g[i];
         } else {
 #pragma unroll
             for (int i = 0; i < kChunk; i++) v[i] = v[i] * v[i];
         }
-        store_row_chunk<T, ACCESS, kElementwiseStream>(out + r * cols, v, c, cols);
+        store_row_chunk<T, ACCESS>(out + r * cols, v, c, cols);
     });
 }
 

@@ -20,23 +20,23 @@ __global__ void swiglu_kernel(fo_swiglu_args a) {
     const int64_t cols = a.cols;
     for_each_chunk<DENSE>(a.rows, chunks_per_row(cols), [&](int64_t c, int64_t r) {
         A g[kChunk], u[kChunk], first[kChunk];
-        load_row_chunk<T, ACCESS, kElementwiseLastUse>(g, gate + r * a.gate_row_stride, c, cols);
-        load_row_chunk<T, ACCESS, kElementwiseLastUse>(u, up + r * a.up_row_stride, c, cols);
+        load_row_chunk<T, ACCESS>(g, gate + r * a.gate_row_stride, c, cols);
+        load_row_chunk<T, ACCESS>(u, up + r * a.up_row_stride, c, cols);
         if constexpr (!BACKWARD) {
 #pragma unroll
             for (int i = 0; i < kChunk; i++) first[i] = g[i] * sigmoid(g[i]) * u[i];
-            store_row_chunk<T, ACCESS, kElementwiseStream>(y_or_dgate + r * cols, first, c, cols);
+            store_row_chunk<T, ACCESS>(y_or_dgate + r * cols, first, c, cols);
         } else {
             A d[kChunk], second[kChunk];
-            load_row_chunk<T, ACCESS, kElementwiseLastUse>(d, dy + r * a.dy_row_stride, c, cols);
+            load_row_chunk<T, ACCESS>(d, dy + r * a.dy_row_stride, c, cols);
 #pragma unroll
             for (int i = 0; i < kChunk; i++) {
                 const A s = sigmoid(g[i]);
                 first[i] = d[i] * u[i] * s * (A(1) + g[i] * (A(1) - s));
                 second[i] = d[i] * g[i] * s;
             }
-            if (y_or_dgate) store_row_chunk<T, ACCESS, kElementwiseStream>(y_or_dgate + r * cols, first, c, cols);
-            if (dup) store_row_chunk<T, ACCESS, kElementwiseStream>(dup + r * cols, second, c, cols);
+            if (y_or_dgate) store_row_chunk<T, ACCESS>(y_or_dgate + r * cols, first, c, cols);
+            if (dup) store_row_chunk<T, ACCESS>(dup + r * cols, second, c, cols);
         }
     });
 }
