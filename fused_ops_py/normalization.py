@@ -181,7 +181,11 @@ def _backward(dy, dresidual_out, h, mean, rstd, weight, bias, kind, dropout_p, s
     if bias is not None and want_bias:
         dbias = dense_like(bias)
     if dweight is not None or dbias is not None:
-        scratch = _args.workspace(lib.fo_norm_backward_workspace_bytes, device[0], rows, cols, code, like=h)
+        # the bias partials only where dbias is wanted: RMSNorm's backward
+        # takes half the workspace of LayerNorm's
+        scratch = _args.workspace(
+            lib.fo_norm_backward_workspace_bytes, device[0], rows, cols, code, int(dbias is not None), like=h,
+        )
     status = lib.fo_norm_backward(
         *device, dx.data_ptr() if dx is not None else 0,
         dresidual.data_ptr() if dresidual is not None else 0,

@@ -228,9 +228,12 @@ FO_API int fo_norm_forward(
     int64_t rows, int64_t cols, int dtype, int kind, double eps,
     double dropout_p, uint64_t seed, uint64_t offset);
 
-/* Bytes of workspace fo_norm_backward needs (0 when none is needed). */
+/* Bytes of workspace fo_norm_backward needs for dweight and/or dbias (0
+ * when none is needed). with_bias: nonzero when dbias will be asked for
+ * (LayerNorm with a trained bias); the weight partials alone take half. */
 FO_API int fo_norm_backward_workspace_bytes(
-    int device_type, int64_t rows, int64_t cols, int dtype, int64_t *bytes);
+    int device_type, int64_t rows, int64_t cols, int dtype, int with_bias,
+    int64_t *bytes);
 
 /*
  * Gradients of fo_norm_forward, from what it saved:

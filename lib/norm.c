@@ -475,11 +475,22 @@ int fo_norm_forward(int device_type, int device_index, uintptr_t stream,
     return FO_OK;
 }
 
+/* fo_cuda_norm_workspace_bytes for each answer of with_bias, in the shape
+ * fo_workspace_query calls */
+static int64_t cuda_bytes_with_bias(int64_t rows, int64_t cols, int dtype) {
+    return fo_cuda_norm_workspace_bytes(rows, cols, dtype, 1);
+}
+static int64_t cuda_bytes_weight_only(int64_t rows, int64_t cols, int dtype) {
+    return fo_cuda_norm_workspace_bytes(rows, cols, dtype, 0);
+}
+
 int fo_norm_backward_workspace_bytes(int device_type, int64_t rows,
-                                     int64_t cols, int dtype, int64_t *bytes) {
+                                     int64_t cols, int dtype, int with_bias,
+                                     int64_t *bytes) {
     static const char op[] = "fo_norm_backward_workspace_bytes";
     return fo_workspace_query(op, device_type, rows, cols, dtype, bytes,
-                              fo_cuda_norm_workspace_bytes);
+                              with_bias ? cuda_bytes_with_bias
+                                        : cuda_bytes_weight_only);
 }
 
 int fo_norm_backward(int device_type, int device_index, uintptr_t stream,
@@ -527,7 +538,7 @@ int fo_norm_backward(int device_type, int device_index, uintptr_t stream,
     if ((status = fo_check_workspace(
              op, workspace, workspace_bytes,
              (dweight || dbias) && device_type == FO_DEVICE_CUDA
-                 ? fo_cuda_norm_workspace_bytes(rows, cols, dtype)
+                 ? fo_cuda_norm_workspace_bytes(rows, cols, dtype, dbias != 0)
                  : 0)))
         return status;
     fo_norm_backward_args a = {

@@ -291,8 +291,8 @@ __global__ void norm_backward_columns_kernel(fo_norm_backward_args a,
 #pragma unroll
             for (int i = 0; i < kChunk; i++)
                 if (i < n) {
-                    weight_partials[blockIdx.y * cols + col + i] = dw[i];
-                    bias_partials[blockIdx.y * cols + col + i] = db[i];
+                    if (a.dweight) weight_partials[blockIdx.y * cols + col + i] = dw[i];
+                    if (a.dbias) bias_partials[blockIdx.y * cols + col + i] = db[i];
                 }
         }
         __syncthreads();
@@ -340,7 +340,7 @@ void launch_forward_clustered(const fo_norm_forward_args &a, const RegisterRows 
 using namespace fo;
 
 extern "C" int64_t fo_cuda_norm_workspace_bytes(int64_t rows, int64_t cols,
-                                                int dtype) {
+                                                int dtype, int with_bias) {
     const int64_t acc_bytes = dtype == FO_DTYPE_F64 ? 8 : 4;
     // room for whichever backward runs: the partials of the register
     // kernel, the shared-memory kernel or the streaming column kernel
@@ -351,7 +351,9 @@ extern "C" int64_t fo_cuda_norm_workspace_bytes(int64_t rows, int64_t cols,
           backward_register_rows<float>(rows, cols).groups,
           backward_register_rows<__half>(rows, cols).groups})
         if (kernel_groups > groups) groups = kernel_groups;
-    return 2 * groups * cols * acc_bytes;
+    // the weight partials, then the bias partials (written only when dbias
+    // is: RMSNorm's backward needs half)
+    return (with_bias ? 2 : 1) * groups * cols * acc_bytes;
 }
 
 extern "C" int fo_cuda_norm_forward(int device_index, uintptr_t stream,

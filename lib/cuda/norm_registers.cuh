@@ -541,7 +541,7 @@ __maxnreg__((ForwardHeld<T, R, CPT, INPUT != kX, INPUT == kDropoutXPlusResidual>
 // T: dy, dx; H: h, dresidual_out, dresidual (T or float); P: weight.
 // ACCESS as the forward's.
 // Writes this block's per-column sums of dy * xhat (weight) and dy (bias)
-// to partials[0 or 1][blockIdx.x][col].
+// to partials[0 or 1][blockIdx.x][col], each where its gradient is wanted.
 template <typename T, typename H, typename P, int CPT, Access ACCESS>
 __global__ void __launch_bounds__(kMaxRowThreads,
                                   kBackwardMinBlocks<acc_t<T>, backward_held_bytes<T>(CPT, sizeof(H))>)
@@ -709,9 +709,11 @@ __global__ void __launch_bounds__(kMaxRowThreads,
         A *bias_partials = weight_partials + int64_t(gridDim.x) * cols;
 #pragma unroll
         for (int i = 0; i < kChunk; i++) {
+            // only the partials asked for: the workspace of a call without
+            // dbias ends with the weight's
             const int64_t col = element_offset<T, ACCESS>(c, i);
-            weight_partials[col] = dw[k][i];
-            bias_partials[col] = db[k][i];
+            if (a.dweight) weight_partials[col] = dw[k][i];
+            if (a.dbias) bias_partials[col] = db[k][i];
         }
     }
 }

@@ -244,8 +244,10 @@ __global__ void __launch_bounds__(kSharedBackwardThreads, 1)
         const int64_t at = group * a.cols + col0 + int64_t(c) * kChunk;
 #pragma unroll
         for (int i = 0; i < kChunk; i++) {
-            weight_partials[at + i] = dw[k][i];
-            bias_partials[at + i] = db[k][i];
+            // only the partials asked for: the workspace of a call without
+            // dbias ends with the weight's
+            if (a.dweight) weight_partials[at + i] = dw[k][i];
+            if (a.dbias) bias_partials[at + i] = db[k][i];
         }
     }
 }

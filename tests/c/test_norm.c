@@ -614,7 +614,7 @@ static void test_errors_workspace_query(void) {
     for (size_t i = 0; i < COUNT(cases); i++) {
         before_case();
         int got = fo_norm_backward_workspace_bytes(cases[i].device_type, cases[i].rows,
-                                                   cases[i].cols, cases[i].dtype,
+                                                   cases[i].cols, cases[i].dtype, (int)(i % 2),
                                                    cases[i].null_bytes ? NULL : BYTES);
         expect_status(op, cases[i].why, got, cases[i].status, cases[i].needle,
                       cases[i].needle2);
@@ -656,7 +656,7 @@ static void test_cuda_device(void) {
             a.device_type = CUDA, a.device_index = 0, a.dresidual = 0, a.dweight = 0,
             a.dbias = 0);
         before_case();
-        st = fo_norm_backward_workspace_bytes(CUDA, 2, 4, F32, BYTES);
+        st = fo_norm_backward_workspace_bytes(CUDA, 2, 4, F32, 1, BYTES);
         expect_status("fo_norm_backward_workspace_bytes", "CPU-only build", st, NOT_BUILT,
                       "without CUDA", NULL);
         return;
@@ -669,13 +669,19 @@ static void test_cuda_device(void) {
         a.device_index = -1);
 
     int64_t need = -1;
-    st = fo_norm_backward_workspace_bytes(CUDA, 2, 4, F32, &need);
+    st = fo_norm_backward_workspace_bytes(CUDA, 2, 4, F32, 1, &need);
     if (!CHECK(st == OK && need >= 0 && need <= BUF_BYTES,
                "CUDA workspace query for 2 x 4 f32: status %d, %" PRId64 " bytes (%s)", st,
                need, fo_last_error()))
         return;
+    /* without dbias, the weight partials alone: half */
+    int64_t need_weight = -1;
+    st = fo_norm_backward_workspace_bytes(CUDA, 2, 4, F32, 0, &need_weight);
+    CHECK(st == OK && 2 * need_weight == need,
+          "CUDA workspace query for 2 x 4 f32 without dbias: status %d, %" PRId64
+          " bytes, with it %" PRId64, st, need_weight, need);
     int64_t big = -1;
-    st = fo_norm_backward_workspace_bytes(CUDA, 100000, 4096, F64, &big);
+    st = fo_norm_backward_workspace_bytes(CUDA, 100000, 4096, F64, 1, &big);
     CHECK(st == OK && big >= 0, "CUDA workspace query for 100000 x 4096 f64: status %d, "
           "%" PRId64 " bytes", st, big);
     const uintptr_t WS = addr(&BUF[10]); /* host memory; only its size is looked at */
@@ -687,9 +693,14 @@ static void test_cuda_device(void) {
         snprintf(needle, sizeof needle, "workspace_bytes=%" PRId64, need - 1);
         BWD("workspace 1 byte short", TOO_SMALL, needle, NULL, a.device_type = CUDA,
             a.device_index = 0, a.workspace = WS, a.workspace_bytes = need - 1);
-        BWD("dweight only, workspace 1 byte short", TOO_SMALL, needle, NULL,
+        char needle_weight[64];
+        snprintf(needle_weight, sizeof needle_weight, "workspace_bytes=%" PRId64, need_weight - 1);
+        BWD("dweight only, workspace 1 byte short", TOO_SMALL, needle_weight, NULL,
             a.device_type = CUDA, a.device_index = 0, a.dx = 0, a.dresidual = 0,
-            a.dbias = 0, a.workspace = WS, a.workspace_bytes = need - 1);
+            a.dbias = 0, a.workspace = WS, a.workspace_bytes = need_weight - 1);
+        BWD("dbias asked for, the weight's workspace only", TOO_SMALL, "workspace_bytes=", NULL,
+            a.device_type = CUDA, a.device_index = 0, a.dx = 0, a.dresidual = 0,
+            a.workspace = WS, a.workspace_bytes = need_weight);
         BWD("null workspace", INVALID, "workspace", "null", a.device_type = CUDA,
             a.device_index = 0, a.workspace = 0, a.workspace_bytes = need);
     }

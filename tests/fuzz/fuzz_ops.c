@@ -674,15 +674,15 @@ static void decode_norm_backward(call *c, input *in) {
     c->offset = u64(in);
     uint8_t flags = u8(in);
     int rms = c->kind == FO_NORM_RMS, stats = stats_dtype(c->dtype);
-    int64_t needed = 0;
-    if (fo_norm_backward_workspace_bytes(c->device_type, c->rows, c->cols, c->dtype,
-                                         &needed) != FO_OK)
-        needed = 0;
     add(c, NB_DX, "dx", OUT, c->dtype, c->rows, c->cols, 0, flags & 1, in);
     add(c, NB_DRES, "dresidual", OUT, c->h_dtype, c->rows, c->cols, 0, flags & 2, in);
     operand *dw = add(c, NB_DW, "dweight", OUT, c->param_dtype, 1, c->cols, 0, flags & 4, in);
     operand *db = add(c, NB_DB, "dbias", OUT, c->param_dtype, 1, c->cols, 0,
                       (flags & 8) && (!rms || (flags & 128)), in);
+    int64_t needed = 0;
+    if (fo_norm_backward_workspace_bytes(c->device_type, c->rows, c->cols, c->dtype,
+                                         db->passed, &needed) != FO_OK)
+        needed = 0;
     add_workspace(c, NB_WS, needed, dw->passed || db->passed, in);
     add(c, NB_DY, "dy", IN, c->dtype, c->rows, c->cols, 1, 1, in);
     add(c, NB_DROUT, "dresidual_out", IN, c->h_dtype, c->rows, c->cols, 0, flags & 16, in);
@@ -1399,7 +1399,8 @@ static void run_query(call *c, input *in) {
                  : which == 1 ? fo_reduce_sum_workspace_bytes(c->device_type, numel, c->dtype,
                                                               bytes)
                               : fo_norm_backward_workspace_bytes(c->device_type, c->rows,
-                                                                 c->cols, c->dtype, bytes);
+                                                                 c->cols, c->dtype,
+                                                                 (int)(c->rows & 1), bytes);
     if (status != FO_OK) {
         if (c->v.level == PASS)
             fail("a valid query failed: status %d: %s", status, fo_last_error());
