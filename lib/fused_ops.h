@@ -43,7 +43,7 @@
 #define FO_VERSION_MINOR 1
 #define FO_VERSION_PATCH 0
 /* Bumped on any change that breaks a caller built against an older header. */
-#define FO_ABI_VERSION 1
+#define FO_ABI_VERSION 2
 
 #ifdef __cplusplus
 extern "C" {

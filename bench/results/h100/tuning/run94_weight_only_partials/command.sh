@@ -4,6 +4,9 @@
 # torch's caching allocator (every workspace its own cudaMalloc, so a write
 # past the halved workspace is caught) on RMSNorm bf16 and LayerNorm
 # weight-only fp32; bwd and fwdbwd bf16 timed twice in turn, with the peak.
+# (The first try ran base with this tree's Python, whose workspace query
+# has one argument more: base segfaulted, hence FO_ABI_VERSION 2. Base now
+# runs with its own package, build_ab/base_py, git archive of e862867.)
 set -u
 export PYTHONUNBUFFERED=1
 python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl
@@ -19,7 +22,8 @@ PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout 90 compute-sanitizer --tool memcheck --
 echo "memcheck ln weight exit=$? $(grep -E 'ERROR SUMMARY|passed|failed' $W/memcheck_ln_weight.txt | tr '\n' ' ')"
 bench() {  # variant, label, bench args...
   local v=$1 label=$2; shift 2
-  FUSED_OPS_PY_LIBRARY=$PWD/build_ab/$v/libfused_ops.so timeout 80 python3 bench/bench_ops.py \
+  local py=$PWD; [ $v = base ] && py=$PWD/build_ab/base_py
+  PYTHONPATH=/tmp/site:$py FUSED_OPS_PY_LIBRARY=$PWD/build_ab/$v/libfused_ops.so timeout 80 python3 bench/bench_ops.py \
     --providers fused --out $W/$label "$@" > $W/log_$label.txt 2>&1
   echo "$label rc=$? $(grep -c '^| ' $W/log_$label.txt) rows $(date +%T)"
 }
