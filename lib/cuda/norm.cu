@@ -288,12 +288,10 @@ __global__ void norm_backward_columns_kernel(fo_norm_backward_args a,
                     dw[i] += column_sums[0][other];
                     db[i] += column_sums[1][other];
                 }
-#pragma unroll
-            for (int i = 0; i < kChunk; i++)
-                if (i < n) {
-                    if (a.dweight) weight_partials[blockIdx.y * cols + col + i] = dw[i];
-                    if (a.dbias) bias_partials[blockIdx.y * cols + col + i] = db[i];
-                }
+            // only the partials asked for (the workspace of a call without
+            // dbias ends with the weight's); VEC: 16-byte stores
+            if (a.dweight) store_chunk<A, VEC>(weight_partials + blockIdx.y * cols + col, dw, n);
+            if (a.dbias) store_chunk<A, VEC>(bias_partials + blockIdx.y * cols + col, db, n);
         }
         __syncthreads();
     }

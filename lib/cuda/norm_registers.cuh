@@ -707,14 +707,13 @@ __global__ void __launch_bounds__(kMaxRowThreads,
         if (threadIdx.y != 0 || c >= chunks) continue;
         A *weight_partials = partials + int64_t(blockIdx.x) * cols;
         A *bias_partials = weight_partials + int64_t(gridDim.x) * cols;
-#pragma unroll
-        for (int i = 0; i < kChunk; i++) {
-            // only the partials asked for: the workspace of a call without
-            // dbias ends with the weight's
-            const int64_t col = element_offset<T, ACCESS>(c, i);
-            if (a.dweight) weight_partials[col] = dw[k][i];
-            if (a.dbias) bias_partials[col] = db[k][i];
-        }
+        // Only the partials asked for (the workspace of a call without dbias
+        // ends with the weight's), in 16-byte stores: an fp32 row holds the
+        // chunk's values where T's row does (kSpread's vectors included),
+        // and cols % 8 == 0 keeps every row 32-byte aligned.
+        constexpr Access kPartialAccess = ACCESS == kSpread ? kSpread : kVector;
+        if (a.dweight) store_row_chunk<A, kPartialAccess>(weight_partials, dw[k], c, cols);
+        if (a.dbias) store_row_chunk<A, kPartialAccess>(bias_partials, db[k], c, cols);
     }
 }
 

@@ -242,13 +242,10 @@ __global__ void __launch_bounds__(kSharedBackwardThreads, 1)
         const int c = threadIdx.x + k * blockDim.x;
         if (c >= here) continue;
         const int64_t at = group * a.cols + col0 + int64_t(c) * kChunk;
-#pragma unroll
-        for (int i = 0; i < kChunk; i++) {
-            // only the partials asked for: the workspace of a call without
-            // dbias ends with the weight's
-            if (a.dweight) weight_partials[at + i] = dw[k][i];
-            if (a.dbias) bias_partials[at + i] = db[k][i];
-        }
+        // only the partials asked for (the workspace of a call without dbias
+        // ends with the weight's), in 16-byte stores (rows of whole chunks)
+        if (a.dweight) store_chunk<A, true>(weight_partials + at, dw[k], kChunk);
+        if (a.dbias) store_chunk<A, true>(bias_partials + at, db[k], kChunk);
     }
 }
 
