@@ -6,7 +6,7 @@
 # weight-only fp32; bwd and fwdbwd bf16 timed twice in turn, with the peak.
 # (The first try ran base with this tree's Python, whose workspace query
 # has one argument more: base segfaulted, hence FO_ABI_VERSION 2. Base now
-# runs with its own package, build_ab/base_py, git archive of e862867.)
+# runs with its own package, build_ab/base_py, git archive of e862867 (fused_ops_py and lib/fused_ops.h).)
 set -u
 export PYTHONUNBUFFERED=1
 python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl
