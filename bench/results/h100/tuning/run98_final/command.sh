@@ -1,5 +1,5 @@
 # Run 98: the session's final library (build_ab/final, the tree built
-# again; identical to run 96-97's vecb): the whole pytest suite on the H100,
+# again, from the sources of runs 96-97's vecb): the whole pytest suite on the H100,
 # then racecheck on the norm backward tests of 4096-65536 columns.
 set -u
 export PYTHONUNBUFFERED=1
