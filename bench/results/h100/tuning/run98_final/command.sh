@@ -1,6 +1,6 @@
 # Run 98: the session's final library (build_ab/final, the tree built
 # again, from the sources of runs 96-97's vecb): the whole pytest suite on the H100,
-# then racecheck on the norm backward tests of 4096-65536 columns.
+# then racecheck on the bf16 RMSNorm tests (forward and backward kernels).
 set -u
 export PYTHONUNBUFFERED=1
 python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl
