@@ -1,6 +1,8 @@
 # Run 98: the session's final library (build_ab/final, the tree built
 # again, from the sources of runs 96-97's vecb): the whole pytest suite on the H100,
 # then racecheck on the bf16 RMSNorm tests (forward and backward kernels).
+# ptxas_summary.txt: -Xptxas -v of norm.cu and bias_scale_relu.cu, compiled
+# on the development machine (nvcc 13.0, sm_80 and sm_90).
 set -u
 export PYTHONUNBUFFERED=1
 python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl
