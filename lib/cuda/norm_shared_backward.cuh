@@ -70,7 +70,8 @@ __host__ __device__ inline int64_t slice_chunks(int64_t cols, int cluster) {
     return (chunks_per_row(cols) + cluster - 1) / cluster;
 }
 // The groups of blocks (clusters) of the grid, each summing its rows into
-// one weight and bias partial a column (the workspace holds 2 x groups x cols).
+// one weight and bias partial a column (the workspace holds groups x cols
+// for the weight, and as many again for the bias where dbias is wanted).
 inline int64_t shared_backward_groups(int64_t rows, int64_t cols) {
     const int cluster = shared_backward_cluster(cols);
     const int64_t most = kClusterGroups[cluster == 8 ? 3 : cluster == 4 ? 2 : cluster == 2 ? 1 : 0];
