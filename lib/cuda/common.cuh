@@ -434,6 +434,12 @@ __global__ void __launch_bounds__(32 * kFinishLanes)
     column_partials_finish_kernel(Out *__restrict__ first, Out *__restrict__ second,
                                   const A *__restrict__ partials, int64_t groups,
                                   int64_t cols) {
+#if __CUDA_ARCH__ >= 900
+    // launched as a programmatic dependent of the kernel that wrote the
+    // partials (finish_column_partials): that grid's writes are complete
+    // and visible past this point (a no-op in a plain launch)
+    cudaGridDependencySynchronize();
+#endif
     // blockIdx.y picks the output: first's partials, then second's after them
     Out *out = blockIdx.y == 0 ? first : second;
     if (!out) return;
@@ -459,16 +465,53 @@ __global__ void __launch_bounds__(32 * kFinishLanes)
     }
 }
 
+// Whether the current device launches programmatic dependents (sm_90 and
+// later), asked once a device.
+inline bool current_device_has_dependent_launch() {
+    static int answers[64];  // 0 not asked, 1 no, 2 yes (a benign race)
+    int device = 0;
+    if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) {
+        cudaGetLastError();
+        return false;
+    }
+    if (answers[device] == 0) {
+        int major = 0;
+        const bool asked =
+            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess;
+        if (!asked) cudaGetLastError();
+        answers[device] = asked && major >= 9 ? 2 : 1;
+    }
+    return answers[device] == 2;
+}
+
+// Build-time knob FO_FINISH_DEPENDENT_LAUNCH (1: the finishing pass is a
+// programmatic dependent launch where the GPU has it; 0: a plain launch).
+#ifndef FO_FINISH_DEPENDENT_LAUNCH
+#define FO_FINISH_DEPENDENT_LAUNCH 1
+#endif
+
 // Finishes one or two column reductions in one launch: first from partials,
 // second (if not null) from the groups x cols partials after first's.
+// On sm_90 and later it is launched as a programmatic dependent of the
+// kernel before it on the stream (the one that wrote the partials): it may
+// start as that kernel's last blocks exit, instead of a launch's latency
+// after the whole grid, and waits for its writes in the kernel.
 template <typename A, typename Out>
 void finish_column_partials(Out *first, Out *second, const A *partials, int64_t groups,
                             int64_t cols, cudaStream_t stream) {
     int64_t blocks = (cols + 31) / 32;
     if (blocks > kMaxColBlocks) blocks = kMaxColBlocks;
-    column_partials_finish_kernel<A, Out>
-        <<<dim3(unsigned(blocks), second ? 2 : 1), dim3(32, kFinishLanes), 0, stream>>>(
-            first, second, partials, groups, cols);
+    cudaLaunchAttribute early = {};
+    early.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    early.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(unsigned(blocks), second ? 2 : 1);
+    config.blockDim = dim3(32, kFinishLanes);
+    config.stream = stream;
+    config.attrs = &early;
+    config.numAttrs = FO_FINISH_DEPENDENT_LAUNCH && current_device_has_dependent_launch() ? 1 : 0;
+    cudaLaunchKernelEx(&config, column_partials_finish_kernel<A, Out>, first, second, partials,
+                       groups, cols);  // an error stays for launch_on
 }
 
 // Calls f(P{}) for a companion dtype code (bias, weight, residual) that is
