@@ -7,6 +7,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cassert>
 #include <cstdint>
 #include <cstring>
@@ -468,20 +469,23 @@ __global__ void __launch_bounds__(32 * kFinishLanes)
 // Whether the current device launches programmatic dependents (sm_90 and
 // later), asked once a device.
 inline bool current_device_has_dependent_launch() {
-    static int answers[64];  // 0 not asked, 1 no, 2 yes (a benign race)
+    // 0 not asked yet, 1 no, 2 yes; threads that ask at once agree
+    static std::atomic<int> answers[64];
     int device = 0;
     if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) {
-        cudaGetLastError();
+        cudaGetLastError();  // a failed query is "no", not this op's error
         return false;
     }
-    if (answers[device] == 0) {
+    int answer = answers[device].load(std::memory_order_relaxed);
+    if (answer == 0) {
         int major = 0;
         const bool asked =
             cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess;
         if (!asked) cudaGetLastError();
-        answers[device] = asked && major >= 9 ? 2 : 1;
+        answer = asked && major >= 9 ? 2 : 1;
+        answers[device].store(answer, std::memory_order_relaxed);
     }
-    return answers[device] == 2;
+    return answer == 2;
 }
 
 // Build-time knob FO_FINISH_DEPENDENT_LAUNCH (1: the finishing pass is a
