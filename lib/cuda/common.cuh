@@ -7,7 +7,6 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include <atomic>
 #include <cassert>
 #include <cstdint>
 #include <cstring>
@@ -466,26 +465,15 @@ __global__ void __launch_bounds__(32 * kFinishLanes)
     }
 }
 
-// Whether the current device launches programmatic dependents (sm_90 and
-// later), asked once a device.
+// Whether the current device (launch_on made it the op's) launches
+// programmatic dependents: sm_90 and later, as it does clusters.
 inline bool current_device_has_dependent_launch() {
-    // 0 not asked yet, 1 no, 2 yes; threads that ask at once agree
-    static std::atomic<int> answers[64];
     int device = 0;
-    if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) {
+    if (cudaGetDevice(&device) != cudaSuccess) {
         cudaGetLastError();  // a failed query is "no", not this op's error
         return false;
     }
-    int answer = answers[device].load(std::memory_order_relaxed);
-    if (answer == 0) {
-        int major = 0;
-        const bool asked =
-            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess;
-        if (!asked) cudaGetLastError();
-        answer = asked && major >= 9 ? 2 : 1;
-        answers[device].store(answer, std::memory_order_relaxed);
-    }
-    return answer == 2;
+    return has_clusters(device);
 }
 
 // Build-time knob FO_FINISH_DEPENDENT_LAUNCH (1: the finishing pass is a
