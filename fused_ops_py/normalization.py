@@ -150,6 +150,17 @@ class NormFunction(torch.autograd.Function):
         return dx, dweight, dbias, None
 
 
+def _where_address(address):
+    """All the workspace query looks at in an address: 0 or not, and its
+    place within 16 bytes. Passed that alone, its answer is remembered
+    (_args.workspace_bytes) across calls on fresh tensors."""
+    return 16 + address % 16 if address else 0
+
+
+def _where(tensor):
+    return _where_address(tensor.data_ptr()) if tensor is not None else 0
+
+
 def _backward(dy, dresidual_out, h, mean, rstd, weight, bias, kind, dropout_p, seed, offset,
               cols, x_dtype, has_residual, wanted, share_dx):
     """(dx, dresidual, dweight, dbias), None where not wanted. mean (0 for
@@ -181,10 +192,14 @@ def _backward(dy, dresidual_out, h, mean, rstd, weight, bias, kind, dropout_p, s
     if bias is not None and want_bias:
         dbias = dense_like(bias)
     if dweight is not None or dbias is not None:
-        # the bias partials only where dbias is wanted: RMSNorm's backward
-        # takes half the workspace of LayerNorm's
+        # none where the kernel parks its partials in dx (or dresidual);
+        # else the bias partials only where dbias is wanted
         scratch = _args.workspace(
-            lib.fo_norm_backward_workspace_bytes, device[0], rows, cols, code, int(dbias is not None), like=h,
+            lib.fo_norm_backward_workspace_bytes, device[0], device[1],
+            *map(_where, (dx, dresidual, dweight, dbias, dy_view)), dy_stride,
+            _where_address(dro_address), dro_stride, _where(h_view), h_stride, DTYPE_CODES[h.dtype],
+            _where(weight_dense), DTYPE_CODES[param.dtype] if param is not None else code, rows, cols, code,
+            like=h,
         )
     status = lib.fo_norm_backward(
         *device, dx.data_ptr() if dx is not None else 0,

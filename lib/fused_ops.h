@@ -43,7 +43,7 @@
 #define FO_VERSION_MINOR 1
 #define FO_VERSION_PATCH 0
 /* Bumped on any change that breaks a caller built against an older header. */
-#define FO_ABI_VERSION 2
+#define FO_ABI_VERSION 3
 
 #ifdef __cplusplus
 extern "C" {
@@ -228,12 +228,19 @@ FO_API int fo_norm_forward(
     int64_t rows, int64_t cols, int dtype, int kind, double eps,
     double dropout_p, uint64_t seed, uint64_t offset);
 
-/* Bytes of workspace fo_norm_backward needs for dweight and/or dbias (0
- * when none is needed). with_bias: nonzero when dbias will be asked for
- * (LayerNorm with a trained bias); the weight partials alone take half. */
+/* Bytes of workspace fo_norm_backward needs for a call with these
+ * arguments (fo_norm_backward's own; the others do not change it): 0 where
+ * no dweight or dbias is asked for, or on the CPU, or where the CUDA
+ * kernel parks its column partials in dx itself (or in dresidual, where
+ * that is of `dtype` and dx is 0) until they are summed; elsewhere fp32
+ * (fp64) rows of partials, a set for dweight and one for dbias. Of each
+ * address only whether it is 0 and its remainder modulo 16 are looked at. */
 FO_API int fo_norm_backward_workspace_bytes(
-    int device_type, int64_t rows, int64_t cols, int dtype, int with_bias,
-    int64_t *bytes);
+    int device_type, int device_index, uintptr_t dx, uintptr_t dresidual,
+    uintptr_t dweight, uintptr_t dbias, uintptr_t dy, int64_t dy_row_stride,
+    uintptr_t dresidual_out, int64_t dresidual_out_row_stride, uintptr_t h,
+    int64_t h_row_stride, int h_dtype, uintptr_t weight, int param_dtype,
+    int64_t rows, int64_t cols, int dtype, int64_t *bytes);
 
 /*
  * Gradients of fo_norm_forward, from what it saved:
@@ -243,7 +250,8 @@ FO_API int fo_norm_backward_workspace_bytes(
  *   dweight   = sum over rows of dy * (h - mean) * rstd   (optional, param_dtype)
  *   dbias     = sum over rows of dy                       (optional, LayerNorm)
  * dweight and dbias are reduced in fp32 (fp64 for fp64) in a fixed order:
- * the same bits on every run; they need the workspace.
+ * the same bits on every run; they need the workspace that
+ * fo_norm_backward_workspace_bytes asks for (none where it answers 0).
  *   dy:            rows x cols with its row stride, `dtype`.
  *   dresidual_out: optional incoming gradient of residual_out, rows x cols
  *                  with its row stride, residual_dtype.

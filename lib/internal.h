@@ -150,8 +150,8 @@ int fo_cuda_norm_forward(int device_index, uintptr_t stream,
                          const fo_norm_forward_args *a);
 int fo_cuda_norm_backward(int device_index, uintptr_t stream,
                           const fo_norm_backward_args *a);
-int64_t fo_cuda_norm_workspace_bytes(int64_t rows, int64_t cols, int dtype,
-                                     int with_bias);
+int64_t fo_cuda_norm_workspace_bytes(const fo_norm_backward_args *a,
+                                     int device_index);
 int fo_cuda_swiglu(int device_index, uintptr_t stream, const fo_swiglu_args *a);
 int fo_cuda_runtime_version_built(void);
 

@@ -475,22 +475,40 @@ int fo_norm_forward(int device_type, int device_index, uintptr_t stream,
     return FO_OK;
 }
 
-/* fo_cuda_norm_workspace_bytes for each answer of with_bias, in the shape
- * fo_workspace_query calls */
-static int64_t cuda_bytes_with_bias(int64_t rows, int64_t cols, int dtype) {
-    return fo_cuda_norm_workspace_bytes(rows, cols, dtype, 1);
-}
-static int64_t cuda_bytes_weight_only(int64_t rows, int64_t cols, int dtype) {
-    return fo_cuda_norm_workspace_bytes(rows, cols, dtype, 0);
+/* The workspace of a call whose arguments were checked: on CUDA, whatever
+ * fo_cuda_norm_workspace_bytes says the kernel it takes needs. */
+static int64_t backward_workspace(int device_type, int device_index,
+                                  const fo_norm_backward_args *a) {
+    if (device_type != FO_DEVICE_CUDA || (!a->dweight && !a->dbias))
+        return 0;
+    return fo_cuda_norm_workspace_bytes(a, device_index);
 }
 
-int fo_norm_backward_workspace_bytes(int device_type, int64_t rows,
-                                     int64_t cols, int dtype, int with_bias,
-                                     int64_t *bytes) {
+int fo_norm_backward_workspace_bytes(
+    int device_type, int device_index, uintptr_t dx, uintptr_t dresidual,
+    uintptr_t dweight, uintptr_t dbias, uintptr_t dy, int64_t dy_row_stride,
+    uintptr_t dresidual_out, int64_t dresidual_out_row_stride, uintptr_t h,
+    int64_t h_row_stride, int h_dtype, uintptr_t weight, int param_dtype,
+    int64_t rows, int64_t cols, int dtype, int64_t *bytes) {
     static const char op[] = "fo_norm_backward_workspace_bytes";
-    return fo_workspace_query(op, device_type, rows, cols, dtype, bytes,
-                              with_bias ? cuda_bytes_with_bias
-                                        : cuda_bytes_weight_only);
+    int status;
+    if (!bytes)
+        return fo_fail(FO_ERR_INVALID_ARGUMENT, "%s: bytes is a null pointer",
+                       op);
+    if ((status = fo_check_device(op, device_type, device_index)) ||
+        (status = fo_check_shape(op, rows, cols)) ||
+        (status = fo_check_dtype(op, "dtype", dtype)) ||
+        (status = check_companion_dtype(op, "h_dtype", h_dtype, dtype)) ||
+        (status = check_companion_dtype(op, "param_dtype", param_dtype, dtype)))
+        return status;
+    fo_norm_backward_args a = {
+        (void *)dx, (void *)dresidual, (void *)dweight, (void *)dbias,
+        NULL, (const void *)dy, dy_row_stride, (const void *)dresidual_out,
+        dresidual_out_row_stride, (const void *)h, h_row_stride, h_dtype,
+        NULL, NULL, (const void *)weight, param_dtype, rows, cols, dtype,
+        FO_NORM_LAYER, 0.0, 0, 0};
+    *bytes = backward_workspace(device_type, device_index, &a);
+    return FO_OK;
 }
 
 int fo_norm_backward(int device_type, int device_index, uintptr_t stream,
@@ -535,12 +553,6 @@ int fo_norm_backward(int device_type, int device_index, uintptr_t stream,
         (status = fo_check_operand(op, "weight", weight, cols, 1, cols,
                                    param_dtype, 1)))
         return status;
-    if ((status = fo_check_workspace(
-             op, workspace, workspace_bytes,
-             (dweight || dbias) && device_type == FO_DEVICE_CUDA
-                 ? fo_cuda_norm_workspace_bytes(rows, cols, dtype, dbias != 0)
-                 : 0)))
-        return status;
     fo_norm_backward_args a = {
         (void *)dx, (void *)dresidual, (void *)dweight, (void *)dbias,
         (void *)workspace, (const void *)dy, dy_row_stride,
@@ -548,6 +560,10 @@ int fo_norm_backward(int device_type, int device_index, uintptr_t stream,
         (const void *)h, h_row_stride, h_dtype, (const void *)mean,
         (const void *)rstd, (const void *)weight, param_dtype, rows, cols,
         dtype, kind, dropout_p, seed, offset};
+    if ((status = fo_check_workspace(
+             op, workspace, workspace_bytes,
+             backward_workspace(device_type, device_index, &a))))
+        return status;
     if (cols == 0 || (!dx && !dresidual && !dweight && !dbias) ||
         (rows == 0 && !dweight && !dbias))
         return FO_OK;

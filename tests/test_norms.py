@@ -29,6 +29,10 @@ CASES = [
     ((9, 264), (264,)),  # the last chunks of a thread past the row
     ((1100, 1024), (1024,)),  # 16-bit backward: 2 chunks, prefetching, blocks loop
     ((33, 4096), (4096,)),
+    # the partials parked in held dx rows (CUDA): 8 rows a block of short
+    # rows, each block's last iteration held; blocks of unequal row counts
+    ((4096, 64), (64,)),
+    ((2000, 512), (512,)),
     ((9, 8192), (8192,)),
     ((3, 16384), (16384,)),
     # the shared-memory backward: blocks that loop over rows, each copying
@@ -114,7 +118,7 @@ def test_rms_norm(shape, normalized_shape, eps, dtype, device):
 @pytest.mark.parametrize(
     "shape",
     # (2, 40008) and (3, 131072): fp32 add + RMSNorm rows held by clusters of 4 and 8 blocks
-    [(1, 1), (7, 13), (3, 5, 64), (37, 2048), (2, 70001), (2, 40008), (3, 131072), (137, 9000), (0, 16)],
+    [(1, 1), (7, 13), (3, 5, 64), (37, 2048), (64, 2048), (2, 70001), (2, 40008), (3, 131072), (137, 9000), (0, 16)],
     ids=str,
 )
 def test_add_norm_without_dropout(shape, kind, residual_dtype, dtype, device):
@@ -322,7 +326,8 @@ def test_dropout_zero_costs_nothing_and_changes_nothing(device):
 # determinism, gradcheck ----------------------------------------------------
 
 
-@pytest.mark.parametrize("shape", [(1537, 192), (70, 40000)], ids=str)  # registers, clusters
+# registers with a workspace, registers with the partials held in dx, clusters
+@pytest.mark.parametrize("shape", [(1537, 192), (1100, 1024), (70, 40000)], ids=str)
 @pytest.mark.parametrize("kind", ["layer", "rms"])
 def test_parameter_gradients_are_bitwise_deterministic(kind, shape, device):
     x = random(shape, torch.bfloat16, device, seed=32)
@@ -339,6 +344,48 @@ def test_parameter_gradients_are_bitwise_deterministic(kind, shape, device):
         grads.append([weight.grad.clone()] + ([bias.grad.clone()] if bias is not None else []))
     for later in grads[1:]:
         assert all(torch.equal(a, b) for a, b in zip(grads[0], later))
+
+
+def peak_extra_bytes(call):
+    """Bytes call allocates beyond what is live before it (torch's allocator)."""
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    call()
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated() - base
+
+
+@pytest.mark.parametrize("shape", [(4096, 1024), (1024, 4096), (2048, 512)], ids=str)
+@pytest.mark.parametrize("kind", ["layer", "rms", "add_rms"])
+def test_forward_backward_allocates_no_more_than_torch(kind, shape, device):
+    # the weight and bias partials are parked in dx (or dresidual) rows, not
+    # in a workspace: forward+backward allocates what eager torch does
+    if device.type != "cuda":
+        pytest.skip("the CPU takes no workspace")
+    x = leaf(shape, torch.bfloat16, device, 60)
+    residual = leaf(shape, torch.bfloat16, device, 61)
+    weight = leaf(shape[-1:], torch.bfloat16, device, 62)
+    bias = leaf(shape[-1:], torch.bfloat16, device, 63)
+    dy = random(shape, torch.bfloat16, device, seed=64)
+    if kind == "layer":
+        inputs, fused = (x, weight, bias), lambda: fo.fused_layer_norm(x, weight, bias)
+        eager = lambda: F.layer_norm(x, shape[-1:], weight, bias)
+    elif kind == "rms":
+        inputs, fused = (x, weight), lambda: fo.fused_rms_norm(x, weight)
+        eager = lambda: F.rms_norm(x, shape[-1:], weight)
+    else:
+        inputs, fused = (x, residual, weight), lambda: fo.fused_add_rms_norm(x, residual, weight)[0]
+        eager = lambda: F.rms_norm(x + residual, shape[-1:], weight)
+    results = {}
+    for name, forward in (("fused", fused), ("eager", eager)):
+        def call():
+            results[name] = torch.autograd.grad(forward(), inputs, dy)
+        call()  # once first: any lazy set-up of either is not counted
+        results[name + " bytes"] = peak_extra_bytes(call)
+    assert results["fused bytes"] <= results["eager bytes"], results
+    for got, expected in zip(results["fused"], results["eager"]):
+        torch.testing.assert_close(got.float(), expected.float(), atol=0.25, rtol=0.05)
 
 
 def test_gradcheck_every_input_of_every_function(device):

@@ -332,13 +332,117 @@ void launch_forward_clustered(const fo_norm_forward_args &a, const RegisterRows 
     });
 }
 
+// Whether the backward's operands are 16-byte aligned with rows of whole
+// chunks (the vector paths).
+template <typename T>
+bool backward_vectors(const fo_norm_backward_args &a) {
+    const bool h_is_float = a.h_dtype == FO_DTYPE_F32;
+    return a.cols % kChunk == 0 && aligned16(a.dy) && aligned16(a.h) && aligned16(a.dx) &&
+           aligned16(a.dresidual) && aligned16(a.dresidual_out) &&
+           stride_aligned16<T>(a.dy_row_stride, a.rows) &&
+           (h_is_float ? stride_aligned16<float>(a.h_row_stride, a.rows) &&
+                             stride_aligned16<float>(a.dresidual_out_row_stride, a.rows)
+                       : stride_aligned16<T>(a.h_row_stride, a.rows) &&
+                             stride_aligned16<T>(a.dresidual_out_row_stride, a.rows));
+}
+
+// The register backward's launch shape for this call; cpt = 0 where it does
+// not run (unaligned operands, or rows too long for registers).
+template <typename T>
+RegisterRows backward_registers(const fo_norm_backward_args &a) {
+    RegisterRows fast = backward_register_rows<T>(a.rows, a.cols);
+    if (!backward_vectors<T>(a) || !aligned16(a.weight)) fast.cpt = 0;
+    return fast;
+}
+
+// Calls f(std::integral_constant<kernel type, kernel>) with the register
+// backward kernel of this call (of its types, row access and chunks a
+// thread).
+template <typename T, typename F>
+void with_backward_registers_kernel(const fo_norm_backward_args &a, const RegisterRows &fast,
+                                    F &&f) {
+    dispatch_companion<T>(a.h_dtype, [&](auto h_tag) {
+        dispatch_companion<T>(a.param_dtype, [&](auto param_tag) {
+            dispatch_row_access<T>(a.cols, [&](auto access) {
+                dispatch_chunks<kBackwardMaxChunks<T>>(fast.cpt, [&](auto cpt) {
+                    constexpr auto kernel =
+                        norm_backward_registers_kernel<T, decltype(h_tag), decltype(param_tag),
+                                                       cpt.value, access.value>;
+                    f(std::integral_constant<decltype(kernel), kernel>{});
+                });
+            });
+        });
+    });
+}
+
+// The register backward's partials parked in held dx rows, one cooperative
+// launch (norm_held_partials.cuh): groups = 0 where not. Its grid is the
+// workspace path's (fewer blocks only where the rows are too few for each
+// to hold its iterations): from the shape alone, not the GPU. Where this
+// GPU cannot hold it all at once, the workspace path runs instead.
+struct HeldLaunch {
+    HeldArgs args;
+    int64_t groups = 0;
+    size_t shared_bytes = 0;
+};
+
+template <typename T>
+HeldLaunch held_launch(const fo_norm_backward_args &a, const RegisterRows &fast, int device) {
+    HeldLaunch launch;
+    const HeldPlan plan = fast.cpt > 0 ? held_plan<T>(a, fast.ty, device) : HeldPlan{};
+    if (plan.iterations == 0) return launch;
+    int64_t groups = fast.groups;
+    const int64_t holding = a.rows / (int64_t(fast.ty) * plan.iterations);
+    if (groups > holding) groups = holding;
+    int sms = 0, per_sm = 0;
+    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+        cudaGetLastError();  // a failed query is "no", not this op's error
+        return launch;
+    }
+    with_backward_registers_kernel<T>(a, fast, [&](auto kernel) {
+        per_sm = resident_blocks<kernel.value>(device, fast.tx * fast.ty, plan.shared_bytes);
+    });
+    if (int64_t(per_sm) * sms < groups) return launch;
+    const int64_t step = groups * fast.ty;
+    launch.args.iterations = plan.iterations;
+    launch.args.full = a.rows / step;
+    launch.args.extra = a.rows % step;
+    launch.groups = groups;
+    launch.shared_bytes = plan.shared_bytes;
+    return launch;
+}
+
+template <typename A, typename Kernel>
+void launch_held(Kernel kernel, const fo_norm_backward_args &a, const RegisterRows &fast,
+                 const HeldLaunch &held, cudaStream_t stream) {
+    cudaLaunchAttribute cooperative = {};
+    cooperative.id = cudaLaunchAttributeCooperative;
+    cooperative.val.cooperative = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(unsigned(held.groups));
+    config.blockDim = dim3(fast.tx, fast.ty);
+    config.dynamicSmemBytes = held.shared_bytes;
+    config.stream = stream;
+    config.attrs = &cooperative;
+    config.numAttrs = 1;
+    cudaLaunchKernelEx(&config, kernel, a, static_cast<A *>(nullptr), held.args);
+}
+
 }  // namespace
 }  // namespace fo
 
 using namespace fo;
 
-extern "C" int64_t fo_cuda_norm_workspace_bytes(int64_t rows, int64_t cols,
-                                                int dtype, int with_bias) {
+extern "C" int64_t fo_cuda_norm_workspace_bytes(const fo_norm_backward_args *a, int device_index) {
+    if (!a->dweight && !a->dbias) return 0;
+    bool held = false;  // the partials parked in dx: no workspace
+    dispatch_dtype(a->dtype, [&](auto tag) {
+        using T = decltype(tag);
+        held = held_launch<T>(*a, backward_registers<T>(*a), device_index).groups > 0;
+    });
+    if (held) return 0;
+    const int64_t rows = a->rows, cols = a->cols;
+    const int dtype = a->dtype, with_bias = a->dbias != nullptr;
     const int64_t acc_bytes = dtype == FO_DTYPE_F64 ? 8 : 4;
     // room for whichever backward runs: the partials of the register
     // kernel, the shared-memory kernel or the streaming column kernel
@@ -455,41 +559,34 @@ extern "C" int fo_cuda_norm_backward(int device_index, uintptr_t stream,
         dispatch_dtype(a->dtype, [&](auto tag) {
             using T = decltype(tag);
             using A = acc_t<T>;
-            const bool h_is_float = a->h_dtype == FO_DTYPE_F32;
-            const bool vec =
-                a->cols % kChunk == 0 && aligned16(a->dy) && aligned16(a->h) &&
-                aligned16(a->dx) && aligned16(a->dresidual) &&
-                aligned16(a->dresidual_out) &&
-                stride_aligned16<T>(a->dy_row_stride, a->rows) &&
-                (h_is_float
-                     ? stride_aligned16<float>(a->h_row_stride, a->rows) &&
-                           stride_aligned16<float>(a->dresidual_out_row_stride, a->rows)
-                     : stride_aligned16<T>(a->h_row_stride, a->rows) &&
-                           stride_aligned16<T>(a->dresidual_out_row_stride, a->rows));
-            const RegisterRows fast = backward_register_rows<T>(a->rows, a->cols);
-            const bool registers = vec && fast.cpt > 0 && aligned16(a->weight);
-            dispatch_companion<T>(a->h_dtype, [&](auto h_tag) {
-                using H = decltype(h_tag);
-                if (registers) {
-                    // one pass over dy and h for every output; then the
-                    // partials' fixed-order sum
-                    A *partials = static_cast<A *>(a->workspace);
+            const bool vec = backward_vectors<T>(*a);
+            const RegisterRows fast = backward_registers<T>(*a);
+            if (fast.cpt > 0) {
+                // one pass over dy and h for every output; then the
+                // partials' fixed-order sum: in the same launch where they
+                // are parked in dx (the workspace query made the same
+                // choice), else the finishing kernel's
+                const HeldLaunch held = held_launch<T>(*a, fast, device_index);
+                A *partials = static_cast<A *>(a->workspace);
+                with_backward_registers_kernel<T>(*a, fast, [&](auto kernel) {
+                    const auto registers_kernel = kernel.value;
+                    if (held.groups > 0)
+                        launch_held<A>(registers_kernel, *a, fast, held, cudaStream_t(stream));
+                    else
+                        registers_kernel<<<unsigned(fast.groups), dim3(fast.tx, fast.ty), 0,
+                                           cudaStream_t(stream)>>>(*a, partials, HeldArgs{});
+                });
+                if ((a->dweight || a->dbias) && held.groups == 0)
                     dispatch_companion<T>(a->param_dtype, [&](auto param_tag) {
                         using P = decltype(param_tag);
-                        dispatch_row_access<T>(a->cols, [&](auto access) {
-                            dispatch_chunks<kBackwardMaxChunks<T>>(fast.cpt, [&](auto cpt) {
-                                norm_backward_registers_kernel<T, H, P, cpt.value, access.value>
-                                    <<<unsigned(fast.groups), dim3(fast.tx, fast.ty), 0,
-                                       cudaStream_t(stream)>>>(*a, partials);
-                            });
-                        });
-                        if (a->dweight || a->dbias)
-                            finish_column_partials(static_cast<P *>(a->dweight),
-                                                   static_cast<P *>(a->dbias), partials,
-                                                   fast.groups, a->cols, cudaStream_t(stream));
+                        finish_column_partials(static_cast<P *>(a->dweight),
+                                               static_cast<P *>(a->dbias), partials, fast.groups,
+                                               a->cols, cudaStream_t(stream));
                     });
-                    return;
-                }
+                return;
+            }
+            dispatch_companion<T>(a->h_dtype, [&](auto h_tag) {
+                using H = decltype(h_tag);
                 if (vec && aligned16(a->weight) && norm_backward_shared<T, H>(*a, cudaStream_t(stream)))
                     return;
                 if (a->dx || a->dresidual) {

@@ -304,11 +304,14 @@ __device__ __forceinline__ void add_residual(acc_t<T> (&x)[kChunk],
 
 // Backward, chunk c of row r: dh (the gradient of h from the norm) plus the
 // gradient arriving at residual_out is dresidual; dx is that through the
-// dropout mask. (ACCESS is never kScalar here: rows of whole chunks.)
+// dropout mask. dx_row and dresidual_row: where the row of each goes (null:
+// not wanted; the register kernel holds some rows in shared memory). (ACCESS
+// is never kScalar here: rows of whole chunks.)
 template <typename T, typename H, Access ACCESS>
 __device__ __forceinline__ void store_dh_chunk(acc_t<T> (&dh)[kChunk],
                                                const fo_norm_backward_args a,
-                                               int64_t r, int64_t c) {
+                                               int64_t r, int64_t c, T *dx_row,
+                                               H *dresidual_row) {
     using A = acc_t<T>;
     if (a.dresidual_out) {
         acc_t<H> g[kChunk];
@@ -317,16 +320,16 @@ __device__ __forceinline__ void store_dh_chunk(acc_t<T> (&dh)[kChunk],
 #pragma unroll
         for (int i = 0; i < kChunk; i++) dh[i] += A(g[i]);
     }
-    if (a.dresidual) {
+    if (dresidual_row) {
         acc_t<H> out[kChunk];
 #pragma unroll
         for (int i = 0; i < kChunk; i++) out[i] = acc_t<H>(dh[i]);
-        store_row_chunk<H, ACCESS>(static_cast<H *>(a.dresidual) + r * a.cols, out, c, a.cols);
+        store_row_chunk<H, ACCESS>(dresidual_row, out, c, a.cols);
     }
-    if (a.dx) {
+    if (dx_row) {
         if (a.dropout_p > 0)
             apply_dropout_chunk<T, ACCESS>(dh, r, c, a.cols, a.dropout_p, a.seed, a.offset);
-        store_row_chunk<T, ACCESS>(static_cast<T *>(a.dx) + r * a.cols, dh, c, a.cols);
+        store_row_chunk<T, ACCESS>(dx_row, dh, c, a.cols);
     }
 }
 

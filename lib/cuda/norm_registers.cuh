@@ -20,6 +20,7 @@
 #pragma once
 
 #include "norm_common.cuh"
+#include "norm_held_partials.cuh"
 
 namespace fo {
 namespace {
@@ -540,12 +541,18 @@ __maxnreg__((ForwardHeld<T, R, CPT, INPUT != kX, INPUT == kDropoutXPlusResidual>
 
 // T: dy, dx; H: h, dresidual_out, dresidual (T or float); P: weight.
 // ACCESS as the forward's.
-// Writes this block's per-column sums of dy * xhat (weight) and dy (bias)
-// to partials[0 or 1][blockIdx.x][col], each where its gradient is wanted.
+// held.iterations 0: writes this block's per-column sums of dy * xhat
+// (weight) and dy (bias) to partials[0 or 1][blockIdx.x][col], each where
+// its gradient is wanted, for finish_column_partials. Above 0 (a
+// cooperative launch, with held.iterations * ty rows of dynamic shared
+// memory): holds its last held.iterations row iterations' dx and parks the
+// partials in their place (norm_held_partials.cuh), writing dweight and
+// dbias itself.
 template <typename T, typename H, typename P, int CPT, Access ACCESS>
 __global__ void __launch_bounds__(kMaxRowThreads,
                                   kBackwardMinBlocks<acc_t<T>, backward_held_bytes<T>(CPT, sizeof(H))>)
-    norm_backward_registers_kernel(fo_norm_backward_args a, acc_t<T> *__restrict__ partials) {
+    norm_backward_registers_kernel(fo_norm_backward_args a, acc_t<T> *__restrict__ partials,
+                                   HeldArgs held) {
     using A = acc_t<T>;
     constexpr bool kPrefetch = backward_prefetch<T>(CPT);
     const T *dy = static_cast<const T *>(a.dy);
@@ -606,6 +613,9 @@ __global__ void __launch_bounds__(kMaxRowThreads,
         rstd_next = active ? static_cast<const A *>(a.rstd)[r] : A(0);
     };
     if (kPrefetch) load_row(blockIdx.x * int64_t(blockDim.y) + threadIdx.y);
+    // the held rows (none where held.iterations is 0): this block's dx of
+    // its last held.iterations iterations, in shared memory until the end
+    extern __shared__ uint4 held_rows[];
     for (int64_t base = blockIdx.x * int64_t(blockDim.y); base < a.rows; base += step) {
         const int64_t r = base + threadIdx.y;
         const bool active = r < a.rows;
@@ -672,7 +682,22 @@ __global__ void __launch_bounds__(kMaxRowThreads,
 #pragma unroll
             for (int i = 0; i < kChunk; i++)
                 dh[i] = rstd * (dh[i] - mean_wdy - xhat[i] * mean_wdy_xhat);
-            store_dh_chunk<T, H, ACCESS>(dh, a, r, c);
+            // a held row goes to shared memory in place of its dx (or of
+            // dresidual, of T then, where there is no dx)
+            T *dx_row = a.dx ? static_cast<T *>(a.dx) + r * cols : nullptr;
+            H *dresidual_row = a.dresidual ? static_cast<H *>(a.dresidual) + r * cols : nullptr;
+            // (one of the last held.iterations: nothing held where it is 0;
+            // tested from base, not an iteration count, which held in
+            // registers across the loop made ptxas spill)
+            if (base + held.iterations * step >= a.rows) {
+                int later = 0;  // iterations after this one (a division spilled)
+                while (later + 1 < held.iterations && base + (later + 1) * step < a.rows) later++;
+                T *staged = reinterpret_cast<T *>(held_rows) +
+                            ((held.iterations - 1 - later) * blockDim.y + threadIdx.y) * cols;
+                if (a.dx) dx_row = staged;
+                else dresidual_row = reinterpret_cast<H *>(staged);
+            }
+            store_dh_chunk<T, H, ACCESS>(dh, a, r, c, dx_row, dresidual_row);
         }
     }
     if (!columns) return;
@@ -704,7 +729,7 @@ __global__ void __launch_bounds__(kMaxRowThreads,
                     }
             __syncthreads();
         }
-        if (threadIdx.y != 0 || c >= chunks) continue;
+        if (threadIdx.y != 0 || c >= chunks || held.iterations > 0) continue;
         A *weight_partials = partials + int64_t(blockIdx.x) * cols;
         A *bias_partials = weight_partials + int64_t(gridDim.x) * cols;
         // Only the partials asked for (the workspace of a call without dbias
@@ -719,6 +744,10 @@ __global__ void __launch_bounds__(kMaxRowThreads,
         if (a.dweight) store_row_chunk<A, kPartialAccess>(weight_partials, dw[k], c, cols);
         if (a.dbias) store_row_chunk<A, kPartialAccess>(bias_partials, db[k], c, cols);
     }
+    if (held.iterations > 0)
+        finish_held_partials<T, P, CPT, ACCESS>(
+            a, HeldRows<T>(a.dx ? a.dx : a.dresidual, cols, int(blockDim.y), held), dw, db,
+            held_rows);
 }
 
 }  // namespace

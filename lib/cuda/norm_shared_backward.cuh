@@ -229,7 +229,9 @@ __global__ void __launch_bounds__(kSharedBackwardThreads, 1)
 #pragma unroll
             for (int i = 0; i < kChunk; i++)
                 dh[i] = rstd * (dh[i] - mean_wdy - xhat[i] * mean_wdy_xhat);
-            store_dh_chunk<T, H, kVector>(dh, a, r, col0 / kChunk + c);
+            store_dh_chunk<T, H, kVector>(
+                dh, a, r, col0 / kChunk + c, a.dx ? static_cast<T *>(a.dx) + r * a.cols : nullptr,
+                a.dresidual ? static_cast<H *>(a.dresidual) + r * a.cols : nullptr);
         }
         __pipeline_commit();
     }

@@ -581,6 +581,17 @@ static void test_errors_backward(void) {
 
 /* ---- fo_norm_backward_workspace_bytes ---- */
 
+/* The query for a rows x cols call of dtype with dweight, dbias where
+ * with_bias, and dx at address dx (0: none); dy and h dense at the
+ * addresses of BUF[0] and BUF[1] (only their alignment is looked at). */
+static int query_workspace(int device_type, int64_t rows, int64_t cols, int dtype,
+                           int with_bias, uintptr_t dx, int64_t *bytes) {
+    return fo_norm_backward_workspace_bytes(device_type, 0, dx, 0, addr(&BUF[2]),
+                                            with_bias ? addr(&BUF[3]) : 0, addr(&BUF[0]), cols, 0,
+                                            cols, addr(&BUF[1]), cols, dtype, 0, dtype, rows, cols,
+                                            dtype, bytes);
+}
+
 static void test_errors_workspace_query(void) {
     static const char op[] = "fo_norm_backward_workspace_bytes";
     section("errors: fo_norm_backward_workspace_bytes");
@@ -613,9 +624,9 @@ static void test_errors_workspace_query(void) {
     };
     for (size_t i = 0; i < COUNT(cases); i++) {
         before_case();
-        int got = fo_norm_backward_workspace_bytes(cases[i].device_type, cases[i].rows,
-                                                   cases[i].cols, cases[i].dtype, (int)(i % 2),
-                                                   cases[i].null_bytes ? NULL : BYTES);
+        int got = query_workspace(cases[i].device_type, cases[i].rows, cases[i].cols,
+                                  cases[i].dtype, (int)(i % 2), addr(&BUF[4]),
+                                  cases[i].null_bytes ? NULL : BYTES);
         expect_status(op, cases[i].why, got, cases[i].status, cases[i].needle,
                       cases[i].needle2);
         if (cases[i].status == OK)
@@ -656,7 +667,7 @@ static void test_cuda_device(void) {
             a.device_type = CUDA, a.device_index = 0, a.dresidual = 0, a.dweight = 0,
             a.dbias = 0);
         before_case();
-        st = fo_norm_backward_workspace_bytes(CUDA, 2, 4, F32, 1, BYTES);
+        st = query_workspace(CUDA, 2, 4, F32, 1, addr(&BUF[4]), BYTES);
         expect_status("fo_norm_backward_workspace_bytes", "CPU-only build", st, NOT_BUILT,
                       "without CUDA", NULL);
         return;
@@ -669,21 +680,34 @@ static void test_cuda_device(void) {
         a.device_index = -1);
 
     int64_t need = -1;
-    st = fo_norm_backward_workspace_bytes(CUDA, 2, 4, F32, 1, &need);
+    st = query_workspace(CUDA, 2, 4, F32, 1, addr(&BUF[4]), &need);
     if (!CHECK(st == OK && need >= 0 && need <= BUF_BYTES,
                "CUDA workspace query for 2 x 4 f32: status %d, %" PRId64 " bytes (%s)", st,
                need, fo_last_error()))
         return;
     /* without dbias, the weight partials alone: half */
     int64_t need_weight = -1;
-    st = fo_norm_backward_workspace_bytes(CUDA, 2, 4, F32, 0, &need_weight);
+    st = query_workspace(CUDA, 2, 4, F32, 0, addr(&BUF[4]), &need_weight);
     CHECK(st == OK && 2 * need_weight == need,
           "CUDA workspace query for 2 x 4 f32 without dbias: status %d, %" PRId64
           " bytes, with it %" PRId64, st, need_weight, need);
     int64_t big = -1;
-    st = fo_norm_backward_workspace_bytes(CUDA, 100000, 4096, F64, 1, &big);
-    CHECK(st == OK && big >= 0, "CUDA workspace query for 100000 x 4096 f64: status %d, "
+    st = query_workspace(CUDA, 100000, 4096, F64, 1, 0, &big);
+    CHECK(st == OK && big > 0, "CUDA workspace query for 100000 x 4096 f64 without dx: status %d, "
           "%" PRId64 " bytes", st, big);
+    /* With a GPU, the partials of aligned 4096-wide rows are parked in dx:
+     * no workspace; without dx there is nowhere to park them. (Without a
+     * GPU the device cannot be asked, and the workspace is asked for.) */
+    int64_t held = -1;
+    st = query_workspace(CUDA, 4096, 4096, BF16, 1, addr(&BUF[4]), &held);
+    CHECK(st == OK && (has_gpu ? held == 0 : held > 0),
+          "CUDA workspace query for 4096 x 4096 bf16 with dx: status %d, %" PRId64 " bytes", st,
+          held);
+    int64_t unheld = -1;
+    st = query_workspace(CUDA, 4096, 4096, BF16, 1, 0, &unheld);
+    CHECK(st == OK && unheld > 0,
+          "CUDA workspace query for 4096 x 4096 bf16 without dx: status %d, %" PRId64 " bytes",
+          st, unheld);
     const uintptr_t WS = addr(&BUF[10]); /* host memory; only its size is looked at */
     BWD("negative workspace_bytes", INVALID, "workspace_bytes=-1", "negative",
         a.device_type = CUDA, a.device_index = 0, a.workspace = WS,

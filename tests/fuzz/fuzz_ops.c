@@ -679,9 +679,14 @@ static void decode_norm_backward(call *c, input *in) {
     operand *dw = add(c, NB_DW, "dweight", OUT, c->param_dtype, 1, c->cols, 0, flags & 4, in);
     operand *db = add(c, NB_DB, "dbias", OUT, c->param_dtype, 1, c->cols, 0,
                       (flags & 8) && (!rms || (flags & 128)), in);
+    /* the size for these gradients (the addresses are placed later: on the
+     * CPU, the only device fuzzed, they do not change it) */
     int64_t needed = 0;
-    if (fo_norm_backward_workspace_bytes(c->device_type, c->rows, c->cols, c->dtype,
-                                         db->passed, &needed) != FO_OK)
+    if (fo_norm_backward_workspace_bytes(c->device_type, 0, (uintptr_t)(flags & 1), 0,
+                                         (uintptr_t)dw->passed, (uintptr_t)db->passed, 0,
+                                         c->cols, 0, c->cols, 0, c->cols, c->dtype, 0,
+                                         c->param_dtype, c->rows, c->cols, c->dtype,
+                                         &needed) != FO_OK)
         needed = 0;
     add_workspace(c, NB_WS, needed, dw->passed || db->passed, in);
     add(c, NB_DY, "dy", IN, c->dtype, c->rows, c->cols, 1, 1, in);
@@ -1398,9 +1403,10 @@ static void run_query(call *c, input *in) {
                                   c->device_type, c->rows, c->cols, c->dtype, bytes)
                  : which == 1 ? fo_reduce_sum_workspace_bytes(c->device_type, numel, c->dtype,
                                                               bytes)
-                              : fo_norm_backward_workspace_bytes(c->device_type, c->rows,
-                                                                 c->cols, c->dtype,
-                                                                 (int)(c->rows & 1), bytes);
+                              : fo_norm_backward_workspace_bytes(
+                                    c->device_type, 0, 0, 0, 1, (uintptr_t)(c->rows & 1), 0,
+                                    c->cols, 0, c->cols, 0, c->cols, c->dtype, 0, c->dtype,
+                                    c->rows, c->cols, c->dtype, bytes);
     if (status != FO_OK) {
         if (c->v.level == PASS)
             fail("a valid query failed: status %d: %s", status, fo_last_error());
