@@ -389,22 +389,32 @@ struct HeldLaunch {
 template <typename T>
 HeldLaunch held_launch(const fo_norm_backward_args &a, const RegisterRows &fast, int device) {
     HeldLaunch launch;
-    const HeldPlan plan = fast.cpt > 0 ? held_plan<T>(a, fast.ty, device) : HeldPlan{};
-    if (plan.iterations == 0) return launch;
+    if (fast.cpt == 0) return launch;
     int64_t groups = fast.groups;
+    const int threads = fast.tx * fast.ty;
+    HeldPlan plan = held_plan<T>(a, fast.ty, threads, groups, device);
+    if (plan.iterations == 0) return launch;
+    // blocks that each have their iterations to hold (fewer blocks own more
+    // chunks each, which may take another iteration: then none)
     const int64_t holding = a.rows / (int64_t(fast.ty) * plan.iterations);
-    if (groups > holding) groups = holding;
+    if (groups > holding) {
+        groups = holding;
+        plan = held_plan<T>(a, fast.ty, threads, groups, device);
+        if (plan.iterations == 0 || groups > a.rows / (int64_t(fast.ty) * plan.iterations))
+            return launch;
+    }
     int sms = 0, per_sm = 0;
     if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
         cudaGetLastError();  // a failed query is "no", not this op's error
         return launch;
     }
     with_backward_registers_kernel<T>(a, fast, [&](auto kernel) {
-        per_sm = resident_blocks<kernel.value>(device, fast.tx * fast.ty, plan.shared_bytes);
+        per_sm = resident_blocks<kernel.value>(device, threads, plan.shared_bytes);
     });
     if (int64_t(per_sm) * sms < groups) return launch;
     const int64_t step = groups * fast.ty;
     launch.args.iterations = plan.iterations;
+    launch.args.owned_shift = plan.owned_shift;
     launch.args.full = a.rows / step;
     launch.args.extra = a.rows % step;
     launch.groups = groups;

@@ -745,9 +745,7 @@ __global__ void __launch_bounds__(kMaxRowThreads,
         if (a.dbias) store_row_chunk<A, kPartialAccess>(bias_partials, db[k], c, cols);
     }
     if (held.iterations > 0)
-        finish_held_partials<T, P, CPT, ACCESS>(
-            a, HeldRows<T>(a.dx ? a.dx : a.dresidual, cols, int(blockDim.y), held), dw, db,
-            held_rows);
+        finish_held_partials<T, P, CPT, ACCESS>(a, held, dw, db, held_rows);
 }
 
 }  // namespace

@@ -1,0 +1,33 @@
+# Run 104: the held partials (build_ab/held, the tree: no workspace, one
+# cooperative launch) against the workspace and finishing kernel (base:
+# ddb4d4a's library with its own Python package, ABI 2). Fused alone, the
+# norm backward and forward+backward, bf16 and fp32; each build timed twice
+# in turn. ab_table.txt: kernel us and peak MiB of each.
+set -u
+export PYTHONUNBUFFERED=1
+python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl
+W=$OUT/w; mkdir -p $W; n=0
+bench() {  # variant, label, bench args...
+  local v=$1 label=$2; shift 2
+  local py=$PWD; [ $v = base ] && py=$PWD/build_ab/base_py
+  PYTHONPATH=/tmp/site:$py FUSED_OPS_PY_LIBRARY=$PWD/build_ab/$v/libfused_ops.so timeout 130 python3 bench/bench_ops.py \
+    --providers fused --out $W/$label "$@" > $W/log_$label.txt 2>&1
+  echo "$label rc=$? $(grep -c '^| ' $W/log_$label.txt) rows $(date +%T)"
+}
+ARGS="--ops layer_norm,rms_norm,add_rms_norm --directions bwd,fwdbwd --dtypes bf16,fp32 --shapes 4096x512,4096x1024,4096x4096,4096x8192,16384x4096,65536x1024 --warmup-ms 20 --rep-ms 60"
+for v in base held base held; do bench $v ab_$v-$((++n)) $ARGS; done
+python3 - $W <<'PY' | tee $OUT/ab_table.txt
+import csv, sys, glob, collections
+out = sys.argv[1]; t = collections.defaultdict(dict); m = collections.defaultdict(dict)
+for path in sorted(glob.glob(f"{out}/ab_*-*/results.csv")):
+    v = path.split("/")[-2].split("_", 1)[1]
+    for r in csv.DictReader(open(path)):
+        k = (r["op"], r["direction"], r["dtype"], int(r["rows"]), int(r["cols"]))
+        t[k][v] = float(r["kernel_ms"]) * 1e3; m[k][v.split("-")[0]] = float(r["peak_extra_mib"])
+print("op dir dtype rows cols | kernel us: base-1 held-2 base-3 held-4 | base/held base-3/base-1 | peak MiB base held")
+for k in sorted(t):
+    g = [t[k].get(n, float("nan")) for n in ("base-1", "held-2", "base-3", "held-4")]
+    print(*k, "|", *(f"{x:.2f}" for x in g), "|", f"{(g[0] + g[2]) / (g[1] + g[3]):.3f}", f"{g[2] / g[0]:.3f}",
+          "|", f"{m[k].get('base', float('nan')):.2f}", f"{m[k].get('held', float('nan')):.2f}")
+PY
+cd $W && tar czf $OUT/run104.tgz . && cd $OUT && rm -rf w; ls $OUT
