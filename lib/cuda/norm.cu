@@ -415,6 +415,7 @@ HeldLaunch held_launch(const fo_norm_backward_args &a, const RegisterRows &fast,
     const int64_t step = groups * fast.ty;
     launch.args.iterations = plan.iterations;
     launch.args.owned_shift = plan.owned_shift;
+    launch.args.owners = plan.owners;
     launch.args.full = a.rows / step;
     launch.args.extra = a.rows % step;
     launch.groups = groups;

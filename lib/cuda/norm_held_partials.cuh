@@ -9,17 +9,21 @@
 //   1. each block keeps the dx of its last `iterations` row iterations in
 //      shared memory instead of writing them (its held rows);
 //   2. the chunks of 8 columns of both gradients are dealt out to the
-//      blocks in runs (the owners), and every block writes its partial of
-//      each chunk into the owner's held rows;
+//      blocks in runs (the owners: as few blocks as own a power of two
+//      chunks each, only they hold rows), and every block writes its
+//      partial of each chunk into the owner's held rows;
 //   3. one grid-wide barrier (a cooperative launch: every block resident);
 //   4. each block sums the partials of the chunks it owns in a fixed order
 //      (the same bits on every run) into dweight and dbias, and then, since
 //      no other block reads its held rows, writes them from shared memory.
 // The bytes moved are those of the workspace scheme (the partials are
-// written and read once, from L2), with no second launch. (Tuning run 104:
-// with every block summing a share of all blocks' rows and a second
-// barrier before the held rows were written, the backward took ~10 us
-// more than with the workspace, at any size.)
+// written and read once, from L2), with no second launch. The price: the
+// held rows are written after the barrier and the sums, when nothing else
+// streams, so on the H100 (tuning run 109) the backward takes 3-4 us more
+// than with the workspace at 4096 x 512, 4-8 us at 4096 x 4096 (8-16%),
+// 2-5% at 16384 rows and 2% at 65536. (Run 104: with every block summing a
+// share of every block's rows and a second barrier before the held rows
+// were written, ~10 us more at any size.)
 #pragma once
 
 #include <cooperative_groups.h>
@@ -36,18 +40,14 @@ namespace {
 #ifndef FO_BACKWARD_HELD_PARTIALS
 #define FO_BACKWARD_HELD_PARTIALS 1
 #endif
-// Diagnostics for tuning only, wrong results: 1 skips writing the held
-// rows, 2 also the partials' parking and sums (the barrier stays).
-#ifndef FO_HELD_DIAG
-#define FO_HELD_DIAG 0
-#endif
 
 // What the register kernel is told of the held rows (host-computed, so
 // that the kernel divides nothing in 64 bits: that subroutine's registers
 // made ptxas spill the kernel, at its cap of 64).
 struct HeldArgs {
     int iterations = 0;   // a block holds its last `iterations` (0: none held)
-    int owned_shift = 0;  // a block owns 1 << owned_shift chunks (the last ones fewer)
+    int owned_shift = 0;  // an owner owns 1 << owned_shift chunks (the last one fewer)
+    int owners = 0;       // blocks 0 to owners - 1 own chunks and hold rows; the rest neither
     int64_t full = 0;     // every block runs `full` row iterations, and
     int64_t extra = 0;    // those whose first row is below `extra` one more
 };
@@ -136,6 +136,7 @@ __device__ __noinline__ void sum_owned_and_restore(const HeldRows<T> held, P *dw
     constexpr int kInFlight = 8;
     __shared__ A lane_sums[kMaxRowThreads];
     cooperative_groups::this_grid().sync();
+    if (int(blockIdx.x) >= held.args.owners) return;
     const int thread = threadIdx.y * blockDim.x + threadIdx.x, threads = blockDim.x * blockDim.y;
     const int owned = 1 << held.args.owned_shift, width = owned * kChunk;  // values a block, a chunk each
     const int total = width * int(gridDim.x);
@@ -168,7 +169,6 @@ __device__ __noinline__ void sum_owned_and_restore(const HeldRows<T> held, P *dw
         P *out = dweight && !second ? dweight : dbias;
         out[chunk_column<A, ACCESS>(ck - (second ? chunks : 0), i)] = from_acc<P>(out_value);
     }
-    if (FO_HELD_DIAG == 1) return;  // tuning only: wrong dx
     const int vectors = int(held.row_bytes / 16);
     for (int s = 0; s < held.args.iterations << held.ty_shift; s++) {
         uint4 *to = reinterpret_cast<uint4 *>(held.slot_values(blockIdx.x, s));
@@ -187,7 +187,7 @@ __device__ __forceinline__ void finish_held_partials(const fo_norm_backward_args
     const HeldRows<T> held(a.dx ? a.dx : a.dresidual, a.cols, (a.dweight ? 1 : 0) + (a.dbias ? 1 : 0),
                            args);
     const int64_t chunks = chunks_per_row(a.cols);
-    if (threadIdx.y == 0 && FO_HELD_DIAG < 2) {
+    if (threadIdx.y == 0) {
 #pragma unroll
         for (int k = 0; k < CPT; k++) {
             const int64_t c = threadIdx.x + int64_t(k) * blockDim.x;
@@ -203,7 +203,7 @@ __device__ __forceinline__ void finish_held_partials(const fo_norm_backward_args
 // The held scheme for a call, or iterations = 0 where it does not apply.
 struct HeldPlan {
     int iterations = 0;  // a block holds its last `iterations` row iterations
-    int owned_shift = 0;
+    int owned_shift = 0, owners = 0;
     size_t shared_bytes = 0;
 };
 
@@ -225,9 +225,11 @@ HeldPlan held_plan(const fo_norm_backward_args &a, int ty, int threads, int64_t 
         return plan;
     const int64_t kinds = (a.dweight ? 1 : 0) + (a.dbias ? 1 : 0);
     int owned_shift = 0;  // chunks a block owns: a power of two, 8 values each a thread at most
-    while ((int64_t(1) << owned_shift) * blocks < kinds * (a.cols / kChunk)) owned_shift++;
+    const int64_t chunks_of_both = kinds * (a.cols / kChunk);
+    while ((int64_t(1) << owned_shift) * blocks < chunks_of_both) owned_shift++;
     const int64_t owned = int64_t(1) << owned_shift;
     if (owned * kChunk > threads) return plan;
+    plan.owners = int((chunks_of_both + owned - 1) / owned);
     const int64_t per_slot = a.cols * int64_t(sizeof(T)) / int64_t(sizeof(acc_t<T>));
     const int64_t slots = (owned * blocks * kChunk + per_slot - 1) / per_slot;
     const int64_t iterations = (slots + ty - 1) / ty;

@@ -689,7 +689,7 @@ __global__ void __launch_bounds__(kMaxRowThreads,
             // (one of the last held.iterations: nothing held where it is 0;
             // tested from base, not an iteration count, which held in
             // registers across the loop made ptxas spill)
-            if (base + held.iterations * step >= a.rows) {
+            if (base + held.iterations * step >= a.rows && int(blockIdx.x) < held.owners) {
                 int later = 0;  // iterations after this one (a division spilled)
                 while (later + 1 < held.iterations && base + (later + 1) * step < a.rows) later++;
                 T *staged = reinterpret_cast<T *>(held_rows) +
