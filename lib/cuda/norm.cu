@@ -447,10 +447,17 @@ using namespace fo;
 extern "C" int64_t fo_cuda_norm_workspace_bytes(const fo_norm_backward_args *a, int device_index) {
     if (!a->dweight && !a->dbias) return 0;
     bool held = false;  // the partials parked in dx: no workspace
-    dispatch_dtype(a->dtype, [&](auto tag) {
-        using T = decltype(tag);
-        held = held_launch<T>(*a, backward_registers<T>(*a), device_index).groups > 0;
-    });
+    {
+        // on the call's device, as the launch will be: the occupancy
+        // query and the shared-memory attribute are the current device's
+        DeviceGuard guard(device_index);
+        if (guard.error() == cudaSuccess)
+            dispatch_dtype(a->dtype, [&](auto tag) {
+                using T = decltype(tag);
+                held = held_launch<T>(*a, backward_registers<T>(*a), device_index).groups > 0;
+            });
+        cudaGetLastError();  // a failed switch is "no", not this op's error
+    }
     if (held) return 0;
     const int64_t rows = a->rows, cols = a->cols;
     const int dtype = a->dtype, with_bias = a->dbias != nullptr;

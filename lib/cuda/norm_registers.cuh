@@ -545,9 +545,9 @@ __maxnreg__((ForwardHeld<T, R, CPT, INPUT != kX, INPUT == kDropoutXPlusResidual>
 // (weight) and dy (bias) to partials[0 or 1][blockIdx.x][col], each where
 // its gradient is wanted, for finish_column_partials. Above 0 (a
 // cooperative launch, with held.iterations * ty rows of dynamic shared
-// memory): holds its last held.iterations row iterations' dx and parks the
-// partials in their place (norm_held_partials.cuh), writing dweight and
-// dbias itself.
+// memory): the first held.owners blocks hold their last held.iterations
+// row iterations' dx, every block parks its partials in those rows' place
+// (norm_held_partials.cuh), and the owners write dweight and dbias.
 template <typename T, typename H, typename P, int CPT, Access ACCESS>
 __global__ void __launch_bounds__(kMaxRowThreads,
                                   kBackwardMinBlocks<acc_t<T>, backward_held_bytes<T>(CPT, sizeof(H))>)
