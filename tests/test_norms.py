@@ -75,12 +75,12 @@ def check_grads(pairs, dtype, rows):
             assert_close(actual, expected, dtype)
 
 
-@pytest.mark.parametrize("affine", ["weight+bias", "weight", "none"])
+@pytest.mark.parametrize("affine", ["weight+bias", "weight", "bias", "none"])
 @pytest.mark.parametrize("shape, normalized_shape", CASES, ids=IDS)
 def test_layer_norm(shape, normalized_shape, affine, dtype, device):
     x = leaf(shape, dtype, device, 1)
-    weight = leaf(normalized_shape, dtype, device, 2) if affine != "none" else None
-    bias = leaf(normalized_shape, dtype, device, 3) if affine == "weight+bias" else None
+    weight = leaf(normalized_shape, dtype, device, 2) if affine.startswith("weight") else None
+    bias = leaf(normalized_shape, dtype, device, 3) if affine.endswith("bias") else None
     y = fo.fused_layer_norm(x, weight, bias, eps=1e-5, normalized_shape=normalized_shape)
     x64, w64, b64 = as64(x), as64(weight), as64(bias)
     expected = F.layer_norm(x64, normalized_shape, w64, b64, 1e-5)
@@ -386,6 +386,19 @@ def test_forward_backward_allocates_no_more_than_torch(kind, shape, device):
     assert results["fused bytes"] <= results["eager bytes"], results
     for got, expected in zip(results["fused"], results["eager"]):
         torch.testing.assert_close(got.float(), expected.float(), atol=0.25, rtol=0.05)
+
+
+@pytest.mark.parametrize("shape", [(1100, 1024), (4096, 64)], ids=str)
+def test_parameter_gradients_without_an_input_gradient(shape, device):
+    # no dx to park the partials in (CUDA): the workspace path, same values
+    x = random(shape, torch.bfloat16, device, seed=50)
+    weight = leaf(shape[-1:], torch.bfloat16, device, 51)
+    bias = leaf(shape[-1:], torch.bfloat16, device, 52)
+    dy = random(shape, torch.bfloat16, device, seed=53)
+    fo.fused_layer_norm(x, weight, bias).backward(dy)
+    w64, b64 = as64(weight), as64(bias)
+    F.layer_norm(x.double(), shape[-1:], w64, b64).backward(dy.double())
+    check_grads([(weight.grad, w64.grad, True), (bias.grad, b64.grad, True)], torch.bfloat16, shape[0] * 8)
 
 
 def test_gradcheck_every_input_of_every_function(device):
