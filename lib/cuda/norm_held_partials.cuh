@@ -52,7 +52,7 @@ struct HeldArgs {
     int64_t extra = 0;    // those whose first row is below `extra` one more
 };
 
-// The held rows of every block: block b's slot s is the row of its
+// The held rows of the owners: owner b's slot s is the row of its
 // iteration (iterations - held + s / ty) at ty-row s % ty (ty a power of
 // two), and holds per_slot = cols * sizeof(T) / sizeof(A) values (a
 // multiple of 8: cols % 16 == 0). b owns chunks b * owned to b * owned +
