@@ -326,8 +326,9 @@ def test_dropout_zero_costs_nothing_and_changes_nothing(device):
 # determinism, gradcheck ----------------------------------------------------
 
 
-# registers with a workspace, registers with the partials held in dx, clusters
-@pytest.mark.parametrize("shape", [(1537, 192), (1100, 1024), (70, 40000)], ids=str)
+# registers with a workspace, registers with the partials held in dx,
+# clusters, shared memory with the partials parked in deferred dx rows
+@pytest.mark.parametrize("shape", [(1537, 192), (1100, 1024), (70, 40000), (700, 16384)], ids=str)
 @pytest.mark.parametrize("kind", ["layer", "rms"])
 def test_parameter_gradients_are_bitwise_deterministic(kind, shape, device):
     x = random(shape, torch.bfloat16, device, seed=32)
@@ -356,7 +357,11 @@ def peak_extra_bytes(call):
     return torch.cuda.max_memory_allocated() - base
 
 
-@pytest.mark.parametrize("shape", [(4096, 1024), (1024, 4096), (2048, 512)], ids=str)
+# the register backward, then the shared-memory backward (a block a row; a
+# cluster of 4)
+@pytest.mark.parametrize(
+    "shape", [(4096, 1024), (1024, 4096), (2048, 512), (700, 16384), (150, 65536)], ids=str
+)
 @pytest.mark.parametrize("kind", ["layer", "rms", "add_rms"])
 def test_forward_backward_allocates_no_more_than_torch(kind, shape, device):
     # the weight and bias partials are parked in dx (or dresidual) rows, not
@@ -386,6 +391,44 @@ def test_forward_backward_allocates_no_more_than_torch(kind, shape, device):
     assert results["fused bytes"] <= results["eager bytes"], results
     for got, expected in zip(results["fused"], results["eager"]):
         torch.testing.assert_close(got.float(), expected.float(), atol=0.25, rtol=0.05)
+
+
+# The shared-memory backward's partials parked in the rows its owner blocks
+# defer, their dx computed after the sums (CUDA): enough rows for each group
+# to defer its rows (5 in bf16 LayerNorm) and unequal row counts, in a
+# block a row and clusters of 2, 4 and 8. "add_rms, no dx": x wants no
+# gradient, so the partials are parked in dresidual.
+@pytest.mark.parametrize("shape", [(700, 16384), (270, 32768), (150, 65536), (62, 131072)], ids=str)
+@pytest.mark.parametrize("kind", ["layer", "rms", "add_rms", "add_rms, no dx"])
+def test_shared_backward_partials_parked_in_dx(kind, shape, dtype, device):
+    if device.type != "cuda":
+        pytest.skip("the CPU takes no workspace")
+    cols = shape[-1]
+    x = leaf(shape, dtype, device, 70, grad=kind != "add_rms, no dx")
+    residual = leaf(shape, dtype, device, 71)
+    weight = leaf((cols,), dtype, device, 72)
+    bias = leaf((cols,), dtype, device, 73)
+    dy = random(shape, dtype, device, seed=74)
+    x64, r64, w64, b64 = as64(x), as64(residual), as64(weight), as64(bias)
+    eps = torch.finfo(dtype).eps
+    if kind == "layer":
+        y = fo.fused_layer_norm(x, weight, bias)
+        expected = F.layer_norm(x64, (cols,), w64, b64, 1e-5)
+        inputs, references = (x, weight, bias), (x64, w64, b64)
+    elif kind == "rms":
+        y = fo.fused_rms_norm(x, weight)
+        expected = rms_norm_reference(x64, (cols,), w64, eps)
+        inputs, references = (x, weight), (x64, w64)
+    else:
+        y = fo.fused_add_rms_norm(x, residual, weight)[0]
+        expected = rms_norm_reference(x64 + r64, (cols,), w64, eps)
+        inputs, references = (x, residual, weight), (x64, r64, w64)
+        if kind == "add_rms, no dx":
+            inputs, references = inputs[1:], references[1:]
+    grads = torch.autograd.grad(y, inputs, dy)
+    expected_grads = torch.autograd.grad(expected, references, dy.double())
+    reduced = [t.shape == (cols,) for t in inputs]
+    check_grads(zip(grads, expected_grads, reduced), dtype, shape[0] * 8)
 
 
 @pytest.mark.parametrize("shape", [(1100, 1024), (4096, 64)], ids=str)

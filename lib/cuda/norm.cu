@@ -454,7 +454,16 @@ extern "C" int64_t fo_cuda_norm_workspace_bytes(const fo_norm_backward_args *a, 
         if (guard.error() == cudaSuccess)
             dispatch_dtype(a->dtype, [&](auto tag) {
                 using T = decltype(tag);
-                held = held_launch<T>(*a, backward_registers<T>(*a), device_index).groups > 0;
+                const RegisterRows fast = backward_registers<T>(*a);
+                if (fast.cpt > 0) {
+                    held = held_launch<T>(*a, fast, device_index).groups > 0;
+                    return;
+                }
+                // (fo_cuda_norm_backward's choice, made without launching)
+                if (backward_vectors<T>(*a) && aligned16(a->weight))
+                    dispatch_companion<T>(a->h_dtype, [&](auto h_tag) {
+                        norm_backward_shared<T, decltype(h_tag)>(*a, nullptr, false, &held);
+                    });
             });
         cudaGetLastError();  // a failed switch is "no", not this op's error
     }

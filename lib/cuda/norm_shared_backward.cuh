@@ -34,7 +34,10 @@
 #include <cooperative_groups.h>
 #include <cuda_pipeline.h>
 
+#include <climits>
+
 #include "norm_shared.cuh"
+#include "norm_shared_held_partials.cuh"
 
 namespace fo {
 namespace {
@@ -90,6 +93,7 @@ int64_t shared_backward_bytes(int64_t cols, int cluster) {
 // conflicts for fp32's two vectors a chunk either).
 template <typename S>
 struct SharedRow {
+    using Value = S;
     static constexpr int V = kVectorsPerChunk<S>;
     uint4 *vectors;
     int chunks;
@@ -137,10 +141,13 @@ __device__ void cluster_sum2(A &u, A &v, int parity) {
 
 // T: dy, dx; H: h, dresidual_out, dresidual (T or float); P: weight.
 // Writes its cluster's per-column sums of dy * xhat (weight) and dy (bias),
-// for its slice of the columns, to partials[0 or 1][cluster][col].
+// for its slice of the columns, to partials[0 or 1][cluster][col]; or,
+// where d.deferred > 0 (a cooperative launch), parks them in deferred dx
+// rows and sums them itself (norm_shared_held_partials.cuh).
 template <typename T, typename H, typename P>
 __global__ void __launch_bounds__(kSharedBackwardThreads, 1)
-    norm_backward_shared_kernel(fo_norm_backward_args a, acc_t<T> *__restrict__ partials) {
+    norm_backward_shared_kernel(fo_norm_backward_args a, acc_t<T> *__restrict__ partials,
+                                const DeferArgs d) {
     using A = acc_t<T>;
     constexpr int CPT = kSharedBackwardChunks;
     extern __shared__ uint4 slots[];
@@ -160,6 +167,10 @@ __global__ void __launch_bounds__(kSharedBackwardThreads, 1)
     const P *weight = a.weight ? static_cast<const P *>(a.weight) + col0 : nullptr;
     const bool rms = a.kind == FO_NORM_RMS;
     const A inv_cols = A(1) / A(a.cols);
+    // an owner's deferred rows: their row means kept, their dx later
+    __shared__ A row_means[kMaxDeferred][2];
+    const int first_deferred =
+        d.deferred > 0 && group < d.owners ? int(d.full + (group < d.extra)) - d.deferred : INT_MAX;
     auto copy_row = [&](int64_t r, int c) {
         dy_row.copy_in(dy + r * a.dy_row_stride, c);
         h_row.copy_in(h + r * a.h_row_stride, c);
@@ -218,6 +229,19 @@ __global__ void __launch_bounds__(kSharedBackwardThreads, 1)
         if (cluster > 1) cluster_sum2(sum_wdy, sum_wdy_xhat, iteration % 2);
         const A mean_wdy = rms ? A(0) : sum_wdy * inv_cols;
         const A mean_wdy_xhat = sum_wdy_xhat * inv_cols;
+        if (iteration >= first_deferred) {  // no dx yet: the next row's copies alone
+            if (threadIdx.x == 0) {
+                row_means[iteration - first_deferred][0] = mean_wdy;
+                row_means[iteration - first_deferred][1] = mean_wdy_xhat;
+            }
+#pragma unroll
+            for (int k = 0; k < CPT; k++) {
+                const int c = threadIdx.x + k * blockDim.x;
+                if (c < here && next < a.rows) copy_row(next, c);
+            }
+            __pipeline_commit();
+            continue;
+        }
 #pragma unroll
         for (int k = 0; k < CPT; k++) {
             const int c = threadIdx.x + k * blockDim.x;
@@ -239,6 +263,13 @@ __global__ void __launch_bounds__(kSharedBackwardThreads, 1)
     // the other blocks may still read this one's row sums
     if (cluster > 1) cluster_sync();
     if (!a.dweight && !a.dbias) return;
+    if (d.deferred > 0) {
+        const DeferredRows<T> held{static_cast<char *>(a.dx ? a.dx : a.dresidual), a.cols, col0,
+                                   groups, d};
+        park_shared_partials<T, CPT>(held, group, here, a.dweight, a.dbias, dw, db);
+        sum_and_write_deferred<T, H, CPT>(a, held, group, here, weight_row, row_means);
+        return;
+    }
     A *weight_partials = partials, *bias_partials = partials + groups * a.cols;
 #pragma unroll
     for (int k = 0; k < CPT; k++) {
@@ -258,15 +289,18 @@ __global__ void __launch_bounds__(kSharedBackwardThreads, 1)
 // would not fit in registers), a block's slice fits in this GPU's shared
 // memory, and its blocks or clusters are all resident at once. False where
 // it does not apply. (So which kernel runs, and the bits of dweight, may differ
-// between GPUs; on one GPU they are the same on every run.)
+// between GPUs; on one GPU they are the same on every run.) With `launch`
+// false, only answers; `*held` then says whether the partials are parked in
+// dx (no workspace: the workspace query asks this).
 template <typename T, typename H>
-bool norm_backward_shared(const fo_norm_backward_args &a, cudaStream_t stream) {
+bool norm_backward_shared(const fo_norm_backward_args &a, cudaStream_t stream, bool launch = true,
+                          bool *held = nullptr) {
     if constexpr (std::is_same_v<T, double>) {
         return false;
     } else {
         const int cluster = shared_backward_cluster(a.cols);
         if (cluster == 0) return false;
-        bool launched = false;
+        bool runs = false;
         dispatch_companion<T>(a.param_dtype, [&](auto param_tag) {
             using P = decltype(param_tag);
             auto kernel = norm_backward_shared_kernel<T, H, P>;
@@ -284,35 +318,47 @@ bool norm_backward_shared(const fo_norm_backward_args &a, cudaStream_t stream) {
             if (!reserve_shared_memory(kernel, bytes)) return;
             const int64_t groups = shared_backward_groups(a.rows, a.cols);
             acc_t<T> *partials = static_cast<acc_t<T> *>(a.workspace);
-            cudaLaunchAttribute cluster_shape;
-            const cudaLaunchConfig_t config =
+            cudaLaunchAttribute attributes[2];
+            cudaLaunchConfig_t config =
                 clustered_config(dim3(unsigned(groups * cluster)), dim3(kSharedBackwardThreads),
-                                 size_t(bytes), stream, cluster, cluster_shape);
+                                 size_t(bytes), stream, cluster, attributes[0]);
             // every group resident at once, or stream: a second wave of
             // even one group would double the time (GPUs with fewer SMs;
             // GPCs that hold fewer clusters)
             int resident = 0, per_sm = 0, device = 0, sms = 0;
             const bool fits =
-                cluster > 1
-                    ? cudaOccupancyMaxActiveClusters(&resident, kernel, &config) == cudaSuccess &&
-                          resident >= groups
-                    : cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-                          &per_sm, kernel, kSharedBackwardThreads, size_t(bytes)) == cudaSuccess &&
-                          cudaGetDevice(&device) == cudaSuccess &&
-                          cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) ==
-                              cudaSuccess &&
-                          int64_t(per_sm) * sms >= groups;
+                cudaGetDevice(&device) == cudaSuccess &&
+                (cluster > 1
+                     ? cudaOccupancyMaxActiveClusters(&resident, kernel, &config) == cudaSuccess &&
+                           resident >= groups
+                     : cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                           &per_sm, kernel, kSharedBackwardThreads, size_t(bytes)) == cudaSuccess &&
+                           cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) ==
+                               cudaSuccess &&
+                           int64_t(per_sm) * sms >= groups);
             if (!fits) {
                 cudaGetLastError();
                 return;
             }
-            cudaLaunchKernelEx(&config, kernel, a, partials);  // an error stays for launch_on
-            if (a.dweight || a.dbias)
+            runs = true;
+            // every group resident: the partials may be parked in dx,
+            // summed after one grid-wide barrier
+            const DeferArgs defer = defer_plan<T>(a, cluster, groups, device);
+            if (held) *held = defer.deferred > 0;
+            if (!launch) return;
+            if (defer.deferred > 0) {
+                attributes[config.numAttrs] = {};
+                attributes[config.numAttrs].id = cudaLaunchAttributeCooperative;
+                attributes[config.numAttrs].val.cooperative = 1;
+                config.attrs = attributes;
+                config.numAttrs++;
+            }
+            cudaLaunchKernelEx(&config, kernel, a, partials, defer);  // an error stays for launch_on
+            if ((a.dweight || a.dbias) && defer.deferred == 0)
                 finish_column_partials(static_cast<P *>(a.dweight), static_cast<P *>(a.dbias),
                                        partials, groups, a.cols, stream);
-            launched = true;
         });
-        return launched;
+        return runs;
     }
 }
 

@@ -708,6 +708,18 @@ static void test_cuda_device(void) {
     CHECK(st == OK && unheld > 0,
           "CUDA workspace query for 4096 x 4096 bf16 without dx: status %d, %" PRId64 " bytes",
           st, unheld);
+    /* So are those of 16384-wide rows in the shared-memory backward, once
+     * each of its 132 groups has the 5 rows an owner defers. */
+    int64_t deferred = -1;
+    st = query_workspace(CUDA, 700, 16384, BF16, 1, addr(&BUF[4]), &deferred);
+    CHECK(st == OK && (has_gpu ? deferred == 0 : deferred > 0),
+          "CUDA workspace query for 700 x 16384 bf16 with dx: status %d, %" PRId64 " bytes", st,
+          deferred);
+    int64_t too_few = -1;
+    st = query_workspace(CUDA, 140, 16384, BF16, 1, addr(&BUF[4]), &too_few);
+    CHECK(st == OK && too_few > 0,
+          "CUDA workspace query for 140 x 16384 bf16 with dx: status %d, %" PRId64 " bytes", st,
+          too_few);
     const uintptr_t WS = addr(&BUF[10]); /* host memory; only its size is looked at */
     BWD("negative workspace_bytes", INVALID, "workspace_bytes=-1", "negative",
         a.device_type = CUDA, a.device_index = 0, a.workspace = WS,

@@ -1,0 +1,239 @@
+// norm_shared_held_partials.cuh: the shared-memory backward's weight and
+// bias partials without a workspace: parked in dx rows that are not written
+// yet, whose dx is then computed a second time.
+//
+// Why: as in the register backward (norm_held_partials.cuh), the partials'
+// workspace was the only memory the norms' forward+backward took beyond
+// eager torch's (32 MiB at bf16 LayerNorm 4096 x 16384, on eager's 256).
+// But here a row slice fills the block's shared memory, so the rows whose
+// dx room the partials borrow cannot wait there. Instead:
+//   1. the owner blocks (the first `owners` groups, in every rank of the
+//      cluster) defer their last `deferred` rows: the row sums and the
+//      partials as usual, but no dx, only the two row means it needs
+//      (kept in shared memory);
+//   2. the chunks of 8 columns of both gradients in a rank's slice are
+//      dealt out to that rank's owners, `owned` each, and every block
+//      writes its partial of each into its owner's deferred rows: owner
+//      o's values, slot after slot (its deferred rows in order, its slice
+//      of each), hold the entries (p, j), group p's partial of the j-th
+//      chunk o owns, 8 values at (p * owned + j) * 8;
+//   3. one grid-wide barrier (a cooperative launch, with its clusters);
+//   4. each owner sums its chunks' partials in group order (the same bits
+//      on every run) into dweight and dbias; then, since no other block
+//      reads its deferred rows, it computes their dx from dy and h, read
+//      again (the rows were the block's last: some are still in L2).
+// Bytes: the workspace scheme's partials (written once, read once), plus
+// dy and h of the deferred rows read a second time.
+#pragma once
+
+#include <cooperative_groups.h>
+
+#include "norm_held_partials.cuh"  // its knob, FO_BACKWARD_HELD_PARTIALS, turns this off too
+#include "norm_shared.cuh"
+
+namespace fo {
+namespace {
+
+// The most rows an owner defers (its row means' room in shared memory).
+constexpr int kMaxDeferred = 8;
+
+// What the shared-memory backward is told of its deferred rows
+// (host-computed: no 64-bit division in the kernel).
+struct DeferArgs {
+    int deferred = 0;  // an owner defers its last `deferred` row iterations (0: the workspace)
+    int owned = 0;     // chunks an owner owns (the last owner of a rank fewer)
+    int owners = 0;    // groups 0 to owners - 1 own chunks and defer rows, in every rank
+    int per_slot = 0;  // values a deferred row's slice holds (a multiple of 8)
+    int64_t full = 0;  // every group runs `full` row iterations, and
+    int64_t extra = 0; // those below `extra` one more
+};
+
+// The deferred rows of the owners of this block's rank.
+template <typename T>
+struct DeferredRows {
+    using A = acc_t<T>;
+    char *park;       // dx (or dresidual, when it is of T and dx is not written)
+    int64_t cols, col0, groups;  // col0: the rank's slice's first column
+    DeferArgs d;
+
+    // the row of group g's deferred iteration k (0: its first deferred)
+    __device__ int64_t row(int64_t g, int k) const {
+        const int64_t iterations = d.full + (g < d.extra);
+        return g + (iterations - d.deferred + k) * groups;
+    }
+    // value v of group o's deferred rows (32-bit: they are few)
+    __device__ A *value(int64_t o, int v) const {
+        const int slot = v / d.per_slot;
+        return reinterpret_cast<A *>(park + (row(o, slot) * cols + col0) * int64_t(sizeof(T))) +
+               v % d.per_slot;
+    }
+};
+
+// Step 2: this block's partials (its slice's `here` chunks, thread-strided
+// as the kernel holds them) to their owners.
+template <typename T, int CPT>
+__device__ __forceinline__ void park_shared_partials(const DeferredRows<T> &held, int64_t group,
+                                                     int here, bool dweight, bool dbias,
+                                                     const acc_t<T> (&dw)[CPT][kChunk],
+                                                     const acc_t<T> (&db)[CPT][kChunk]) {
+    auto park = [&](int kind, int c, const acc_t<T>(&values)[kChunk]) {
+        const int ck = kind * here + c, owner = ck / held.d.owned, j = ck - owner * held.d.owned;
+        store_chunk<acc_t<T>, true>(held.value(owner, (int(group) * held.d.owned + j) * kChunk),
+                                    values, kChunk);
+    };
+#pragma unroll
+    for (int k = 0; k < CPT; k++) {
+        const int c = threadIdx.x + k * blockDim.x;
+        if (c >= here) continue;
+        if (dweight) park(0, c, dw[k]);
+        if (dbias) park(dweight ? 1 : 0, c, db[k]);
+    }
+}
+
+// Step 4's sums, in an owner (every thread). Value w of the width = owned
+// * 8 that each group parked with the owner is summed over the groups in
+// order: where width < threads, `teams` threads share it, team t taking
+// groups t, t + teams, ... (8 loads in flight), and the teams' sums are
+// added in order; else a thread takes values w, w + threads, ... whole.
+// Not inlined: beside the kernel's own state, its loads made ptxas spill
+// 12-16 bytes at the kernel's 128 registers.
+template <typename T, typename P>
+__device__ __noinline__ void sum_owned_partials(const DeferredRows<T> held, int64_t group,
+                                                int here, P *dweight, P *dbias) {
+    using A = acc_t<T>;
+    constexpr int kInFlight = 8;
+    __shared__ A team_sums[kMaxRowThreads];
+    const int t = threadIdx.x, threads = blockDim.x;
+    const int width = held.d.owned * kChunk, groups = int(held.groups);
+    const int teams = width < threads ? threads / width : 1;
+    const int kinds = (dweight ? 1 : 0) + (dbias ? 1 : 0);
+    for (int w0 = 0; w0 < width; w0 += threads) {
+        int w = w0 + (teams > 1 ? t % width : t);
+        const int team = teams > 1 ? t / width : 0;
+        A sum = 0;
+        if (w < width && team < teams) {
+            A sums[kInFlight] = {};
+            for (int p0 = team; p0 < groups; p0 += kInFlight * teams) {
+#pragma unroll
+                for (int u = 0; u < kInFlight; u++) {
+                    const int p = p0 + u * teams;
+                    if (p < groups) sums[u] += __ldcg(held.value(group, p * width + w));  // written this launch
+                }
+            }
+            sum = ((sums[0] + sums[1]) + (sums[2] + sums[3])) +
+                  ((sums[4] + sums[5]) + (sums[6] + sums[7]));
+        }
+        if (teams > 1) {
+            team_sums[t] = sum;
+            __syncthreads();
+            sum = 0;
+            for (int u = 0; u < teams; u++) sum += team_sums[u * width + w];
+            if (t >= width) w = width;  // (the first team's threads write)
+        }
+        const int ck = int(group) * held.d.owned + w / kChunk;
+        if (w < width && ck < kinds * here) {
+            const int kind = ck / here, c = ck - kind * here;
+            P *out = dweight && kind == 0 ? dweight : dbias;
+            out[held.col0 + int64_t(c) * kChunk + w % kChunk] = from_acc<P>(sum);
+        }
+    }
+}
+
+// Steps 3-4, every thread of the grid: the barrier, an owner's sums, then
+// the dx of its deferred rows, from dy and h read again and the row means
+// kept (row_means). weight_row: the kernel's SharedRow of the weight.
+template <typename T, typename H, int CPT, typename WeightRow>
+__device__ __forceinline__ void sum_and_write_deferred(const fo_norm_backward_args &a,
+                                                       const DeferredRows<T> &held, int64_t group,
+                                                       int here, const WeightRow &weight_row,
+                                                       const acc_t<T> (*row_means)[2]) {
+    using A = acc_t<T>;
+    using P = typename WeightRow::Value;
+    static_assert(CPT % 2 == 0, "the dx of deferred rows is written two chunks at a time");
+    cooperative_groups::this_grid().sync();
+    if (group >= held.d.owners) return;
+    sum_owned_partials<T, P>(held, group, here, static_cast<P *>(a.dweight), static_cast<P *>(a.dbias));
+    __syncthreads();  // every parked value read: the deferred rows are this block's again
+    const int t = threadIdx.x, threads = blockDim.x;
+    const bool rms = a.kind == FO_NORM_RMS;
+    const int64_t first_chunk = held.col0 / kChunk;
+    for (int k = 0; k < held.d.deferred; k++) {
+        const int64_t r = held.row(group, k);
+        const A mean = rms ? A(0) : static_cast<const A *>(a.mean)[r];
+        const A rstd = static_cast<const A *>(a.rstd)[r];
+        const A mean_wdy = row_means[k][0], mean_wdy_xhat = row_means[k][1];
+        const T *dy = static_cast<const T *>(a.dy) + r * a.dy_row_stride;
+        const H *h = static_cast<const H *>(a.h) + r * a.h_row_stride;
+        // two chunks' loads in flight at a time (all four spilled in the
+        // kernels with an fp32 h or weight)
+#pragma unroll 1
+        for (int j0 = 0; j0 < CPT; j0 += 2) {
+            A g[2][kChunk], x[2][kChunk];
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                const int c = t + (j0 + j) * threads;
+                if (c >= here) continue;
+                load_row_chunk<T, kVector>(g[j], dy, first_chunk + c, a.cols);
+                acc_t<H> h_values[kChunk];
+                load_row_chunk<H, kVector>(h_values, h, first_chunk + c, a.cols);
+#pragma unroll
+                for (int i = 0; i < kChunk; i++) x[j][i] = A(h_values[i]);
+            }
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                const int c = t + (j0 + j) * threads;
+                if (c >= here) continue;
+                A w[kChunk], dh[kChunk];
+                if (a.weight) weight_row.get(c, w);
+#pragma unroll
+                for (int i = 0; i < kChunk; i++) {
+                    const A xhat = (x[j][i] - mean) * rstd;
+                    const A wdy = a.weight ? g[j][i] * w[i] : g[j][i];
+                    dh[i] = rstd * (wdy - mean_wdy - xhat * mean_wdy_xhat);
+                }
+                store_dh_chunk<T, H, kVector>(
+                    dh, a, r, first_chunk + c, a.dx ? static_cast<T *>(a.dx) + r * a.cols : nullptr,
+                    a.dresidual ? static_cast<H *>(a.dresidual) + r * a.cols : nullptr);
+            }
+        }
+    }
+}
+
+// The deferred scheme for a call, or deferred = 0 where it does not apply:
+// weight or bias gradients asked for, a row buffer of T to park in (dx,
+// or dresidual where it is of T and dx is not written), slices of the
+// same even number of chunks (a slot then holds whole entries), a GPU
+// with cooperative launches, and each owner's entries in at most
+// kMaxDeferred of its rows, which every group has. `groups` groups of
+// `cluster` blocks; whether they are all resident at once is the caller's
+// to check.
+template <typename T>
+DeferArgs defer_plan(const fo_norm_backward_args &a, int cluster, int64_t groups, int device) {
+    DeferArgs d;
+    const int64_t chunks = chunks_per_row(a.cols);
+    const bool park = a.dx || (a.dresidual && a.h_dtype == a.dtype);
+    if (!FO_BACKWARD_HELD_PARTIALS || !(a.dweight || a.dbias) || !park ||
+        a.cols % kChunk != 0 || chunks % (2 * cluster) != 0 || groups < 1)
+        return d;
+    const int64_t here = chunks / cluster, kinds = (a.dweight ? 1 : 0) + (a.dbias ? 1 : 0);
+    const int64_t owned = (kinds * here + groups - 1) / groups;
+    const int64_t per_slot = here * kChunk * int64_t(sizeof(T)) / int64_t(sizeof(acc_t<T>));
+    const int64_t deferred = (groups * owned * kChunk + per_slot - 1) / per_slot;
+    if (deferred > kMaxDeferred || a.rows / groups < deferred) return d;
+    int cooperative = 0;
+    if (cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device) != cudaSuccess) {
+        cudaGetLastError();  // a failed query is "no", not this op's error
+        return d;
+    }
+    if (!cooperative) return d;
+    d.deferred = int(deferred);
+    d.owned = int(owned);
+    d.owners = int((kinds * here + owned - 1) / owned);
+    d.per_slot = int(per_slot);
+    d.full = a.rows / groups;
+    d.extra = a.rows % groups;
+    return d;
+}
+
+}  // namespace
+}  // namespace fo
