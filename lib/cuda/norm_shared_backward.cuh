@@ -61,6 +61,11 @@ static_assert(kMaxCluster == 1 || kMaxCluster == 2 || kMaxCluster == 4 || kMaxCl
 // run 14). The counts leave room for GPUs whose GPCs were cut down
 // differently; where even these do not fit, the launcher streams instead.
 constexpr int64_t kClusterGroups[] = {132, 64, 28, 12};
+// Build-time knob, for tuning: the groups of the shared-memory backward
+// with its partials parked in dx, rows of one block (0: kClusterGroups').
+#ifndef FO_DEFERRED_GROUPS
+#define FO_DEFERRED_GROUPS 0
+#endif
 
 // The blocks a row is split across: 1, 2, 4 or 8, or 0 where it is too long.
 inline int shared_backward_cluster(int64_t cols) {
@@ -316,7 +321,22 @@ bool norm_backward_shared(const fo_norm_backward_args &a, cudaStream_t stream, b
             }
             const int64_t bytes = shared_backward_bytes<T, H, P>(a.cols, cluster);
             if (!reserve_shared_memory(kernel, bytes)) return;
-            const int64_t groups = shared_backward_groups(a.rows, a.cols);
+            int device = 0;
+            if (cudaGetDevice(&device) != cudaSuccess) {
+                cudaGetLastError();
+                return;
+            }
+            // the partials parked in dx where they can be (summed after one
+            // grid-wide barrier: every group resident, checked below), by
+            // FO_DEFERRED_GROUPS groups where that is fewer
+            int64_t groups = shared_backward_groups(a.rows, a.cols);
+            DeferArgs defer;
+            if (cluster == 1 && FO_DEFERRED_GROUPS > 0 && groups > FO_DEFERRED_GROUPS)
+                defer = defer_plan<T>(a, cluster, FO_DEFERRED_GROUPS, device);
+            if (defer.deferred > 0)
+                groups = FO_DEFERRED_GROUPS;
+            else
+                defer = defer_plan<T>(a, cluster, groups, device);
             acc_t<T> *partials = static_cast<acc_t<T> *>(a.workspace);
             cudaLaunchAttribute attributes[2];
             cudaLaunchConfig_t config =
@@ -325,25 +345,21 @@ bool norm_backward_shared(const fo_norm_backward_args &a, cudaStream_t stream, b
             // every group resident at once, or stream: a second wave of
             // even one group would double the time (GPUs with fewer SMs;
             // GPCs that hold fewer clusters)
-            int resident = 0, per_sm = 0, device = 0, sms = 0;
+            int resident = 0, per_sm = 0, sms = 0;
             const bool fits =
-                cudaGetDevice(&device) == cudaSuccess &&
-                (cluster > 1
-                     ? cudaOccupancyMaxActiveClusters(&resident, kernel, &config) == cudaSuccess &&
-                           resident >= groups
-                     : cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-                           &per_sm, kernel, kSharedBackwardThreads, size_t(bytes)) == cudaSuccess &&
-                           cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) ==
-                               cudaSuccess &&
-                           int64_t(per_sm) * sms >= groups);
+                cluster > 1
+                    ? cudaOccupancyMaxActiveClusters(&resident, kernel, &config) == cudaSuccess &&
+                          resident >= groups
+                    : cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                          &per_sm, kernel, kSharedBackwardThreads, size_t(bytes)) == cudaSuccess &&
+                          cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) ==
+                              cudaSuccess &&
+                          int64_t(per_sm) * sms >= groups;
             if (!fits) {
                 cudaGetLastError();
                 return;
             }
             runs = true;
-            // every group resident: the partials may be parked in dx,
-            // summed after one grid-wide barrier
-            const DeferArgs defer = defer_plan<T>(a, cluster, groups, device);
             if (held) *held = defer.deferred > 0;
             if (!launch) return;
             if (defer.deferred > 0) {

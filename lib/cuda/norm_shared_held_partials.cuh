@@ -34,6 +34,12 @@
 namespace fo {
 namespace {
 
+// Build-time knob, for tuning: FO_DEFERRED_PREFETCH_L2 (1) or 0 (the
+// deferred rows are read again wherever they are).
+#ifndef FO_DEFERRED_PREFETCH_L2
+#define FO_DEFERRED_PREFETCH_L2 1
+#endif
+
 // The most rows an owner defers (its row means' room in shared memory).
 constexpr int kMaxDeferred = 8;
 
@@ -90,52 +96,90 @@ __device__ __forceinline__ void park_shared_partials(const DeferredRows<T> &held
     }
 }
 
-// Step 4's sums, in an owner (every thread). Value w of the width = owned
-// * 8 that each group parked with the owner is summed over the groups in
-// order: where width < threads, `teams` threads share it, team t taking
-// groups t, t + teams, ... (8 loads in flight), and the teams' sums are
-// added in order; else a thread takes values w, w + threads, ... whole.
-// Not inlined: beside the kernel's own state, its loads made ptxas spill
-// 12-16 bytes at the kernel's 128 registers.
+// Step 4's sums, in an owner (every thread). Quad q (values 4q to 4q + 3)
+// of the width = owned * 8 values that each group parked with the owner is
+// summed over the groups in order, 16 bytes a load: where there are fewer
+// quads than threads, `teams` threads share it, team t taking groups t, t
+// + teams, ... (8 loads in flight), and the teams' sums are added in
+// order; else a thread takes quads q, q + threads, ... whole. Not inlined:
+// beside the kernel's own state, its loads made ptxas spill 12-16 bytes at
+// the kernel's 128 registers.
 template <typename T, typename P>
 __device__ __noinline__ void sum_owned_partials(const DeferredRows<T> held, int64_t group,
                                                 int here, P *dweight, P *dbias) {
-    using A = acc_t<T>;
+    static_assert(std::is_same_v<acc_t<T>, float>, "fp32 partials (fp64 never takes this path)");
     constexpr int kInFlight = 8;
-    __shared__ A team_sums[kMaxRowThreads];
+    __shared__ float4 team_sums[kMaxRowThreads];
     const int t = threadIdx.x, threads = blockDim.x;
-    const int width = held.d.owned * kChunk, groups = int(held.groups);
-    const int teams = width < threads ? threads / width : 1;
+    const int quads = held.d.owned * kChunk / 4, groups = int(held.groups);
+    const int teams = quads < threads ? threads / quads : 1;
     const int kinds = (dweight ? 1 : 0) + (dbias ? 1 : 0);
-    for (int w0 = 0; w0 < width; w0 += threads) {
-        int w = w0 + (teams > 1 ? t % width : t);
-        const int team = teams > 1 ? t / width : 0;
-        A sum = 0;
-        if (w < width && team < teams) {
-            A sums[kInFlight] = {};
+    auto add = [](float4 &to, const float4 v) {
+        to.x += v.x;
+        to.y += v.y;
+        to.z += v.z;
+        to.w += v.w;
+    };
+    for (int q0 = 0; q0 < quads; q0 += threads) {
+        int q = q0 + (teams > 1 ? t % quads : t);
+        const int team = teams > 1 ? t / quads : 0;
+        float4 sum = {0, 0, 0, 0};
+        if (q < quads && team < teams) {
+            float4 sums[kInFlight] = {};
             for (int p0 = team; p0 < groups; p0 += kInFlight * teams) {
 #pragma unroll
                 for (int u = 0; u < kInFlight; u++) {
                     const int p = p0 + u * teams;
-                    if (p < groups) sums[u] += __ldcg(held.value(group, p * width + w));  // written this launch
+                    if (p < groups)  // (written this launch: from L2)
+                        add(sums[u], __ldcg(reinterpret_cast<const float4 *>(
+                                         held.value(group, (p * quads + q) * 4))));
                 }
             }
-            sum = ((sums[0] + sums[1]) + (sums[2] + sums[3])) +
-                  ((sums[4] + sums[5]) + (sums[6] + sums[7]));
+#pragma unroll
+            for (int u = 0; u < kInFlight; u += 2) add(sums[u], sums[u + 1]);
+            add(sums[0], sums[2]);
+            add(sums[4], sums[6]);
+            add(sums[0], sums[4]);
+            sum = sums[0];
         }
         if (teams > 1) {
             team_sums[t] = sum;
             __syncthreads();
-            sum = 0;
-            for (int u = 0; u < teams; u++) sum += team_sums[u * width + w];
-            if (t >= width) w = width;  // (the first team's threads write)
+            sum = team_sums[q];
+            for (int u = 1; u < teams; u++) add(sum, team_sums[u * quads + q]);
+            if (t >= quads) q = quads;  // (the first team's threads write)
         }
-        const int ck = int(group) * held.d.owned + w / kChunk;
-        if (w < width && ck < kinds * here) {
+        const int ck = int(group) * held.d.owned + q * 4 / kChunk;
+        if (q < quads && ck < kinds * here) {
             const int kind = ck / here, c = ck - kind * here;
-            P *out = dweight && kind == 0 ? dweight : dbias;
-            out[held.col0 + int64_t(c) * kChunk + w % kChunk] = from_acc<P>(sum);
+            P *out = (dweight && kind == 0 ? dweight : dbias) + held.col0 + int64_t(c) * kChunk + q * 4 % kChunk;
+            out[0] = from_acc<P>(sum.x);
+            out[1] = from_acc<P>(sum.y);
+            out[2] = from_acc<P>(sum.z);
+            out[3] = from_acc<P>(sum.w);
         }
+    }
+}
+
+// The owner's deferred rows' dy, h (and dresidual_out), moved into L2 as
+// the barrier begins, so that their second read after the sums finds them
+// there, not in DRAM (a hint; nothing before sm_90). Not inlined: inlined,
+// or issued before the parking while the partials were live, it made
+// ptxas spill.
+template <typename T, typename H>
+__device__ __noinline__ void prefetch_deferred_rows(const DeferredRows<T> held, int64_t group,
+                                                    int here, const T *dy, int64_t dy_stride,
+                                                    const H *h, int64_t h_stride,
+                                                    const H *dresidual_out, int64_t dresidual_out_stride) {
+    if (group >= held.d.owners) return;
+    const int64_t elements = int64_t(here) * kChunk;
+    for (int k = 0; k < held.d.deferred; k++) {
+        const int64_t r = held.row(group, k);
+        prefetch_l2_by_warps(dy + r * dy_stride + held.col0, elements * int64_t(sizeof(T)));
+        prefetch_l2_by_warps(h + r * h_stride + held.col0, elements * int64_t(sizeof(H)));
+        if (dresidual_out)
+            prefetch_l2_by_warps(dresidual_out + r * dresidual_out_stride + held.col0,
+                                 elements * int64_t(sizeof(H)));
     }
 }
 
@@ -149,7 +193,13 @@ __device__ __forceinline__ void sum_and_write_deferred(const fo_norm_backward_ar
                                                        const acc_t<T> (*row_means)[2]) {
     using A = acc_t<T>;
     using P = typename WeightRow::Value;
-    static_assert(CPT % 2 == 0, "the dx of deferred rows is written two chunks at a time");
+    constexpr int J = 2;
+    static_assert(CPT % J == 0, "the dx of deferred rows is written J chunks at a time");
+    if (FO_DEFERRED_PREFETCH_L2)
+        prefetch_deferred_rows<T, H>(held, group, here, static_cast<const T *>(a.dy), a.dy_row_stride,
+                                     static_cast<const H *>(a.h), a.h_row_stride,
+                                     static_cast<const H *>(a.dresidual_out),
+                                     a.dresidual_out_row_stride);
     cooperative_groups::this_grid().sync();
     if (group >= held.d.owners) return;
     sum_owned_partials<T, P>(held, group, here, static_cast<P *>(a.dweight), static_cast<P *>(a.dbias));
@@ -164,31 +214,35 @@ __device__ __forceinline__ void sum_and_write_deferred(const fo_norm_backward_ar
         const A mean_wdy = row_means[k][0], mean_wdy_xhat = row_means[k][1];
         const T *dy = static_cast<const T *>(a.dy) + r * a.dy_row_stride;
         const H *h = static_cast<const H *>(a.h) + r * a.h_row_stride;
-        // two chunks' loads in flight at a time (all four spilled in the
-        // kernels with an fp32 h or weight)
+        // the raw vectors of J chunks in flight at a time, 8 vectors a
+        // thread (all four chunks of fp32 or of a 16-bit dy beside an fp32 h
+        // spilled), converted as they are used
 #pragma unroll 1
-        for (int j0 = 0; j0 < CPT; j0 += 2) {
-            A g[2][kChunk], x[2][kChunk];
+        for (int j0 = 0; j0 < CPT; j0 += J) {
+            uint4 dy_raw[J][kVectorsPerChunk<T>], h_raw[J][kVectorsPerChunk<H>];
 #pragma unroll
-            for (int j = 0; j < 2; j++) {
-                const int c = t + (j0 + j) * threads;
-                if (c >= here) continue;
-                load_row_chunk<T, kVector>(g[j], dy, first_chunk + c, a.cols);
-                acc_t<H> h_values[kChunk];
-                load_row_chunk<H, kVector>(h_values, h, first_chunk + c, a.cols);
+            for (int j = 0; j < J; j++) {
+                const int64_t at = (first_chunk + t + (j0 + j) * threads) * kChunk;
+                if (t + (j0 + j) * threads >= here) continue;
 #pragma unroll
-                for (int i = 0; i < kChunk; i++) x[j][i] = A(h_values[i]);
+                for (int v = 0; v < kVectorsPerChunk<T>; v++)
+                    dy_raw[j][v] = __ldg(reinterpret_cast<const uint4 *>(dy + at) + v);
+#pragma unroll
+                for (int v = 0; v < kVectorsPerChunk<H>; v++)
+                    h_raw[j][v] = __ldg(reinterpret_cast<const uint4 *>(h + at) + v);
             }
 #pragma unroll
-            for (int j = 0; j < 2; j++) {
+            for (int j = 0; j < J; j++) {
                 const int c = t + (j0 + j) * threads;
                 if (c >= here) continue;
+                const T *g = reinterpret_cast<const T *>(dy_raw[j]);
+                const H *x = reinterpret_cast<const H *>(h_raw[j]);
                 A w[kChunk], dh[kChunk];
                 if (a.weight) weight_row.get(c, w);
 #pragma unroll
                 for (int i = 0; i < kChunk; i++) {
-                    const A xhat = (x[j][i] - mean) * rstd;
-                    const A wdy = a.weight ? g[j][i] * w[i] : g[j][i];
+                    const A xhat = (A(to_acc(x[i])) - mean) * rstd;
+                    const A wdy = a.weight ? A(to_acc(g[i])) * w[i] : A(to_acc(g[i]));
                     dh[i] = rstd * (wdy - mean_wdy - xhat * mean_wdy_xhat);
                 }
                 store_dh_chunk<T, H, kVector>(
