@@ -358,9 +358,11 @@ def peak_extra_bytes(call):
 
 
 # the register backward, then the shared-memory backward (a block a row; a
-# cluster of 4)
+# cluster of 4). Every tensor a whole number of 2 MiB: torch's allocator
+# hands out a cached block up to 1 MiB larger than asked for whole, and
+# counts it whole, so other sizes compare the allocator's history.
 @pytest.mark.parametrize(
-    "shape", [(4096, 1024), (1024, 4096), (2048, 512), (700, 16384), (150, 65536)], ids=str
+    "shape", [(4096, 1024), (1024, 4096), (2048, 512), (768, 16384), (160, 65536)], ids=str
 )
 @pytest.mark.parametrize("kind", ["layer", "rms", "add_rms"])
 def test_forward_backward_allocates_no_more_than_torch(kind, shape, device):

@@ -29,6 +29,10 @@
 // H100 or H200, kClusterGroups): it decides which rows each partial sums,
 // and so the bits of dweight (DESIGN: determinism). A GPU that cannot hold
 // all of it at once streams instead.
+//
+// Where the call writes dx (or dresidual of T), the partials need no
+// workspace: they are parked in rows whose dx the owner blocks defer, and
+// summed in the same launch (norm_shared_held_partials.cuh).
 #pragma once
 
 #include <cooperative_groups.h>
@@ -61,11 +65,6 @@ static_assert(kMaxCluster == 1 || kMaxCluster == 2 || kMaxCluster == 4 || kMaxCl
 // run 14). The counts leave room for GPUs whose GPCs were cut down
 // differently; where even these do not fit, the launcher streams instead.
 constexpr int64_t kClusterGroups[] = {132, 64, 28, 12};
-// Build-time knob, for tuning: the groups of the shared-memory backward
-// with its partials parked in dx, rows of one block (0: kClusterGroups').
-#ifndef FO_DEFERRED_GROUPS
-#define FO_DEFERRED_GROUPS 0
-#endif
 
 // The blocks a row is split across: 1, 2, 4 or 8, or 0 where it is too long.
 inline int shared_backward_cluster(int64_t cols) {
@@ -327,16 +326,9 @@ bool norm_backward_shared(const fo_norm_backward_args &a, cudaStream_t stream, b
                 return;
             }
             // the partials parked in dx where they can be (summed after one
-            // grid-wide barrier: every group resident, checked below), by
-            // FO_DEFERRED_GROUPS groups where that is fewer
-            int64_t groups = shared_backward_groups(a.rows, a.cols);
-            DeferArgs defer;
-            if (cluster == 1 && FO_DEFERRED_GROUPS > 0 && groups > FO_DEFERRED_GROUPS)
-                defer = defer_plan<T>(a, cluster, FO_DEFERRED_GROUPS, device);
-            if (defer.deferred > 0)
-                groups = FO_DEFERRED_GROUPS;
-            else
-                defer = defer_plan<T>(a, cluster, groups, device);
+            // grid-wide barrier: every group resident, checked below)
+            const int64_t groups = shared_backward_groups(a.rows, a.cols);
+            const DeferArgs defer = defer_plan<T>(a, cluster, groups, device);
             acc_t<T> *partials = static_cast<acc_t<T> *>(a.workspace);
             cudaLaunchAttribute attributes[2];
             cudaLaunchConfig_t config =

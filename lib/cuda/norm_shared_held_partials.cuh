@@ -23,7 +23,16 @@
 //      reads its deferred rows, it computes their dx from dy and h, read
 //      again (the rows were the block's last: some are still in L2).
 // Bytes: the workspace scheme's partials (written once, read once), plus
-// dy and h of the deferred rows read a second time.
+// dy and h of the deferred rows read a second time: 5 rows a block in bf16
+// LayerNorm (its partials, 8 bytes a column, fill 4.1 rows of 2 bytes a
+// column at 132 groups), 3 in RMSNorm. The price is time, the deferred rows
+// being read and written after the barrier, when nothing else streams: on
+// the H100 (tuning runs 118-119, against the workspace path) backward at
+// 4096 x 16384 bf16 0.88x (LayerNorm) and 0.94x (RMSNorm, add + RMSNorm),
+// 16384 x 16384 0.95-0.97x, 4096 x 65536 0.97-0.99x; fp32 0.94-0.99x.
+// (Moving the deferred rows into L2 as the barrier began gained 0-1% and
+// made ptxas spill; 128 groups, not 132, for whole rows of partials ran
+// 2-6% slower at 16384 rows.)
 #pragma once
 
 #include <cooperative_groups.h>
@@ -33,12 +42,6 @@
 
 namespace fo {
 namespace {
-
-// Build-time knob, for tuning: FO_DEFERRED_PREFETCH_L2 (1) or 0 (the
-// deferred rows are read again wherever they are).
-#ifndef FO_DEFERRED_PREFETCH_L2
-#define FO_DEFERRED_PREFETCH_L2 1
-#endif
 
 // The most rows an owner defers (its row means' room in shared memory).
 constexpr int kMaxDeferred = 8;
@@ -161,28 +164,6 @@ __device__ __noinline__ void sum_owned_partials(const DeferredRows<T> held, int6
     }
 }
 
-// The owner's deferred rows' dy, h (and dresidual_out), moved into L2 as
-// the barrier begins, so that their second read after the sums finds them
-// there, not in DRAM (a hint; nothing before sm_90). Not inlined: inlined,
-// or issued before the parking while the partials were live, it made
-// ptxas spill.
-template <typename T, typename H>
-__device__ __noinline__ void prefetch_deferred_rows(const DeferredRows<T> held, int64_t group,
-                                                    int here, const T *dy, int64_t dy_stride,
-                                                    const H *h, int64_t h_stride,
-                                                    const H *dresidual_out, int64_t dresidual_out_stride) {
-    if (group >= held.d.owners) return;
-    const int64_t elements = int64_t(here) * kChunk;
-    for (int k = 0; k < held.d.deferred; k++) {
-        const int64_t r = held.row(group, k);
-        prefetch_l2_by_warps(dy + r * dy_stride + held.col0, elements * int64_t(sizeof(T)));
-        prefetch_l2_by_warps(h + r * h_stride + held.col0, elements * int64_t(sizeof(H)));
-        if (dresidual_out)
-            prefetch_l2_by_warps(dresidual_out + r * dresidual_out_stride + held.col0,
-                                 elements * int64_t(sizeof(H)));
-    }
-}
-
 // Steps 3-4, every thread of the grid: the barrier, an owner's sums, then
 // the dx of its deferred rows, from dy and h read again and the row means
 // kept (row_means). weight_row: the kernel's SharedRow of the weight.
@@ -195,11 +176,6 @@ __device__ __forceinline__ void sum_and_write_deferred(const fo_norm_backward_ar
     using P = typename WeightRow::Value;
     constexpr int J = 2;
     static_assert(CPT % J == 0, "the dx of deferred rows is written J chunks at a time");
-    if (FO_DEFERRED_PREFETCH_L2)
-        prefetch_deferred_rows<T, H>(held, group, here, static_cast<const T *>(a.dy), a.dy_row_stride,
-                                     static_cast<const H *>(a.h), a.h_row_stride,
-                                     static_cast<const H *>(a.dresidual_out),
-                                     a.dresidual_out_row_stride);
     cooperative_groups::this_grid().sync();
     if (group >= held.d.owners) return;
     sum_owned_partials<T, P>(held, group, here, static_cast<P *>(a.dweight), static_cast<P *>(a.dbias));
@@ -207,6 +183,7 @@ __device__ __forceinline__ void sum_and_write_deferred(const fo_norm_backward_ar
     const int t = threadIdx.x, threads = blockDim.x;
     const bool rms = a.kind == FO_NORM_RMS;
     const int64_t first_chunk = held.col0 / kChunk;
+#pragma unroll 1
     for (int k = 0; k < held.d.deferred; k++) {
         const int64_t r = held.row(group, k);
         const A mean = rms ? A(0) : static_cast<const A *>(a.mean)[r];
