@@ -695,31 +695,27 @@ static void test_cuda_device(void) {
     st = query_workspace(CUDA, 100000, 4096, F64, 1, 0, &big);
     CHECK(st == OK && big > 0, "CUDA workspace query for 100000 x 4096 f64 without dx: status %d, "
           "%" PRId64 " bytes", st, big);
-    /* With a GPU, the partials of aligned 4096-wide rows are parked in dx:
-     * no workspace; without dx there is nowhere to park them. (Without a
-     * GPU the device cannot be asked, and the workspace is asked for.) */
-    int64_t held = -1;
-    st = query_workspace(CUDA, 4096, 4096, BF16, 1, addr(&BUF[4]), &held);
-    CHECK(st == OK && (has_gpu ? held == 0 : held > 0),
-          "CUDA workspace query for 4096 x 4096 bf16 with dx: status %d, %" PRId64 " bytes", st,
-          held);
-    int64_t unheld = -1;
-    st = query_workspace(CUDA, 4096, 4096, BF16, 1, 0, &unheld);
-    CHECK(st == OK && unheld > 0,
-          "CUDA workspace query for 4096 x 4096 bf16 without dx: status %d, %" PRId64 " bytes",
-          st, unheld);
-    /* So are those of 16384-wide rows in the shared-memory backward, once
-     * each of its 132 groups has the 5 rows an owner defers. */
-    int64_t deferred = -1;
-    st = query_workspace(CUDA, 700, 16384, BF16, 1, addr(&BUF[4]), &deferred);
-    CHECK(st == OK && (has_gpu ? deferred == 0 : deferred > 0),
-          "CUDA workspace query for 700 x 16384 bf16 with dx: status %d, %" PRId64 " bytes", st,
-          deferred);
-    int64_t too_few = -1;
-    st = query_workspace(CUDA, 140, 16384, BF16, 1, addr(&BUF[4]), &too_few);
-    CHECK(st == OK && too_few > 0,
-          "CUDA workspace query for 140 x 16384 bf16 with dx: status %d, %" PRId64 " bytes", st,
-          too_few);
+    /* With a GPU, the partials of aligned 4096-wide rows are parked in dx
+     * (the register backward), and so are those of 16384-wide rows once each
+     * of the shared-memory backward's 132 groups has the 5 rows an owner
+     * defers: no workspace. Without dx there is nowhere to park them, and
+     * 140 rows are too few to defer. (Without a GPU the device cannot be
+     * asked, and the workspace is asked for.) */
+    static const struct {
+        int64_t rows, cols;
+        int with_dx, parked_on_gpu;
+    } parking[] = {
+        {4096, 4096, 1, 1}, {4096, 4096, 0, 0}, {700, 16384, 1, 1}, {140, 16384, 1, 0},
+    };
+    for (size_t i = 0; i < COUNT(parking); i++) {
+        int64_t bytes = -1;
+        st = query_workspace(CUDA, parking[i].rows, parking[i].cols, BF16, 1,
+                             parking[i].with_dx ? addr(&BUF[4]) : 0, &bytes);
+        CHECK(st == OK && (has_gpu && parking[i].parked_on_gpu ? bytes == 0 : bytes > 0),
+              "CUDA workspace query for %" PRId64 " x %" PRId64 " bf16 %s dx: status %d, %" PRId64
+              " bytes",
+              parking[i].rows, parking[i].cols, parking[i].with_dx ? "with" : "without", st, bytes);
+    }
     const uintptr_t WS = addr(&BUF[10]); /* host memory; only its size is looked at */
     BWD("negative workspace_bytes", INVALID, "workspace_bytes=-1", "negative",
         a.device_type = CUDA, a.device_index = 0, a.workspace = WS,
