@@ -155,7 +155,8 @@ __device__ __noinline__ void sum_owned_partials(const DeferredRows<T> held, int6
         const int ck = int(group) * held.d.owned + q * 4 / kChunk;
         if (q < quads && ck < kinds * here) {
             const int kind = ck / here, c = ck - kind * here;
-            P *out = (dweight && kind == 0 ? dweight : dbias) + held.col0 + int64_t(c) * kChunk + q * 4 % kChunk;
+            P *out = (dweight && kind == 0 ? dweight : dbias) + held.col0 + int64_t(c) * kChunk +
+                     q * 4 % kChunk;
             out[0] = from_acc<P>(sum.x);
             out[1] = from_acc<P>(sum.y);
             out[2] = from_acc<P>(sum.z);
@@ -178,7 +179,8 @@ __device__ __forceinline__ void sum_and_write_deferred(const fo_norm_backward_ar
     static_assert(CPT % J == 0, "the dx of deferred rows is written J chunks at a time");
     cooperative_groups::this_grid().sync();
     if (group >= held.d.owners) return;
-    sum_owned_partials<T, P>(held, group, here, static_cast<P *>(a.dweight), static_cast<P *>(a.dbias));
+    sum_owned_partials<T, P>(held, group, here, static_cast<P *>(a.dweight),
+                             static_cast<P *>(a.dbias));
     __syncthreads();  // every parked value read: the deferred rows are this block's again
     const int t = threadIdx.x, threads = blockDim.x;
     const bool rms = a.kind == FO_NORM_RMS;
@@ -231,19 +233,26 @@ __device__ __forceinline__ void sum_and_write_deferred(const fo_norm_backward_ar
 }
 
 // The deferred scheme for a call, or deferred = 0 where it does not apply:
-// weight or bias gradients asked for, a row buffer of T to park in (dx,
-// or dresidual where it is of T and dx is not written), slices of the
-// same even number of chunks (a slot then holds whole entries), a GPU
-// with cooperative launches, and each owner's entries in at most
-// kMaxDeferred of its rows, which every group has. `groups` groups of
-// `cluster` blocks; whether they are all resident at once is the caller's
-// to check.
+// the weight's gradient asked for (the bias's too, or not), one row buffer
+// of T to write and park in (dx, or dresidual where dx is not written),
+// slices of the same even number of chunks (a slot then holds whole
+// entries), a GPU with cooperative launches, and each owner's entries in
+// at most kMaxDeferred of its rows, which every group has. `groups` groups
+// of `cluster` blocks; whether they are all resident at once is the
+// caller's to check. Not yet (the workspace path runs): dbias without
+// dweight, h of another type than dy (an fp32 residual stream), both dx
+// and dresidual written, a gradient arriving at residual_out, dropout.
+// Their deferred rows would take the same store_dh_chunk as the row
+// loop's, but no GPU ran them with enough rows to defer before the device
+// time of the session that wrote this ran out.
 template <typename T>
 DeferArgs defer_plan(const fo_norm_backward_args &a, int cluster, int64_t groups, int device) {
     DeferArgs d;
     const int64_t chunks = chunks_per_row(a.cols);
-    const bool park = a.dx || (a.dresidual && a.h_dtype == a.dtype);
-    if (!FO_BACKWARD_HELD_PARTIALS || !(a.dweight || a.dbias) || !park ||
+    const bool one_output = (a.dx != nullptr) != (a.dresidual != nullptr);
+    const bool validated =
+        a.dweight && a.h_dtype == a.dtype && !a.dresidual_out && a.dropout_p == 0;
+    if (!FO_BACKWARD_HELD_PARTIALS || !one_output || !validated ||
         a.cols % kChunk != 0 || chunks % (2 * cluster) != 0 || groups < 1)
         return d;
     const int64_t here = chunks / cluster, kinds = (a.dweight ? 1 : 0) + (a.dbias ? 1 : 0);

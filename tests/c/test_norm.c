@@ -700,7 +700,9 @@ static void test_cuda_device(void) {
      * of the shared-memory backward's 132 groups has the 5 rows an owner
      * defers: no workspace. Without dx there is nowhere to park them, and
      * 140 rows are too few to defer. (Without a GPU the device cannot be
-     * asked, and the workspace is asked for.) */
+     * asked, and the workspace is asked for. The 16384-wide rows park only
+     * where the GPU holds 132 one-block groups at once: FO_TEST_HAS_GPU=1
+     * means an H100 or H200 here.) */
     static const struct {
         int64_t rows, cols;
         int with_dx, parked_on_gpu;
