@@ -18,7 +18,10 @@
  *  - A 2-d operand is `rows` x `cols` elements; its rows start `*_row_stride`
  *    elements apart (>= 0; ignored when rows <= 1) and each row is
  *    contiguous. Outputs are always dense (row stride = cols); input rows may
- *    overlap (a stride under cols, even 0, reads rows broadcast).
+ *    overlap (a stride under cols, even 0, reads rows broadcast). An output
+ *    must not overlap an input: a kernel may read an input after writing an
+ *    output (the norm backward parks partial sums in dx, then reads dy and h
+ *    again): an output aliasing an input gives wrong values.
  *  - Addresses are plain integers (uintptr_t). An address may be 0 only where
  *    the function says it is optional, or when the operand is empty.
  *  - Sizes are int64_t and must be >= 0.
