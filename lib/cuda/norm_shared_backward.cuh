@@ -30,9 +30,10 @@
 // and so the bits of dweight (DESIGN: determinism). A GPU that cannot hold
 // all of it at once streams instead.
 //
-// Where the call writes dx (or dresidual of T), the partials need no
-// workspace: they are parked in rows whose dx the owner blocks defer, and
-// summed in the same launch (norm_shared_held_partials.cuh).
+// Where defer_plan allows (dx or dresidual of T written, with dweight; see
+// there), the partials need no workspace: they are parked in rows whose dx
+// the owner blocks defer, and summed in the same launch
+// (norm_shared_held_partials.cuh).
 #pragma once
 
 #include <cooperative_groups.h>
