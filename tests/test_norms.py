@@ -406,12 +406,14 @@ def test_forward_backward_allocates_no_more_than_torch(kind, shape, device):
 # to defer its rows (5 in bf16 LayerNorm) and unequal row counts, in a
 # block a row and clusters of 2, 4 and 8. add + RMSNorm writes one gradient
 # for x and residual (dresidual; dx is the same tensor), so it parks there.
-# The other calls (no weight; an fp32 residual stream: dx and dresidual
-# both written; dropout; a gradient arriving at residual_out) take the
-# workspace path on a GPU for now (defer_plan). Every call is checked on
-# the CPU as well.
+# Dropout with x alone wanting a gradient parks in dx (its mask regenerated
+# in the deferred rows). The other calls (no weight; an fp32 residual
+# stream, or dropout with both gradients: dx and dresidual both written; a
+# gradient arriving at residual_out) take the workspace path on a GPU for
+# now (defer_plan). Every call is checked on the CPU as well.
 PARKED_KINDS = ["layer", "layer, bias only", "rms", "add_rms", "add_rms, fp32 residual",
-                "add_layer, dropout", "add_rms, residual_out in the loss"]
+                "add_layer, dropout", "add_layer, dropout, x alone",
+                "add_rms, residual_out in the loss"]
 
 
 @pytest.mark.parametrize("shape", [(700, 16384), (270, 32768), (150, 65536), (62, 131072)], ids=str)
@@ -424,7 +426,7 @@ def test_shared_backward_partials_parked_in_dx(kind, shape, dtype, device):
     cols = shape[-1]
     r_dtype = torch.float32 if kind == "add_rms, fp32 residual" else dtype
     x = leaf(shape, dtype, device, 70)
-    residual = leaf(shape, r_dtype, device, 71)
+    residual = leaf(shape, r_dtype, device, 71, grad=not kind.endswith("x alone"))
     weight = leaf((cols,), dtype, device, 72)
     bias = leaf((cols,), dtype, device, 73)
     dy = random(shape, dtype, device, seed=74)
@@ -443,7 +445,7 @@ def test_shared_backward_partials_parked_in_dx(kind, shape, dtype, device):
         y = fo.fused_rms_norm(x, weight)
         expected = rms_norm_reference(x64, (cols,), w64, eps)
         inputs, references = (x, weight), (x64, w64)
-    elif kind == "add_layer, dropout":
+    elif kind.startswith("add_layer, dropout"):
         # the mask is a function of the seed, the offset and the element
         # index: an fp32 twin of the call shows it (in 16-bit, h - residual
         # may round to 0 where x was kept)
@@ -458,6 +460,8 @@ def test_shared_backward_partials_parked_in_dx(kind, shape, dtype, device):
         kept = ((h32 - residual.float()) != 0).double()  # x is never exactly 0
         expected = F.layer_norm(x64 * kept / 0.75 + r64, (cols,), w64, b64, 1e-5)
         inputs, references = (x, residual, weight, bias), (x64, r64, w64, b64)
+        if kind.endswith("x alone"):
+            inputs, references = (x, weight, bias), (x64, w64, b64)
     else:
         y, h = fo.fused_add_rms_norm(x, residual, weight)
         expected = rms_norm_reference(x64 + r64, (cols,), w64, eps)

@@ -241,17 +241,19 @@ __device__ __forceinline__ void sum_and_write_deferred(const fo_norm_backward_ar
 // of `cluster` blocks; whether they are all resident at once is the
 // caller's to check. Not yet (the workspace path runs): dbias without
 // dweight, h of another type than dy (an fp32 residual stream), both dx
-// and dresidual written, a gradient arriving at residual_out, dropout.
-// Their deferred rows would take the same store_dh_chunk as the row
-// loop's, but no GPU ran them with enough rows to defer before the device
-// time of the session that wrote this ran out.
+// and dresidual written, a gradient arriving at residual_out. Their
+// deferred rows would take the same store_dh_chunk as the row loop's, but
+// no GPU ran them with enough rows to defer before the device time of the
+// session that wrote this ran out. Every condition is one the workspace
+// query sees (an address's nullness, a dtype): dropout is not, so dx
+// through a dropout mask (regenerated from row and column, as in the row
+// loop) parks too, though no GPU ran that either.
 template <typename T>
 DeferArgs defer_plan(const fo_norm_backward_args &a, int cluster, int64_t groups, int device) {
     DeferArgs d;
     const int64_t chunks = chunks_per_row(a.cols);
     const bool one_output = (a.dx != nullptr) != (a.dresidual != nullptr);
-    const bool validated =
-        a.dweight && a.h_dtype == a.dtype && !a.dresidual_out && a.dropout_p == 0;
+    const bool validated = a.dweight && a.h_dtype == a.dtype && !a.dresidual_out;
     if (!FO_BACKWARD_HELD_PARTIALS || !one_output || !validated ||
         a.cols % kChunk != 0 || chunks % (2 * cluster) != 0 || groups < 1)
         return d;
