@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 
 import fused_ops_py as fo
+from fused_ops_py import _args
 from conftest import TOLERANCES, assert_close, random
 
 # (x shape, normalized_shape): empty, one row, N=1, odd and prime N, N above
@@ -406,11 +407,11 @@ def test_forward_backward_allocates_no_more_than_torch(kind, shape, device):
 # to defer its rows (5 in bf16 LayerNorm) and unequal row counts, in a
 # block a row and clusters of 2, 4 and 8. add + RMSNorm writes one gradient
 # for x and residual (dresidual; dx is the same tensor), so it parks there.
-# Dropout with x alone wanting a gradient parks in dx (its mask regenerated
-# in the deferred rows). The other calls (no weight; an fp32 residual
-# stream, or dropout with both gradients: dx and dresidual both written; a
-# gradient arriving at residual_out) take the workspace path on a GPU for
-# now (defer_plan). Every call is checked on the CPU as well.
+# The other kinds park in dx: dropout (its mask regenerated in the deferred
+# rows), with both gradients or x's alone; an fp32 residual stream (dx of
+# x's dtype and dresidual of fp32 both written); dbias alone; a gradient
+# arriving at residual_out. On an H100-sized GPU no call asks for a
+# workspace. Every call is checked on the CPU as well.
 PARKED_KINDS = ["layer", "layer, bias only", "rms", "add_rms", "add_rms, fp32 residual",
                 "add_layer, dropout", "add_layer, dropout, x alone",
                 "add_rms, residual_out in the loss"]
@@ -418,7 +419,7 @@ PARKED_KINDS = ["layer", "layer, bias only", "rms", "add_rms", "add_rms, fp32 re
 
 @pytest.mark.parametrize("shape", [(700, 16384), (270, 32768), (150, 65536), (62, 131072)], ids=str)
 @pytest.mark.parametrize("kind", PARKED_KINDS)
-def test_shared_backward_partials_parked_in_dx(kind, shape, dtype, device):
+def test_shared_backward_partials_parked_in_dx(kind, shape, dtype, device, monkeypatch):
     if device.type == "cpu" and shape != (700, 16384):
         pytest.skip("the CPU has no shared-memory kernel: one shape checks its values")
     if kind == "add_rms, fp32 residual" and dtype not in (torch.float16, torch.bfloat16):
@@ -473,10 +474,23 @@ def test_shared_backward_partials_parked_in_dx(kind, shape, dtype, device):
             expected_grads_out = [dy.double(), dh.double()]
     if outputs is None:
         outputs, grads_out, expected, expected_grads_out = [y], [dy], [expected], [dy.double()]
+    workspaces = []  # what each backward call got: None where the partials were parked
+    ask = _args.workspace
+
+    def recorded(*args, **kwargs):
+        workspaces.append(ask(*args, **kwargs))
+        return workspaces[-1]
+
+    monkeypatch.setattr(_args, "workspace", recorded)
     grads = torch.autograd.grad(outputs, inputs, grads_out)
+    monkeypatch.undo()
     expected_grads = torch.autograd.grad(expected, references, expected_grads_out)
     reduced = [t.shape == (cols,) for t in inputs]
     check_grads(zip(grads, expected_grads, reduced), dtype, shape[0] * 8)
+    if device.type == "cuda" and dtype != torch.float64:
+        gpu = torch.cuda.get_device_properties(device)
+        if gpu.multi_processor_count >= 132 and gpu.major >= 9:  # the grid resident at once
+            assert workspaces == [None], [w.numel() if w is not None else 0 for w in workspaces]
 
 
 @pytest.mark.parametrize("shape", [(1100, 1024), (4096, 64)], ids=str)

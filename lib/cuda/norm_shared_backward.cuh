@@ -30,8 +30,8 @@
 // and so the bits of dweight (DESIGN: determinism). A GPU that cannot hold
 // all of it at once streams instead.
 //
-// Where defer_plan allows (dx or dresidual of T written, with dweight; see
-// there), the partials need no workspace: they are parked in rows whose dx
+// Where defer_plan allows (dx, or dresidual of T, written; see there), the
+// partials need no workspace: they are parked in rows whose dx
 // the owner blocks defer, and summed in the same launch
 // (norm_shared_held_partials.cuh).
 #pragma once

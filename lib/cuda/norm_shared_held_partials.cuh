@@ -233,28 +233,23 @@ __device__ __forceinline__ void sum_and_write_deferred(const fo_norm_backward_ar
 }
 
 // The deferred scheme for a call, or deferred = 0 where it does not apply:
-// the weight's gradient asked for (the bias's too, or not), one row buffer
-// of T to write and park in (dx, or dresidual where dx is not written),
-// slices of the same even number of chunks (a slot then holds whole
+// a parameter's gradient asked for (dweight, dbias or both), a row buffer
+// of T to park in (dx; or dresidual, where dx is not written and h is of
+// T), slices of the same even number of chunks (a slot then holds whole
 // entries), a GPU with cooperative launches, and each owner's entries in
 // at most kMaxDeferred of its rows, which every group has. `groups` groups
 // of `cluster` blocks; whether they are all resident at once is the
-// caller's to check. Not yet (the workspace path runs): dbias without
-// dweight, h of another type than dy (an fp32 residual stream), both dx
-// and dresidual written, a gradient arriving at residual_out. Their
-// deferred rows would take the same store_dh_chunk as the row loop's, but
-// no GPU ran them with enough rows to defer before the device time of the
-// session that wrote this ran out. Every condition is one the workspace
-// query sees (an address's nullness, a dtype): dropout is not, so dx
-// through a dropout mask (regenerated from row and column, as in the row
-// loop) parks too, though no GPU ran that either.
+// caller's to check. The deferred rows' dx and dresidual come from the row
+// loop's own store_dh_chunk: a gradient arriving at residual_out is added
+// there, and dropout's mask is regenerated from row and column. Every
+// condition is one the workspace query sees (an address's nullness, a
+// dtype), so the query and the launch agree.
 template <typename T>
 DeferArgs defer_plan(const fo_norm_backward_args &a, int cluster, int64_t groups, int device) {
     DeferArgs d;
     const int64_t chunks = chunks_per_row(a.cols);
-    const bool one_output = (a.dx != nullptr) != (a.dresidual != nullptr);
-    const bool validated = a.dweight && a.h_dtype == a.dtype && !a.dresidual_out;
-    if (!FO_BACKWARD_HELD_PARTIALS || !one_output || !validated ||
+    const bool park_room = a.dx || (a.dresidual && a.h_dtype == a.dtype);
+    if (!FO_BACKWARD_HELD_PARTIALS || !park_room || !(a.dweight || a.dbias) ||
         a.cols % kChunk != 0 || chunks % (2 * cluster) != 0 || groups < 1)
         return d;
     const int64_t here = chunks / cluster, kinds = (a.dweight ? 1 : 0) + (a.dbias ? 1 : 0);
