@@ -25,10 +25,11 @@
 // memory, in rank order (the same bits in each). The weight and bias
 // partials of a thread's columns live in registers (4 chunks x 8 columns x
 // 2: 64 fp32 registers at 512 threads), so a block runs at 128 registers,
-// one an SM. The grid comes from the shape alone (one block an SM of an
-// H100 or H200, kClusterGroups): it decides which rows each partial sums,
-// and so the bits of dweight (DESIGN: determinism). A GPU that cannot hold
-// all of it at once streams instead.
+// one an SM. The grid is as many groups as this GPU holds at once, up to
+// one block an SM of an H100 or H200 (kClusterGroups): it decides which
+// rows each partial sums, and so the bits of dweight, which are the same
+// on every run on one GPU (DESIGN: determinism). A GPU that holds groups
+// on fewer than half its SMs streams instead.
 //
 // Where defer_plan allows (dx, or dresidual of T, written; see there), the
 // partials need no workspace: they are parked in rows whose dx
@@ -58,14 +59,21 @@ constexpr int64_t kSliceChunks = int64_t(kSharedBackwardThreads) * kSharedBackwa
 constexpr int kMaxCluster = FO_MAX_CLUSTER;
 static_assert(kMaxCluster == 1 || kMaxCluster == 2 || kMaxCluster == 4 || kMaxCluster == 8,
               "FO_MAX_CLUSTER: 1, 2, 4 or 8");
-// The most groups (clusters) for a cluster of 1, 2, 4 or 8 blocks: all
-// resident at once on an H100 or H200 (132 SMs; one block an SM). A
-// cluster lives within one GPC, so fewer SMs take part as clusters grow:
-// ncu counted at most 30 clusters of 4 resident on the H100, and 32 of
-// them ran in two waves, at half the speed (bench/results/h100/tuning,
-// run 14). The counts leave room for GPUs whose GPCs were cut down
-// differently; where even these do not fit, the launcher streams instead.
-constexpr int64_t kClusterGroups[] = {132, 64, 28, 12};
+// The most groups (clusters) for a cluster of 1, 2, 4 or 8 blocks: a
+// block on each of the 132 SMs of an H100 or H200. A cluster lives within
+// one GPC, so fewer SMs take part as clusters grow, and a group that does
+// not fit runs in a second wave, at half the speed (bench/results/h100/
+// tuning, run 14): the launcher takes as many groups as
+// cudaOccupancyMaxActiveClusters says are resident at once (on the H100
+// 66, 31 and 15 of 2, 4 and 8 blocks: run 117's probe), at most these.
+// Build-time knob, for tuning: FO_RESIDENT_GROUPS 0 takes fixed counts
+// that fit every H100 and H200 instead (132, 64, 28, 12: 128, 112 and 96
+// SMs busy with clusters).
+#ifndef FO_RESIDENT_GROUPS
+#define FO_RESIDENT_GROUPS 1
+#endif
+constexpr int64_t kClusterGroups[] = {132, FO_RESIDENT_GROUPS ? 66 : 64, FO_RESIDENT_GROUPS ? 33 : 28,
+                                      FO_RESIDENT_GROUPS ? 16 : 12};
 
 // The blocks a row is split across: 1, 2, 4 or 8, or 0 where it is too long.
 inline int shared_backward_cluster(int64_t cols) {
@@ -77,9 +85,10 @@ inline int shared_backward_cluster(int64_t cols) {
 __host__ __device__ inline int64_t slice_chunks(int64_t cols, int cluster) {
     return (chunks_per_row(cols) + cluster - 1) / cluster;
 }
-// The groups of blocks (clusters) of the grid, each summing its rows into
-// one weight and bias partial a column (the workspace holds groups x cols
-// for the weight, and as many again for the bias where dbias is wanted).
+// The most groups of blocks (clusters) of the grid, each summing its rows
+// into one weight and bias partial a column (the workspace holds groups x
+// cols for the weight, and as many again for the bias where dbias is
+// wanted); the launch takes fewer where fewer are resident at once.
 inline int64_t shared_backward_groups(int64_t rows, int64_t cols) {
     const int cluster = shared_backward_cluster(cols);
     const int64_t most = kClusterGroups[cluster == 8 ? 3 : cluster == 4 ? 2 : cluster == 2 ? 1 : 0];
@@ -326,32 +335,33 @@ bool norm_backward_shared(const fo_norm_backward_args &a, cudaStream_t stream, b
                 cudaGetLastError();
                 return;
             }
-            // the partials parked in dx where they can be (summed after one
-            // grid-wide barrier: every group resident, checked below)
-            const int64_t groups = shared_backward_groups(a.rows, a.cols);
-            const DeferArgs defer = defer_plan<T>(a, cluster, groups, device);
-            acc_t<T> *partials = static_cast<acc_t<T> *>(a.workspace);
+            int64_t groups = shared_backward_groups(a.rows, a.cols);
             cudaLaunchAttribute attributes[2];
             cudaLaunchConfig_t config =
                 clustered_config(dim3(unsigned(groups * cluster)), dim3(kSharedBackwardThreads),
                                  size_t(bytes), stream, cluster, attributes[0]);
-            // every group resident at once, or stream: a second wave of
-            // even one group would double the time (GPUs with fewer SMs;
-            // GPCs that hold fewer clusters)
-            int resident = 0, per_sm = 0, sms = 0;
-            const bool fits =
-                cluster > 1
-                    ? cudaOccupancyMaxActiveClusters(&resident, kernel, &config) == cudaSuccess &&
-                          resident >= groups
-                    : cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-                          &per_sm, kernel, kSharedBackwardThreads, size_t(bytes)) == cudaSuccess &&
-                          cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) ==
-                              cudaSuccess &&
-                          int64_t(per_sm) * sms >= groups;
-            if (!fits) {
+            // every group resident at once: a second wave of even one group
+            // would double the time. As many as this GPU holds (its GPCs
+            // decide how many clusters), or stream where they would leave
+            // half its SMs idle.
+            int resident = 0, sms = 0;
+            const bool asked =
+                cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess &&
+                (cluster > 1
+                     ? cudaOccupancyMaxActiveClusters(&resident, kernel, &config) == cudaSuccess
+                     : cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                           &resident, kernel, kSharedBackwardThreads, size_t(bytes)) == cudaSuccess);
+            if (cluster == 1) resident *= sms;
+            if (!asked || 2 * int64_t(resident) * cluster < sms) {
                 cudaGetLastError();
                 return;
             }
+            if (resident < groups) groups = resident;
+            config.gridDim = dim3(unsigned(groups * cluster));
+            // the partials parked in dx where they can be (summed after one
+            // grid-wide barrier: every group resident)
+            const DeferArgs defer = defer_plan<T>(a, cluster, groups, device);
+            acc_t<T> *partials = static_cast<acc_t<T> *>(a.workspace);
             runs = true;
             if (held) *held = defer.deferred > 0;
             if (!launch) return;
