@@ -281,7 +281,8 @@ __global__ void __launch_bounds__(kSharedBackwardThreads, 1)
         const DeferredRows<T> held{static_cast<char *>(a.dx ? a.dx : a.dresidual), a.cols, col0,
                                    groups, d};
         park_shared_partials<T, CPT>(held, group, here, a.dweight, a.dbias, dw, db);
-        sum_and_write_deferred<T, H, CPT>(a, held, group, here, weight_row, row_means);
+        sum_and_write_deferred<T, H, CPT>(a, held, group, here, weight_row, dy_row, h_row, copy_row,
+                                          row_means);
         return;
     }
     A *weight_partials = partials, *bias_partials = partials + groups * a.cols;

@@ -166,69 +166,60 @@ __device__ __noinline__ void sum_owned_partials(const DeferredRows<T> held, int6
 }
 
 // Steps 3-4, every thread of the grid: the barrier, an owner's sums, then
-// the dx of its deferred rows, from dy and h read again and the row means
-// kept (row_means). weight_row: the kernel's SharedRow of the weight.
-template <typename T, typename H, int CPT, typename WeightRow>
-__device__ __forceinline__ void sum_and_write_deferred(const fo_norm_backward_args &a,
-                                                       const DeferredRows<T> &held, int64_t group,
-                                                       int here, const WeightRow &weight_row,
-                                                       const acc_t<T> (*row_means)[2]) {
+// the dx of its deferred rows from dy and h in the block's row slots and
+// the row means kept (row_means). The slots still hold the last deferred
+// row (the block's last): it goes first, and, as in the row loop, each
+// chunk a thread frees takes the same chunk of the next deferred row
+// (copy_row(r, c), the kernel's), so the next row is in flight while this
+// one is written. (Reading the rows again from global memory, two chunks at
+// a time, cost 0.88x at bf16 LayerNorm 4096 x 16384 against the workspace
+// path, bench/results/h100/tuning run 118; this order, run 132.)
+template <typename T, typename H, int CPT, typename WeightRow, typename DyRow, typename HRow,
+          typename CopyRow>
+__device__ __forceinline__ void sum_and_write_deferred(
+    const fo_norm_backward_args &a, const DeferredRows<T> &held, int64_t group, int here,
+    const WeightRow &weight_row, const DyRow &dy_row, const HRow &h_row, CopyRow &&copy_row,
+    const acc_t<T> (*row_means)[2]) {
     using A = acc_t<T>;
     using P = typename WeightRow::Value;
-    constexpr int J = 2;
-    static_assert(CPT % J == 0, "the dx of deferred rows is written J chunks at a time");
     cooperative_groups::this_grid().sync();
     if (group >= held.d.owners) return;
     sum_owned_partials<T, P>(held, group, here, static_cast<P *>(a.dweight),
                              static_cast<P *>(a.dbias));
     __syncthreads();  // every parked value read: the deferred rows are this block's again
-    const int t = threadIdx.x, threads = blockDim.x;
     const bool rms = a.kind == FO_NORM_RMS;
     const int64_t first_chunk = held.col0 / kChunk;
+    const int last = held.d.deferred - 1;
 #pragma unroll 1
-    for (int k = 0; k < held.d.deferred; k++) {
-        const int64_t r = held.row(group, k);
+    for (int i = 0; i <= last; i++) {
+        // the order: the last deferred row (in the slots), then the first
+        // to the second last
+        const int k = i == 0 ? last : i - 1;
+        const int64_t r = held.row(group, k), next = i < last ? held.row(group, i) : -1;
         const A mean = rms ? A(0) : static_cast<const A *>(a.mean)[r];
         const A rstd = static_cast<const A *>(a.rstd)[r];
         const A mean_wdy = row_means[k][0], mean_wdy_xhat = row_means[k][1];
-        const T *dy = static_cast<const T *>(a.dy) + r * a.dy_row_stride;
-        const H *h = static_cast<const H *>(a.h) + r * a.h_row_stride;
-        // the raw vectors of J chunks in flight at a time, 8 vectors a
-        // thread (all four chunks of fp32 or of a 16-bit dy beside an fp32 h
-        // spilled), converted as they are used
+        __pipeline_wait_prior(0);  // this thread's copies of row r have landed
 #pragma unroll 1
-        for (int j0 = 0; j0 < CPT; j0 += J) {
-            uint4 dy_raw[J][kVectorsPerChunk<T>], h_raw[J][kVectorsPerChunk<H>];
+        for (int j = 0; j < CPT; j++) {  // (unrolled, ptxas spilled 8-24 bytes)
+            const int c = threadIdx.x + j * blockDim.x;
+            if (c >= here) continue;
+            A g[kChunk], x[kChunk], w[kChunk], dh[kChunk];
+            dy_row.get(c, g);
+            h_row.get(c, x);
+            if (a.weight) weight_row.get(c, w);
+            if (next >= 0) copy_row(next, c);  // the slots are free (read above)
 #pragma unroll
-            for (int j = 0; j < J; j++) {
-                const int64_t at = (first_chunk + t + (j0 + j) * threads) * kChunk;
-                if (t + (j0 + j) * threads >= here) continue;
-#pragma unroll
-                for (int v = 0; v < kVectorsPerChunk<T>; v++)
-                    dy_raw[j][v] = __ldg(reinterpret_cast<const uint4 *>(dy + at) + v);
-#pragma unroll
-                for (int v = 0; v < kVectorsPerChunk<H>; v++)
-                    h_raw[j][v] = __ldg(reinterpret_cast<const uint4 *>(h + at) + v);
+            for (int e = 0; e < kChunk; e++) {
+                const A xhat = (x[e] - mean) * rstd;
+                const A wdy = a.weight ? g[e] * w[e] : g[e];
+                dh[e] = rstd * (wdy - mean_wdy - xhat * mean_wdy_xhat);
             }
-#pragma unroll
-            for (int j = 0; j < J; j++) {
-                const int c = t + (j0 + j) * threads;
-                if (c >= here) continue;
-                const T *g = reinterpret_cast<const T *>(dy_raw[j]);
-                const H *x = reinterpret_cast<const H *>(h_raw[j]);
-                A w[kChunk], dh[kChunk];
-                if (a.weight) weight_row.get(c, w);
-#pragma unroll
-                for (int i = 0; i < kChunk; i++) {
-                    const A xhat = (A(to_acc(x[i])) - mean) * rstd;
-                    const A wdy = a.weight ? A(to_acc(g[i])) * w[i] : A(to_acc(g[i]));
-                    dh[i] = rstd * (wdy - mean_wdy - xhat * mean_wdy_xhat);
-                }
-                store_dh_chunk<T, H, kVector>(
-                    dh, a, r, first_chunk + c, a.dx ? static_cast<T *>(a.dx) + r * a.cols : nullptr,
-                    a.dresidual ? static_cast<H *>(a.dresidual) + r * a.cols : nullptr);
-            }
+            store_dh_chunk<T, H, kVector>(
+                dh, a, r, first_chunk + c, a.dx ? static_cast<T *>(a.dx) + r * a.cols : nullptr,
+                a.dresidual ? static_cast<H *>(a.dresidual) + r * a.cols : nullptr);
         }
+        __pipeline_commit();
     }
 }
 
