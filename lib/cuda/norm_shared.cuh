@@ -66,6 +66,41 @@ template <typename T, typename H>
 constexpr bool kBackwardPrefetchL2 =
     FO_SHARED_PREFETCH_L2 == 2 || (FO_SHARED_PREFETCH_L2 == 1 && sizeof(T) == 2 && std::is_same_v<H, T>);
 
+// L2 priorities for a row's copies: the deferred rows (norm_shared_held_
+// partials.cuh) are read twice, so in fp32 their first copies ask L2 to keep
+// them (evict_last) and their second to let them go (evict_first). On the
+// H100 (bench/results/h100/tuning run 133) that ran fp32 backward 1-3%
+// faster (to 6.5% at 2048 x 131072), but 16-bit 1-2% slower at 16384
+// columns, where the next row's L2 prefetch (kBackwardPrefetchL2) competes
+// for the same L2 and the 16-bit rows are half the bytes; level at 65536
+// and 131072. Build-time knob, for tuning: FO_DEFERRED_L2_PRIORITY 0 copies
+// them as any row.
+#ifndef FO_DEFERRED_L2_PRIORITY
+#define FO_DEFERRED_L2_PRIORITY 1
+#endif
+enum L2Priority { kL2Normal, kL2Keep, kL2Drop };
+template <typename T>
+constexpr bool kDeferredL2Priority = FO_DEFERRED_L2_PRIORITY && std::is_same_v<T, float>;
+
+// cp.async of 16 bytes into shared memory, with an L2 priority.
+__device__ __forceinline__ void copy16_async(void *to, const void *from, L2Priority priority) {
+#if __CUDA_ARCH__ >= 800
+    if (priority != kL2Normal) {
+        uint64_t policy;
+        if (priority == kL2Keep)
+            asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
+        else
+            asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+        asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;" ::"r"(
+                         unsigned(__cvta_generic_to_shared(to))),
+                     "l"(__cvta_generic_to_global(from)), "l"(policy)
+                     : "memory");
+        return;
+    }
+#endif
+    __pipeline_memcpy_async(to, from, 16);
+}
+
 // Lane 0 of each warp of the block starts moving its 1/warps of
 // [p, p + bytes) into L2 (p 16-byte aligned, bytes a multiple of 16);
 // a hint, and nothing before sm_90.

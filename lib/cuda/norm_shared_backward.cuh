@@ -113,10 +113,11 @@ struct SharedRow {
     int chunks;
 
     // starts copying chunk c of `row` in (into this thread's commit group)
-    __device__ __forceinline__ void copy_in(const S *__restrict__ row, int c) const {
+    __device__ __forceinline__ void copy_in(const S *__restrict__ row, int c,
+                                            L2Priority priority = kL2Normal) const {
         const uint4 *from = reinterpret_cast<const uint4 *>(row + int64_t(c) * kChunk);
 #pragma unroll
-        for (int v = 0; v < V; v++) __pipeline_memcpy_async(&vectors[v * chunks + c], from + v, 16);
+        for (int v = 0; v < V; v++) copy16_async(&vectors[v * chunks + c], from + v, priority);
     }
     template <typename A>
     __device__ __forceinline__ void get(int c, A (&values)[kChunk]) const {
@@ -185,16 +186,20 @@ __global__ void __launch_bounds__(kSharedBackwardThreads, 1)
     __shared__ A row_means[kMaxDeferred][2];
     const int first_deferred =
         d.deferred > 0 && group < d.owners ? int(d.full + (group < d.extra)) - d.deferred : INT_MAX;
-    auto copy_row = [&](int64_t r, int c) {
-        dy_row.copy_in(dy + r * a.dy_row_stride, c);
-        h_row.copy_in(h + r * a.h_row_stride, c);
+    auto copy_row = [&](int64_t r, int c, L2Priority priority) {
+        dy_row.copy_in(dy + r * a.dy_row_stride, c, priority);
+        h_row.copy_in(h + r * a.h_row_stride, c, priority);
+    };
+    // a row's first copy: kept in L2 where its dx is deferred (fp32)
+    auto first_copy = [&](int row_iteration) {
+        return kDeferredL2Priority<T> && row_iteration >= first_deferred ? kL2Keep : kL2Normal;
     };
 #pragma unroll
     for (int k = 0; k < CPT; k++) {
         const int c = threadIdx.x + k * blockDim.x;
         if (c >= here) continue;
         if (weight) weight_row.copy_in(weight, c);
-        if (group < a.rows) copy_row(group, c);
+        if (group < a.rows) copy_row(group, c, first_copy(0));
     }
     __pipeline_commit();
     A dw[CPT][kChunk] = {}, db[CPT][kChunk] = {};
@@ -251,7 +256,7 @@ __global__ void __launch_bounds__(kSharedBackwardThreads, 1)
 #pragma unroll
             for (int k = 0; k < CPT; k++) {
                 const int c = threadIdx.x + k * blockDim.x;
-                if (c < here && next < a.rows) copy_row(next, c);
+                if (c < here && next < a.rows) copy_row(next, c, first_copy(iteration + 1));
             }
             __pipeline_commit();
             continue;
@@ -263,7 +268,7 @@ __global__ void __launch_bounds__(kSharedBackwardThreads, 1)
             A g[kChunk], xhat[kChunk], dh[kChunk];
             expand(c, g, xhat, dh);
             // the slots are free (read above): the next row's chunk goes in
-            if (next < a.rows) copy_row(next, c);
+            if (next < a.rows) copy_row(next, c, first_copy(iteration + 1));
 #pragma unroll
             for (int i = 0; i < kChunk; i++)
                 dh[i] = rstd * (dh[i] - mean_wdy - xhat[i] * mean_wdy_xhat);

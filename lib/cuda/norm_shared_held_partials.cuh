@@ -208,7 +208,8 @@ __device__ __forceinline__ void sum_and_write_deferred(
             dy_row.get(c, g);
             h_row.get(c, x);
             if (a.weight) weight_row.get(c, w);
-            if (next >= 0) copy_row(next, c);  // the slots are free (read above)
+            if (next >= 0)  // the slots are free (read above)
+                copy_row(next, c, kDeferredL2Priority<T> ? kL2Drop : kL2Normal);
 #pragma unroll
             for (int e = 0; e < kChunk; e++) {
                 const A xhat = (x[e] - mean) * rstd;
