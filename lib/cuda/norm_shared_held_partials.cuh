@@ -20,19 +20,22 @@
 //   3. one grid-wide barrier (a cooperative launch, with its clusters);
 //   4. each owner sums its chunks' partials in group order (the same bits
 //      on every run) into dweight and dbias; then, since no other block
-//      reads its deferred rows, it computes their dx from dy and h, read
-//      again (the rows were the block's last: some are still in L2).
+//      reads its deferred rows, it computes their dx from dy and h, copied
+//      in again through the row slots (the last deferred row is still
+//      there; in fp32 the rows' first copies asked L2 to keep them).
 // Bytes: the workspace scheme's partials (written once, read once), plus
-// dy and h of the deferred rows read a second time: 5 rows a block in bf16
-// LayerNorm (its partials, 8 bytes a column, fill 4.1 rows of 2 bytes a
-// column at 132 groups), 3 in RMSNorm. The price is time, the deferred rows
-// being read and written after the barrier, when nothing else streams: on
-// the H100 (tuning runs 118-119, against the workspace path) backward at
-// 4096 x 16384 bf16 0.88x (LayerNorm) and 0.94x (RMSNorm, add + RMSNorm),
-// 16384 x 16384 0.95-0.97x, 4096 x 65536 0.97-0.99x; fp32 0.94-0.99x.
+// dy and h of all but the last deferred row read a second time: 5 rows a
+// block in bf16 LayerNorm (its partials, 8 bytes a column, fill 4.1 rows of
+// 2 bytes a column at 132 groups), 3 in RMSNorm. The price is time, the
+// deferred rows being read and written after the barrier, when nothing else
+// streams: on the H100 (tuning runs 118-119 and 132-133, against the
+// workspace path) backward at 4096 x 16384 bf16 0.89x (LayerNorm) and
+// 0.93-0.95x (RMSNorm, add + RMSNorm), 16384 x 16384 0.96-0.99x, 4096 x
+// 65536 0.96-1.00x; fp32 0.97-1.03x.
 // (Moving the deferred rows into L2 as the barrier began gained 0-1% and
 // made ptxas spill; 128 groups, not 132, for whole rows of partials ran
-// 2-6% slower at 16384 rows.)
+// 2-6% slower at 16384 rows; pipelining the second reads through the row
+// slots, instead of two chunks at a time from global memory, ran level.)
 #pragma once
 
 #include <cooperative_groups.h>
