@@ -31,7 +31,7 @@
 // streams: on the H100 (tuning runs 118-119 and 132-133, against the
 // workspace path) backward at 4096 x 16384 bf16 0.89x (LayerNorm) and
 // 0.93-0.95x (RMSNorm, add + RMSNorm), 16384 x 16384 0.96-0.99x, 4096 x
-// 65536 0.96-1.00x; fp32 0.97-1.03x.
+// 65536 0.96-1.01x; fp32 0.97-1.03x.
 // (Moving the deferred rows into L2 as the barrier began gained 0-1% and
 // made ptxas spill; 128 groups, not 132, for whole rows of partials ran
 // 2-6% slower at 16384 rows; pipelining the second reads through the row
