@@ -66,14 +66,9 @@ static_assert(kMaxCluster == 1 || kMaxCluster == 2 || kMaxCluster == 4 || kMaxCl
 // tuning, run 14): the launcher takes as many groups as
 // cudaOccupancyMaxActiveClusters says are resident at once (on the H100
 // 66, 31 and 15 of 2, 4 and 8 blocks: run 117's probe), at most these.
-// Build-time knob, for tuning: FO_RESIDENT_GROUPS 0 takes fixed counts
-// that fit every H100 and H200 instead (132, 64, 28, 12: 128, 112 and 96
-// SMs busy with clusters).
-#ifndef FO_RESIDENT_GROUPS
-#define FO_RESIDENT_GROUPS 1
-#endif
-constexpr int64_t kClusterGroups[] = {132, FO_RESIDENT_GROUPS ? 66 : 64, FO_RESIDENT_GROUPS ? 33 : 28,
-                                      FO_RESIDENT_GROUPS ? 16 : 12};
+// (Fixed counts that fit every H100 and H200, 64, 28 and 12, left 4, 20
+// and 36 SMs idle: 4-18% slower in bf16, run 127.)
+constexpr int64_t kClusterGroups[] = {132, 66, 33, 16};
 
 // The blocks a row is split across: 1, 2, 4 or 8, or 0 where it is too long.
 inline int shared_backward_cluster(int64_t cols) {
