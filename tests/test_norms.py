@@ -189,6 +189,34 @@ def test_mixed_fp32_weight_rms_norm_of_long_rows(device):
         assert_close(y, expected, dtype)
 
 
+# the shared-memory forward with more rows than it has groups (a block or
+# a cluster an SM), so each loops, copying in its next row: the weight and
+# bias held in shared memory beside the block's slice of the row, 16-bit or
+# fp32 beside 16-bit x; a row split unevenly across a cluster (40008)
+@pytest.mark.parametrize("shape", [(300, 32768), (140, 40008), (150, 65536), (70, 131072)], ids=str)
+@pytest.mark.parametrize("param_dtype", ["same", "float32"])
+@pytest.mark.parametrize("affine", ["layer weight+bias", "layer bias", "rms weight"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+def test_forward_of_long_rows_over_many_rows(affine, param_dtype, shape, dtype, device):
+    if device.type != "cuda":
+        pytest.skip("the CUDA kernels' row loops; the CPU's rows are covered above")
+    if param_dtype == "float32" and dtype == torch.float32:
+        pytest.skip("fp32 x has fp32 parameters already")
+    p_dtype = torch.float32 if param_dtype == "float32" else dtype
+    cols = shape[-1]
+    x = random(shape, dtype, device, seed=40)
+    weight = random((cols,), p_dtype, device, seed=41) if "weight" in affine else None
+    bias = random((cols,), p_dtype, device, seed=42) if "bias" in affine else None
+    if affine.startswith("layer"):
+        y = fo.fused_layer_norm(x, weight, bias)
+        expected = F.layer_norm(x.double(), (cols,), as64(weight), as64(bias))
+    else:
+        y = fo.fused_rms_norm(x, weight)
+        expected = rms_norm_reference(x.double(), (cols,), as64(weight), torch.finfo(dtype).eps)
+    assert y.dtype == dtype
+    assert_close(y, expected, dtype)
+
+
 @pytest.mark.parametrize("offset", [0, 3], ids=["aligned", "misaligned"])
 def test_strided_rows_and_odd_gradients(offset, dtype, device):
     wide = random((12, 80), dtype, device, seed=17)
