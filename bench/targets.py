@@ -16,6 +16,13 @@ a tensor of 32 MiB or more, counted as x's rows x cols x itemsize):
   memory       fwdbwd: fused's peak extra memory no higher than eager torch's
   no peer wins every row of the summary, tiny ones too: no peer faster in
                kernel time
+
+Where copy_by_size.csv (bench/copy_by_size.py) lies beside results.csv, each
+forward and backward miss also shows the GB/s it needed (the target, or the
+peer's rate times the ratio asked) and what a copy of the bytes the fused
+kernel moves reaches at that size; a miss that needed more than that copy is
+counted "beyond the copy": no kernel that reads and writes those bytes once
+makes it.
 """
 
 import argparse
@@ -29,6 +36,9 @@ MIN_ELEMENTS = 1 << 20
 BACKWARD_OPS = ("layer_norm", "rms_norm", "add_rms_norm", "bias_scale_relu")
 ITEMSIZE = {"bf16": 2, "fp16": 2, "fp32": 4, "fp64": 8}  # not bench_ops.DTYPES: no torch import here
 NOISE = 0.02  # a peer ahead by less than this is within the spread of two timings
+# Their fused backward reads a 1-bit mask instead of an x-sized input: it
+# moves fewer bytes than the rows count, and may pass the copy's rate.
+MASK_BACKWARD_OPS = ("relu", "bias_scale_relu")
 
 
 def number(text):
@@ -84,10 +94,51 @@ def describe(fused, peers, kind="kernel"):
     return f"| {fused['op']} | {fused['direction']} | {shape} | {fused['dtype']} | {mine} | {peer} | {shown} |"
 
 
+def read_copy_table(results_dir):
+    """[(bytes_moved, gbs)] sorted, from copy_by_size.csv; None without one."""
+    path = Path(results_dir) / "copy_by_size.csv"
+    if not path.exists():
+        return None
+    with open(path) as f:
+        return sorted((int(r["bytes_moved"]), float(r["gbs"])) for r in csv.DictReader(f))
+
+
+def copy_gbs_at(table, moved):
+    """The copy's GB/s at `moved` bytes, interpolated in log(bytes) between
+    the measured sizes; the end values past either end."""
+    if moved <= table[0][0]:
+        return table[0][1]
+    for (b0, g0), (b1, g1) in zip(table, table[1:]):
+        if moved <= b1:
+            t = (math.log(moved) - math.log(b0)) / (math.log(b1) - math.log(b0))
+            return g0 + t * (g1 - g0)
+    return table[-1][1]
+
+
+def copy_limit_gbs(fused, table):
+    """GB/s, over the row's counted bytes, of a kernel moving the bytes the
+    fused kernel moves as fast as a copy of that size does."""
+    counted = number(fused["gbs"]) * time_of(fused, "kernel") * 1e6
+    moved = counted
+    if fused["op"] in MASK_BACKWARD_OPS and fused["direction"] == "bwd":
+        elements = int(fused["rows"]) * int(fused["cols"])
+        moved = counted - elements * ITEMSIZE[fused["dtype"]] + elements / 8
+    return copy_gbs_at(table, moved) * counted / moved
+
+
+def needed_gbs(peers, floor, peer_ratio_asked):
+    """The GB/s a row needs: the floor, or the fastest peer's rate times the
+    ratio asked, whichever is higher."""
+    best = fastest_peer(peers, "kernel")
+    return max(floor, peer_ratio_asked * number(best[2]["gbs"])) if best else floor
+
+
 def evaluate(results_dir):
-    """{target: (checked, [failing rows as markdown], near misses)}."""
-    verdicts = {name: [0, [], 0] for name in
+    """{target: (checked, [failing rows as markdown], near misses, misses
+    beyond the copy)}."""
+    verdicts = {name: [0, [], 0, 0] for name in
                 ("forward", "backward", "small (kernel)", "small (call)", "memory", "no peer wins")}
+    table = read_copy_table(results_dir)
 
     def record(name, ok, line, ratio=math.nan):
         verdicts[name][0] += 1
@@ -96,17 +147,26 @@ def evaluate(results_dir):
             if ratio >= 1 - NOISE:
                 verdicts[name][2] += 1
 
+    def record_bandwidth(name, fused, peers, floor, peer_ratio_asked):
+        """A forward or backward target: the miss line gets the GB/s needed
+        and the copy's at the same bytes."""
+        need = needed_gbs(peers, floor, peer_ratio_asked)
+        ok = number(fused["gbs"]) >= floor and peer_ratio(fused, peers, "kernel") >= peer_ratio_asked
+        limit = copy_limit_gbs(fused, table) if table else math.nan
+        record(name, ok, describe(fused, peers) + f" {need:.0f} | {limit:.0f} |".replace("nan", ""))
+        if not ok and need > limit:
+            verdicts[name][3] += 1
+
     for fused, peers in cases(results_dir):
         op, direction, dtype = fused["op"], fused["direction"], fused["dtype"]
         elements = int(fused["rows"]) * int(fused["cols"])
         large = elements * ITEMSIZE[dtype] >= LARGE_BYTES
-        gbs = number(fused["gbs"])
         ratio = peer_ratio(fused, peers, "kernel")
         if direction == "fwd" and large:
-            record("forward", gbs >= FORWARD_GBS and ratio >= 1, describe(fused, peers))
+            record_bandwidth("forward", fused, peers, FORWARD_GBS, 1.0)
         if direction == "bwd" and large and op in BACKWARD_OPS:
-            need = BACKWARD_PEER_RATIO if dtype == "bf16" else 1.0
-            record("backward", gbs >= BACKWARD_GBS and ratio >= need, describe(fused, peers))
+            record_bandwidth("backward", fused, peers, BACKWARD_GBS,
+                             BACKWARD_PEER_RATIO if dtype == "bf16" else 1.0)
         if elements >= MIN_ELEMENTS:
             record("small (kernel)", ratio >= 1, describe(fused, peers), ratio)
             call_ratio = peer_ratio(fused, peers, "call")
@@ -144,22 +204,32 @@ def by_op(results_dir):
 
 
 def markdown(verdicts, results_dir):
+    measured_copy = read_copy_table(results_dir) is not None
     lines = [f"# Targets, checked on {Path(results_dir).name}/results.csv", "",
              "Generated by `python bench/targets.py`; the targets are in its docstring. "
              f"Near misses: a peer ahead by less than {NOISE:.0%}, within the spread of "
              "two timings of one kernel.", "",
-             "| target | rows checked | met | missed | of which near misses |",
-             "|---|---:|---:|---:|---:|"]
-    for name, (checked, failing, near) in verdicts.items():
-        lines.append(f"| {name} | {checked} | {checked - len(failing)} | {len(failing)} | {near} |")
+             "Beyond the copy: a forward or backward miss that needed more GB/s than a "
+             "copy of the same bytes reaches at that size (copy_by_size.csv"
+             + ("" if measured_copy else ": not measured for these results")
+             + ").", "",
+             "| target | rows checked | met | missed | of which near misses | of which beyond the copy |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for name, (checked, failing, near, beyond) in verdicts.items():
+        shown = beyond if measured_copy and name in ("forward", "backward") else ""
+        lines.append(f"| {name} | {checked} | {checked - len(failing)} | {len(failing)} | {near} "
+                     f"| {shown} |")
     lines += ["", "## By op, from 1M elements up", "", *by_op(results_dir)]
-    for name, (checked, failing, _) in verdicts.items():
+    for name, (checked, failing, _, _) in verdicts.items():
         if not failing:
             continue
         time_kind = "call" if name == "small (call)" else "GB/s"
-        lines += ["", f"## {name}: missed", "",
-                  f"| op | dir | shape | dtype | fused {time_kind} | fastest peer | peer time / fused |",
-                  "|---|---|---|---|---:|---|---:|", *failing]
+        header = f"| op | dir | shape | dtype | fused {time_kind} | fastest peer | peer time / fused |"
+        rule = "|---|---|---|---|---:|---|---:|"
+        if name in ("forward", "backward"):
+            header += " needed GB/s | copy of these bytes, GB/s |"
+            rule += "---:|---:|"
+        lines += ["", f"## {name}: missed", "", header, rule, *failing]
     return "\n".join(lines) + "\n"
 
 
@@ -169,9 +239,10 @@ def main(argv=None):
     args = parser.parse_args(argv)
     verdicts = evaluate(args.results_dir)
     (Path(args.results_dir) / "targets.md").write_text(markdown(verdicts, args.results_dir))
-    for name, (checked, failing, near) in verdicts.items():
+    for name, (checked, failing, near, beyond) in verdicts.items():
         print(f"{name:15s} {checked - len(failing):4d} of {checked:4d} met"
-              f" ({near} of the misses within {NOISE:.0%})")
+              f" ({near} of the misses within {NOISE:.0%}"
+              + (f", {beyond} beyond the copy)" if name in ("forward", "backward") else ")"))
 
 
 if __name__ == "__main__":

@@ -318,11 +318,16 @@ RegisterRows forward_register_rows(int64_t rows, int64_t cols) {
 #ifndef FO_FORWARD_CLUSTER
 #define FO_FORWARD_CLUSTER 1
 #endif
+// FO_FORWARD_CLUSTER_LAYER (tuning knob): fp32 LayerNorm too.
+#ifndef FO_FORWARD_CLUSTER_LAYER
+#define FO_FORWARD_CLUSTER_LAYER 0
+#endif
 constexpr int kForwardMaxCluster = 8;  // the portable cluster size
 template <typename T>
 RegisterRows forward_cluster_rows(int64_t rows, int64_t cols, int kind, bool residual) {
     RegisterRows g;
-    if (!FO_FORWARD_CLUSTER || std::is_same_v<T, double> || kind != FO_NORM_RMS ||
+    if (!FO_FORWARD_CLUSTER || std::is_same_v<T, double> ||
+        (kind != FO_NORM_RMS && !(FO_FORWARD_CLUSTER_LAYER && std::is_same_v<T, float>)) ||
         (residual && !std::is_same_v<T, float>))
         return g;
     constexpr int kCpt = kForwardMaxChunks<T>;
