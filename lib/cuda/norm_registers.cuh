@@ -312,22 +312,18 @@ RegisterRows forward_register_rows(int64_t rows, int64_t cols) {
 // shared-memory kernel, +11% in fp32 and fp32 add + RMSNorm +7% against
 // the streaming kernel. Not taken: LayerNorm, 3-11% slower there with its
 // mean and variance exchanged across the cluster in two barriers (run 71)
-// or in one (each block's moments merged, run 74); add + RMSNorm with
+// or in one (each block's moments merged, run 74), fp32 too (0.91-0.97x
+// the shared-memory and streaming kernels, run 138); add + RMSNorm with
 // 16-bit x, 6% slower than streaming; fp32 rows of 16384, level; fp64.
 // Build-time knob: FO_FORWARD_CLUSTER (0: off).
 #ifndef FO_FORWARD_CLUSTER
 #define FO_FORWARD_CLUSTER 1
 #endif
-// FO_FORWARD_CLUSTER_LAYER (tuning knob): fp32 LayerNorm too.
-#ifndef FO_FORWARD_CLUSTER_LAYER
-#define FO_FORWARD_CLUSTER_LAYER 0
-#endif
 constexpr int kForwardMaxCluster = 8;  // the portable cluster size
 template <typename T>
 RegisterRows forward_cluster_rows(int64_t rows, int64_t cols, int kind, bool residual) {
     RegisterRows g;
-    if (!FO_FORWARD_CLUSTER || std::is_same_v<T, double> ||
-        (kind != FO_NORM_RMS && !(FO_FORWARD_CLUSTER_LAYER && std::is_same_v<T, float>)) ||
+    if (!FO_FORWARD_CLUSTER || std::is_same_v<T, double> || kind != FO_NORM_RMS ||
         (residual && !std::is_same_v<T, float>))
         return g;
     constexpr int kCpt = kForwardMaxChunks<T>;
