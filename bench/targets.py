@@ -153,7 +153,8 @@ def evaluate(results_dir):
         need = needed_gbs(peers, floor, peer_ratio_asked)
         ok = number(fused["gbs"]) >= floor and peer_ratio(fused, peers, "kernel") >= peer_ratio_asked
         limit = copy_limit_gbs(fused, table) if table else math.nan
-        record(name, ok, describe(fused, peers) + f" {need:.0f} | {limit:.0f} |".replace("nan", ""))
+        shown_limit = f"{limit:.0f}" if table else ""
+        record(name, ok, describe(fused, peers) + f" {need:.0f} | {shown_limit} |")
         if not ok and need > limit:
             verdicts[name][3] += 1
 
