@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """The copy ceiling at each size: GB/s of dst.copy_(src) (bytes read plus
 bytes written) for sizes from 1 MiB to 8 GiB moved, four a doubling, timed
-as bench_ops.py times every op (triton's do_bench: median, L2 flushed before
-each run). Writes copy_by_size.csv (bytes_moved, ms, gbs) to --out.
+by bench_ops.py's own timers (on CUDA triton's do_bench: median, L2 flushed
+before each run). Writes copy_by_size.csv (bytes_moved, ms, gbs) to --out.
 
 The grid's copy ceiling (bench_ops.copy_ceiling_gbs) is one copy of 2 GiB
 moved. A smaller op cannot reach it: the launch, the first loads' latency
@@ -17,12 +17,13 @@ a kernel could close.
 
 import argparse
 import csv
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_ops.py is beside this file
+from bench_ops import cpu_bench, gpu_bench  # noqa: E402  (the grid's timers)
 
 STEPS_PER_DOUBLING = 4
 
@@ -44,21 +45,11 @@ def sizes_moved(smallest, largest):
         k += 1
 
 
-def time_copy_ms(moved, device, warmup_ms, rep_ms):
+def time_copy_ms(moved, device, args):
     src = torch.empty(moved // 2, dtype=torch.uint8, device=device).random_()  # never zeros
     dst = torch.empty_like(src)
-    if device.type == "cuda":
-        from triton.testing import do_bench
-
-        ms = do_bench(lambda: dst.copy_(src), warmup=warmup_ms, rep=rep_ms, return_mode="median")
-    else:  # the median of runs for rep_ms, as bench_ops.cpu_bench
-        dst.copy_(src)
-        times, deadline = [], time.perf_counter() + rep_ms / 1e3
-        while len(times) < 5 or time.perf_counter() < deadline:
-            start = time.perf_counter()
-            dst.copy_(src)
-            times.append((time.perf_counter() - start) * 1e3)
-        ms = statistics.median(times)
+    bench = gpu_bench if device.type == "cuda" else cpu_bench
+    ms = bench(lambda: dst.copy_(src), args)
     if not torch.equal(dst, src):
         raise RuntimeError(f"the copy of {moved // 2} bytes differs from its source")
     return ms
@@ -77,7 +68,7 @@ def main(argv=None):
     args.out.mkdir(parents=True, exist_ok=True)
     rows = []
     for moved in sizes_moved(args.smallest, args.largest):
-        ms = time_copy_ms(moved, device, args.warmup_ms, args.rep_ms)
+        ms = time_copy_ms(moved, device, args)
         rows.append({"bytes_moved": moved, "ms": ms, "gbs": moved / ms / 1e6})
         print(f"{moved / 2**20:10.1f} MiB moved  {ms * 1e3:10.2f} us  {rows[-1]['gbs']:8.0f} GB/s",
               flush=True)
