@@ -1,7 +1,0 @@
-SH=4096x1024,4096x2048,4096x4096,4096x8192,4096x16384,16384x2048,16384x4096,16384x16384,65536x1024,65536x4096,65536x16384
-TEST_TARGETS="tests/test_norms.py tests/test_cuda.py" BENCH_ARGS="--ops layer_norm,rms_norm,add_rms_norm --directions fwd --providers fused --dtypes bf16 --shapes $SH" OUT=/tmp/tune timeout 430 bench/tune.sh base= "t2=-DFO_FORWARD_TARGET_CHUNKS=2 -DFO_FORWARD_ROW_THREADS=256" "t1s48=-DFO_FORWARD_TARGET_CHUNKS=1 -DFO_FORWARD_ROW_THREADS=256 -DFO_FORWARD_SMALL_REGISTERS=48" "ob=-DFO_FORWARD_ONE_BARRIER=1" "t2ob=-DFO_FORWARD_TARGET_CHUNKS=2 -DFO_FORWARD_ROW_THREADS=256 -DFO_FORWARD_ONE_BARRIER=1" "sh4=-DFO_SHARED_TARGET_CHUNKS=4" "sh16=-DFO_SHARED_TARGET_CHUNKS=16" > $OUT/tune_log.txt 2>&1
-cp /tmp/tune/tune_table.txt $OUT/
-export PYTHONPATH=/tmp/site:$PWD FUSED_OPS_PY_LIBRARY=$PWD/build/tune_base/libfused_ops.so
-timeout 110 python3 bench/bench_ops.py --ops layer_norm,rms_norm --directions fwd --providers fused,liger,compile --dtypes bf16 --shapes $SH --out /tmp/peers > $OUT/peers_log.txt 2>&1; cp /tmp/peers/results.csv $OUT/peers.csv
-PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout 110 compute-sanitizer --tool memcheck --error-exitcode 99 python3 -m pytest -q -x tests/test_norms.py -k "cuda and not gradcheck and (9000 or 16384 or 65536 or 131072 or 40000 or 12000 or 40001)" > $OUT/memcheck.txt 2>&1; echo memcheck rc=$?; tail -3 $OUT/memcheck.txt
-grep -E "passed|failed" $OUT/tune_log.txt | head; cat $OUT/tune_table.txt

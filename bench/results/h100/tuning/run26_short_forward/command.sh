@@ -1,4 +1,0 @@
-# run 26a (tune_table_a.txt): tests on the first variant (615 passed)
-TEST_TARGETS=tests/test_norms.py BENCH_ARGS="--ops layer_norm,rms_norm --directions fwd --providers fused --dtypes bf16,fp16 --shapes 4096x512,4096x1024,4096x2048,4096x4096,4096x8192,16384x512,16384x1024,16384x2048,16384x4096,16384x8192,65536x1024,65536x2048,65536x4096,65536x8192" bash bench/tune.sh "wide=-DFO_SHORT_FORWARD=8192 -DFO_SHORT_FORWARD_MIN=512 -DFO_SHORT_FORWARD_ROWS=65536" "short=-DFO_SHORT_FORWARD=8192" base=
-# run 26b (tune_table_b.txt): tests on early32 (617 passed); W = the wide variant's flags
-bash bench/tune.sh "early32=$W -DFO_SHORT_PARAMS_EARLY=1 -DFO_SHORT_THREADS_4K=256 -DFO_SHORT_REGISTERS_2=48" "early40=$W -DFO_SHORT_PARAMS_EARLY=1 -DFO_SHORT_THREADS_4K=256 -DFO_SHORT_REGISTERS_1=40 -DFO_SHORT_REGISTERS_2=56" "late256=$W -DFO_SHORT_THREADS_4K=256" base=
