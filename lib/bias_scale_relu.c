@@ -61,7 +61,7 @@ static void mask_of_f32(unsigned char *restrict mask, const float *restrict y,
 /* The float32 piece straight from and to memory: the generic path's double
  * arithmetic (the same bits: x * scale + bias rounds once, and + 0.0 makes
  * -0 +0 as there), without its buffers. */
-static void forward_piece_f32(const fo_bias_scale_relu_forward_args *a,
+static void forward_piece_f32(const fo_bias_scale_relu_forward_params *a,
                               int64_t r, int64_t c0, int64_t n) {
     const float *restrict x = (const float *)a->x + r * a->x_row_stride + c0;
     const float *restrict bias = a->bias ? (const float *)a->bias + c0 : NULL;
@@ -84,7 +84,7 @@ static void forward_piece_f32(const fo_bias_scale_relu_forward_args *a,
  * independent (a piece's mask bytes are its own: CPU_CHUNK is a multiple of
  * 8). */
 static void forward_pieces(const void *ctx, int64_t k0, int64_t k1) {
-    const fo_bias_scale_relu_forward_args *a = ctx;
+    const fo_bias_scale_relu_forward_params *a = ctx;
     double x[CPU_CHUNK], bias[CPU_CHUNK], y[CPU_CHUNK];
     const double scale = a->scale;
     const int64_t mask_row_bytes = fo_mask_row_bytes(a->cols);
@@ -127,7 +127,7 @@ static void forward_pieces(const void *ctx, int64_t k0, int64_t k1) {
 
 /* backward_piece for float32, straight from and to memory (dy * scale in
  * double, rounded once, as there). */
-static void backward_piece_f32(const fo_bias_scale_relu_backward_args *a,
+static void backward_piece_f32(const fo_bias_scale_relu_backward_params *a,
                                int64_t r, int64_t c0, int64_t n,
                                double *restrict dbias) {
     const float *restrict dy = (const float *)a->dy + r * a->dy_row_stride + c0;
@@ -153,7 +153,7 @@ static void backward_piece_f32(const fo_bias_scale_relu_backward_args *a,
 
 /* dx of one piece (row r, columns c0 .. c0 + n), its gradient added into
  * dbias[0 .. n) (when dbias is not null). */
-static void backward_piece(const fo_bias_scale_relu_backward_args *a,
+static void backward_piece(const fo_bias_scale_relu_backward_params *a,
                            int64_t r, int64_t c0, int64_t n, double *dbias) {
     double dy[CPU_CHUNK], dx[CPU_CHUNK];
     unsigned char kept[CPU_CHUNK];
@@ -179,7 +179,7 @@ static void backward_piece(const fo_bias_scale_relu_backward_args *a,
 /* With a bias gradient: column chunks [k0, k1), all rows, columns outer,
  * so each dbias chunk is summed in row order, whichever thread takes it. */
 static void backward_columns(const void *ctx, int64_t k0, int64_t k1) {
-    const fo_bias_scale_relu_backward_args *a = ctx;
+    const fo_bias_scale_relu_backward_params *a = ctx;
     double dbias[CPU_CHUNK];
     for (int64_t k = k0; k < k1; k++) {
         const int64_t c0 = k * CPU_CHUNK;
@@ -192,7 +192,7 @@ static void backward_columns(const void *ctx, int64_t k0, int64_t k1) {
 
 /* Without one: pieces [k0, k1) of the rows x fo_cpu_chunks(cols) pieces. */
 static void backward_pieces(const void *ctx, int64_t k0, int64_t k1) {
-    const fo_bias_scale_relu_backward_args *a = ctx;
+    const fo_bias_scale_relu_backward_params *a = ctx;
     const int64_t chunks = fo_cpu_chunks(a->cols);
     for (int64_t k = k0; k < k1; k++) {
         const int64_t r = k / chunks, c0 = k % chunks * CPU_CHUNK;
@@ -200,7 +200,7 @@ static void backward_pieces(const void *ctx, int64_t k0, int64_t k1) {
     }
 }
 
-static void cpu_backward(const fo_bias_scale_relu_backward_args *a) {
+static void cpu_backward(const fo_bias_scale_relu_backward_params *a) {
     const int64_t chunks = fo_cpu_chunks(a->cols);
     if (a->dbias)
         fo_cpu_parallel(chunks, a->rows * fo_cpu_chunk_width(a->cols), backward_columns, a);
@@ -223,7 +223,7 @@ int fo_bias_scale_relu_forward(int device_type, int device_index,
         (status = fo_check_operand(op, "bias", bias, cols, 1, cols, bias_dtype,
                                    1)))
         return status;
-    fo_bias_scale_relu_forward_args a = {
+    fo_bias_scale_relu_forward_params a = {
         (void *)y,   (unsigned char *)mask, (const void *)x, x_row_stride,
         (const void *)bias, rows, cols, dtype, bias_dtype, scale};
     if (rows == 0 || cols == 0)
@@ -265,7 +265,7 @@ int fo_bias_scale_relu_backward(int device_type, int device_index,
                  ? fo_cuda_bias_scale_relu_workspace_bytes(rows, cols, dtype)
                  : 0)))
         return status;
-    fo_bias_scale_relu_backward_args a = {
+    fo_bias_scale_relu_backward_params a = {
         (void *)dx,  (void *)dbias, (void *)workspace, (const void *)dy,
         dy_row_stride, (const unsigned char *)mask, rows, cols, dtype,
         bias_dtype, scale};

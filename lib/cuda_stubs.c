@@ -8,13 +8,13 @@ static int not_built(void) {
 }
 
 int fo_cuda_bias_scale_relu_forward(int device_index, uintptr_t stream,
-                                    const fo_bias_scale_relu_forward_args *a) {
+                                    const fo_bias_scale_relu_forward_params *a) {
     (void)device_index, (void)stream, (void)a;
     return not_built();
 }
 
 int fo_cuda_bias_scale_relu_backward(int device_index, uintptr_t stream,
-                                     const fo_bias_scale_relu_backward_args *a) {
+                                     const fo_bias_scale_relu_backward_params *a) {
     (void)device_index, (void)stream, (void)a;
     return not_built();
 }
@@ -42,18 +42,18 @@ int64_t fo_cuda_reduce_sum_workspace_bytes(int64_t numel, int dtype) {
 }
 
 int fo_cuda_norm_forward(int device_index, uintptr_t stream,
-                         const fo_norm_forward_args *a) {
+                         const fo_norm_forward_params *a) {
     (void)device_index, (void)stream, (void)a;
     return not_built();
 }
 
 int fo_cuda_norm_backward(int device_index, uintptr_t stream,
-                          const fo_norm_backward_args *a) {
+                          const fo_norm_backward_params *a) {
     (void)device_index, (void)stream, (void)a;
     return not_built();
 }
 
-int64_t fo_cuda_norm_workspace_bytes(const fo_norm_backward_args *a,
+int64_t fo_cuda_norm_workspace_bytes(const fo_norm_backward_params *a,
                                      int device_index) {
     (void)a, (void)device_index;
     return 0;

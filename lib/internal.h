@@ -38,7 +38,7 @@ int fo_workspace_query(const char *op, int device_type, int64_t rows,
 
 /* Arguments of each op, as the C entry point validated them; the CPU and CUDA
  * implementations take the same struct so a signature is written once. */
-typedef struct fo_bias_scale_relu_forward_args {
+typedef struct fo_bias_scale_relu_forward_params {
     void *y;
     unsigned char *mask; /* optional */
     const void *x;
@@ -47,9 +47,9 @@ typedef struct fo_bias_scale_relu_forward_args {
     int64_t rows, cols;
     int dtype, bias_dtype;
     double scale;
-} fo_bias_scale_relu_forward_args;
+} fo_bias_scale_relu_forward_params;
 
-typedef struct fo_bias_scale_relu_backward_args {
+typedef struct fo_bias_scale_relu_backward_params {
     void *dx;    /* optional */
     void *dbias; /* optional */
     void *workspace;
@@ -59,7 +59,7 @@ typedef struct fo_bias_scale_relu_backward_args {
     int64_t rows, cols;
     int dtype, bias_dtype;
     double scale;
-} fo_bias_scale_relu_backward_args;
+} fo_bias_scale_relu_backward_params;
 
 typedef struct fo_square_args {
     void *out;           /* y (forward) or dx (backward) */
@@ -79,7 +79,7 @@ typedef struct fo_reduce_sum_args {
     int dtype;
 } fo_reduce_sum_args;
 
-typedef struct fo_norm_forward_args {
+typedef struct fo_norm_forward_params {
     void *y;
     void *residual_out; /* with residual only */
     void *mean, *rstd;  /* optional */
@@ -94,9 +94,9 @@ typedef struct fo_norm_forward_args {
     int dtype, kind;
     double eps, dropout_p;
     uint64_t seed, offset;
-} fo_norm_forward_args;
+} fo_norm_forward_params;
 
-typedef struct fo_norm_backward_args {
+typedef struct fo_norm_backward_params {
     void *dx, *dresidual, *dweight, *dbias; /* each optional */
     void *workspace;
     const void *dy;
@@ -112,7 +112,7 @@ typedef struct fo_norm_backward_args {
     int dtype, kind;
     double dropout_p;
     uint64_t seed, offset;
-} fo_norm_backward_args;
+} fo_norm_backward_params;
 
 typedef struct fo_swiglu_args {
     void *y_or_dgate; /* y (forward) or dgate (backward, optional) */
@@ -137,9 +137,9 @@ static inline int64_t fo_mask_row_bytes(int64_t cols) { return (cols + 7) / 8; }
 
 /* CUDA side (lib/cuda). Declared always; defined only in a CUDA build. */
 int fo_cuda_bias_scale_relu_forward(int device_index, uintptr_t stream,
-                                    const fo_bias_scale_relu_forward_args *a);
+                                    const fo_bias_scale_relu_forward_params *a);
 int fo_cuda_bias_scale_relu_backward(int device_index, uintptr_t stream,
-                                     const fo_bias_scale_relu_backward_args *a);
+                                     const fo_bias_scale_relu_backward_params *a);
 int64_t fo_cuda_bias_scale_relu_workspace_bytes(int64_t rows, int64_t cols,
                                                 int dtype);
 int fo_cuda_square(int device_index, uintptr_t stream, const fo_square_args *a);
@@ -147,10 +147,10 @@ int fo_cuda_reduce_sum(int device_index, uintptr_t stream,
                        const fo_reduce_sum_args *a);
 int64_t fo_cuda_reduce_sum_workspace_bytes(int64_t numel, int dtype);
 int fo_cuda_norm_forward(int device_index, uintptr_t stream,
-                         const fo_norm_forward_args *a);
+                         const fo_norm_forward_params *a);
 int fo_cuda_norm_backward(int device_index, uintptr_t stream,
-                          const fo_norm_backward_args *a);
-int64_t fo_cuda_norm_workspace_bytes(const fo_norm_backward_args *a,
+                          const fo_norm_backward_params *a);
+int64_t fo_cuda_norm_workspace_bytes(const fo_norm_backward_params *a,
                                      int device_index);
 int fo_cuda_swiglu(int device_index, uintptr_t stream, const fo_swiglu_args *a);
 int fo_cuda_runtime_version_built(void);

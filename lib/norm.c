@@ -85,14 +85,14 @@ static double stat_at(const void *stats, int64_t row, int dtype) {
  * are read directly, LayerNorm's statistics come in one pass, and the
  * output is the generic path's double arithmetic, rounded once.
  * Taken when every tensor is float32 and there is no dropout. */
-static int forward_is_f32(const fo_norm_forward_args *a) {
+static int forward_is_f32(const fo_norm_forward_params *a) {
     return a->dtype == FO_DTYPE_F32 && a->param_dtype == FO_DTYPE_F32 &&
            (!a->residual || a->residual_dtype == FO_DTYPE_F32) &&
            a->dropout_p == 0.0;
 }
 
 /* One row of the float32 forward. */
-static void forward_row_f32(const fo_norm_forward_args *a, int64_t r) {
+static void forward_row_f32(const fo_norm_forward_params *a, int64_t r) {
     const int64_t cols = a->cols;
     const float *restrict x = (const float *)a->x + r * a->x_row_stride;
     const float *restrict w = a->weight, *restrict b = a->bias;
@@ -144,7 +144,7 @@ static void forward_row_f32(const fo_norm_forward_args *a, int64_t r) {
 
 /* Rows [r0, r1) of the forward (each row is independent: any thread). */
 static void forward_rows(const void *ctx, int64_t r0, int64_t r1) {
-    const fo_norm_forward_args *a = ctx;
+    const fo_norm_forward_params *a = ctx;
     if (forward_is_f32(a)) {
         for (int64_t r = r0; r < r1; r++) forward_row_f32(a, r);
         return;
@@ -210,13 +210,13 @@ static void forward_rows(const void *ctx, int64_t r0, int64_t r1) {
     }
 }
 
-static void cpu_forward(const fo_norm_forward_args *a) {
+static void cpu_forward(const fo_norm_forward_params *a) {
     fo_cpu_parallel(a->rows, a->cols, forward_rows, a);
 }
 
 /* dy * weight for columns c0.. of row r, into wdy. */
 static void load_weighted_dy(double *wdy, double *weight,
-                             const fo_norm_backward_args *a, int64_t r,
+                             const fo_norm_backward_params *a, int64_t r,
                              int64_t c0, int64_t n) {
     fo_cpu_load(wdy, a->dy, r * a->dy_row_stride + c0, n, a->dtype);
     if (!a->weight) return;
@@ -226,7 +226,7 @@ static void load_weighted_dy(double *wdy, double *weight,
 
 /* The float32 backward, for the same reason as the forward's: when every
  * tensor is float32 and there is no dropout. */
-static int backward_is_f32(const fo_norm_backward_args *a) {
+static int backward_is_f32(const fo_norm_backward_params *a) {
     return a->dtype == FO_DTYPE_F32 && a->h_dtype == FO_DTYPE_F32 &&
            a->param_dtype == FO_DTYPE_F32 && a->dropout_p == 0.0;
 }
@@ -253,7 +253,7 @@ static inline void row_sums_f32(fo_lanes *sum_wdy, fo_lanes *sum_wdy_xhat,
 }
 
 /* One row of the float32 dx (and dresidual), in double as the generic path. */
-static void backward_row_f32(const fo_norm_backward_args *a, int64_t r) {
+static void backward_row_f32(const fo_norm_backward_params *a, int64_t r) {
     const int64_t cols = a->cols;
     const int rms = a->kind == FO_NORM_RMS;
     const float *restrict dy = (const float *)a->dy + r * a->dy_row_stride;
@@ -294,7 +294,7 @@ static void backward_row_f32(const fo_norm_backward_args *a, int64_t r) {
 
 /* dx (and dresidual) of rows [r0, r1): each row is independent. */
 static void backward_rows(const void *ctx, int64_t r0, int64_t r1) {
-    const fo_norm_backward_args *a = ctx;
+    const fo_norm_backward_params *a = ctx;
     if (backward_is_f32(a)) {
         for (int64_t r = r0; r < r1; r++) backward_row_f32(a, r);
         return;
@@ -343,7 +343,7 @@ static void backward_rows(const void *ctx, int64_t r0, int64_t r1) {
 }
 
 /* dweight and dbias of columns [c0, c0 + n), float32, into double sums. */
-static void parameter_gradient_chunk_f32(const fo_norm_backward_args *a,
+static void parameter_gradient_chunk_f32(const fo_norm_backward_params *a,
                                          int64_t c0, int64_t n,
                                          double *restrict dweight,
                                          double *restrict dbias) {
@@ -360,7 +360,7 @@ static void parameter_gradient_chunk_f32(const fo_norm_backward_args *a,
 }
 
 /* dweight and dbias of columns [c0, c0 + n), any dtypes, into double sums. */
-static void parameter_gradient_chunk(const fo_norm_backward_args *a,
+static void parameter_gradient_chunk(const fo_norm_backward_params *a,
                                      int64_t c0, int64_t n, double *dweight,
                                      double *dbias) {
     double wdy[CPU_CHUNK], xhat[CPU_CHUNK];
@@ -380,7 +380,7 @@ static void parameter_gradient_chunk(const fo_norm_backward_args *a,
 /* dweight and dbias of the column chunks [k0, k1): each column's sums run
  * down the rows in order, whichever thread takes the chunk. */
 static void parameter_gradient_chunks(const void *ctx, int64_t k0, int64_t k1) {
-    const fo_norm_backward_args *a = ctx;
+    const fo_norm_backward_params *a = ctx;
     double dweight[CPU_CHUNK], dbias[CPU_CHUNK];
     for (int64_t k = k0; k < k1; k++) {
         const int64_t c0 = k * CPU_CHUNK;
@@ -396,7 +396,7 @@ static void parameter_gradient_chunks(const void *ctx, int64_t k0, int64_t k1) {
     }
 }
 
-static void cpu_backward(const fo_norm_backward_args *a) {
+static void cpu_backward(const fo_norm_backward_params *a) {
     if (a->dx || a->dresidual)
         fo_cpu_parallel(a->rows, a->cols, backward_rows, a);
     if (a->dweight || a->dbias)
@@ -461,7 +461,7 @@ int fo_norm_forward(int device_type, int device_index, uintptr_t stream,
         (status = fo_check_operand(op, "bias", bias, cols, 1, cols,
                                    param_dtype, 1)))
         return status;
-    fo_norm_forward_args a = {
+    fo_norm_forward_params a = {
         (void *)y, (void *)residual_out, (void *)mean, (void *)rstd,
         (const void *)x, x_row_stride, (const void *)residual,
         residual_row_stride, residual_dtype, (const void *)weight,
@@ -478,7 +478,7 @@ int fo_norm_forward(int device_type, int device_index, uintptr_t stream,
 /* The workspace of a call whose arguments were checked: on CUDA, whatever
  * fo_cuda_norm_workspace_bytes says the kernel it takes needs. */
 static int64_t backward_workspace(int device_type, int device_index,
-                                  const fo_norm_backward_args *a) {
+                                  const fo_norm_backward_params *a) {
     if (device_type != FO_DEVICE_CUDA || (!a->dweight && !a->dbias))
         return 0;
     return fo_cuda_norm_workspace_bytes(a, device_index);
@@ -501,7 +501,7 @@ int fo_norm_backward_workspace_bytes(
         (status = check_companion_dtype(op, "h_dtype", h_dtype, dtype)) ||
         (status = check_companion_dtype(op, "param_dtype", param_dtype, dtype)))
         return status;
-    fo_norm_backward_args a = {
+    fo_norm_backward_params a = {
         (void *)dx, (void *)dresidual, (void *)dweight, (void *)dbias,
         NULL, (const void *)dy, dy_row_stride, (const void *)dresidual_out,
         dresidual_out_row_stride, (const void *)h, h_row_stride, h_dtype,
@@ -553,7 +553,7 @@ int fo_norm_backward(int device_type, int device_index, uintptr_t stream,
         (status = fo_check_operand(op, "weight", weight, cols, 1, cols,
                                    param_dtype, 1)))
         return status;
-    fo_norm_backward_args a = {
+    fo_norm_backward_params a = {
         (void *)dx, (void *)dresidual, (void *)dweight, (void *)dbias,
         (void *)workspace, (const void *)dy, dy_row_stride,
         (const void *)dresidual_out, dresidual_out_row_stride,

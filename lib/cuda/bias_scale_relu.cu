@@ -203,7 +203,7 @@ extern "C" int64_t fo_cuda_bias_scale_relu_workspace_bytes(int64_t rows,
 
 extern "C" int fo_cuda_bias_scale_relu_forward(
     int device_index, uintptr_t stream,
-    const fo_bias_scale_relu_forward_args *a) {
+    const fo_bias_scale_relu_forward_params *a) {
     return launch_on("fo_bias_scale_relu_forward", device_index, [&] {
         int64_t rows = a->rows, cols = a->cols, x_row_stride = a->x_row_stride;
         if (!a->bias && flattenable(rows, cols, x_row_stride)) {
@@ -234,7 +234,7 @@ extern "C" int fo_cuda_bias_scale_relu_forward(
 
 extern "C" int fo_cuda_bias_scale_relu_backward(
     int device_index, uintptr_t stream,
-    const fo_bias_scale_relu_backward_args *a) {
+    const fo_bias_scale_relu_backward_params *a) {
     return launch_on("fo_bias_scale_relu_backward", device_index, [&] {
         int64_t rows = a->rows, cols = a->cols, dy_row_stride = a->dy_row_stride;
         if (!a->dbias && flattenable(rows, cols, dy_row_stride)) {

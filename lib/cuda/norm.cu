@@ -56,7 +56,7 @@ constexpr int kColumnBatch = FO_COLUMN_BATCH;
 
 // T: x and y; R: residual, residual_out (T or float); P: weight, bias.
 template <typename T, typename R, typename P, bool VEC>
-__global__ void __launch_bounds__(kMaxRowThreads) norm_forward_kernel(fo_norm_forward_args a) {
+__global__ void __launch_bounds__(kMaxRowThreads) norm_forward_kernel(fo_norm_forward_params a) {
     using A = acc_t<T>;
     const T *x = static_cast<const T *>(a.x);
     const R *residual = static_cast<const R *>(a.residual);
@@ -148,7 +148,7 @@ __global__ void __launch_bounds__(kMaxRowThreads) norm_forward_kernel(fo_norm_fo
 
 // T: dy, dx; H: h, dresidual_out, dresidual (T or float); P: weight.
 template <typename T, typename H, typename P, bool VEC>
-__global__ void __launch_bounds__(kMaxRowThreads) norm_backward_rows_kernel(fo_norm_backward_args a) {
+__global__ void __launch_bounds__(kMaxRowThreads) norm_backward_rows_kernel(fo_norm_backward_params a) {
     using A = acc_t<T>;
     const T *dy = static_cast<const T *>(a.dy);
     const H *h = static_cast<const H *>(a.h);
@@ -223,7 +223,7 @@ __global__ void __launch_bounds__(kMaxRowThreads) norm_backward_rows_kernel(fo_n
 // Per-column sums of dy * xhat (weight) and dy (bias) over this block's
 // rows, to partials[0 or 1][blockIdx.y][col]; geometry as row_geometry.
 template <typename T, typename H, bool VEC>
-__global__ void norm_backward_columns_kernel(fo_norm_backward_args a,
+__global__ void norm_backward_columns_kernel(fo_norm_backward_params a,
                                              acc_t<T> *__restrict__ partials) {
     using A = acc_t<T>;
     __shared__ A column_sums[2][kThreads * kChunk];
@@ -301,7 +301,7 @@ __global__ void norm_backward_columns_kernel(fo_norm_backward_args a,
 // (forward_cluster_rows: RMSNorm, with a residual only in fp32): every
 // access, kForwardMaxChunks chunks a thread, clusters of 2, 4 or 8 blocks.
 template <typename T, typename P>
-void launch_forward_clustered(const fo_norm_forward_args &a, const RegisterRows &g,
+void launch_forward_clustered(const fo_norm_forward_params &a, const RegisterRows &g,
                               cudaStream_t stream) {
     constexpr int CPT = kForwardMaxChunks<T>;
     const dim3 grid(unsigned(g.groups * g.cluster)), block(unsigned(g.tx));
@@ -335,7 +335,7 @@ void launch_forward_clustered(const fo_norm_forward_args &a, const RegisterRows 
 // Whether the backward's operands are 16-byte aligned with rows of whole
 // chunks (the vector paths).
 template <typename T>
-bool backward_vectors(const fo_norm_backward_args &a) {
+bool backward_vectors(const fo_norm_backward_params &a) {
     const bool h_is_float = a.h_dtype == FO_DTYPE_F32;
     return a.cols % kChunk == 0 && aligned16(a.dy) && aligned16(a.h) && aligned16(a.dx) &&
            aligned16(a.dresidual) && aligned16(a.dresidual_out) &&
@@ -349,7 +349,7 @@ bool backward_vectors(const fo_norm_backward_args &a) {
 // The register backward's launch shape for this call; cpt = 0 where it does
 // not run (unaligned operands, or rows too long for registers).
 template <typename T>
-RegisterRows backward_registers(const fo_norm_backward_args &a) {
+RegisterRows backward_registers(const fo_norm_backward_params &a) {
     RegisterRows fast = backward_register_rows<T>(a.rows, a.cols);
     if (!backward_vectors<T>(a) || !aligned16(a.weight)) fast.cpt = 0;
     return fast;
@@ -359,7 +359,7 @@ RegisterRows backward_registers(const fo_norm_backward_args &a) {
 // backward kernel of this call (of its types, row access and chunks a
 // thread).
 template <typename T, typename F>
-void with_backward_registers_kernel(const fo_norm_backward_args &a, const RegisterRows &fast,
+void with_backward_registers_kernel(const fo_norm_backward_params &a, const RegisterRows &fast,
                                     F &&f) {
     dispatch_companion<T>(a.h_dtype, [&](auto h_tag) {
         dispatch_companion<T>(a.param_dtype, [&](auto param_tag) {
@@ -387,7 +387,7 @@ struct HeldLaunch {
 };
 
 template <typename T>
-HeldLaunch held_launch(const fo_norm_backward_args &a, const RegisterRows &fast, int device) {
+HeldLaunch held_launch(const fo_norm_backward_params &a, const RegisterRows &fast, int device) {
     HeldLaunch launch;
     if (fast.cpt == 0) return launch;
     int64_t groups = fast.groups;
@@ -424,7 +424,7 @@ HeldLaunch held_launch(const fo_norm_backward_args &a, const RegisterRows &fast,
 }
 
 template <typename A, typename Kernel>
-void launch_held(Kernel kernel, const fo_norm_backward_args &a, const RegisterRows &fast,
+void launch_held(Kernel kernel, const fo_norm_backward_params &a, const RegisterRows &fast,
                  const HeldLaunch &held, cudaStream_t stream) {
     cudaLaunchAttribute cooperative = {};
     cooperative.id = cudaLaunchAttributeCooperative;
@@ -444,7 +444,7 @@ void launch_held(Kernel kernel, const fo_norm_backward_args &a, const RegisterRo
 
 using namespace fo;
 
-extern "C" int64_t fo_cuda_norm_workspace_bytes(const fo_norm_backward_args *a, int device_index) {
+extern "C" int64_t fo_cuda_norm_workspace_bytes(const fo_norm_backward_params *a, int device_index) {
     if (!a->dweight && !a->dbias) return 0;
     bool held = false;  // the partials parked in dx: no workspace
     {
@@ -486,7 +486,7 @@ extern "C" int64_t fo_cuda_norm_workspace_bytes(const fo_norm_backward_args *a, 
 }
 
 extern "C" int fo_cuda_norm_forward(int device_index, uintptr_t stream,
-                                    const fo_norm_forward_args *a) {
+                                    const fo_norm_forward_params *a) {
     return launch_on("fo_norm_forward", device_index, [&] {
         dispatch_dtype(a->dtype, [&](auto tag) {
             using T = decltype(tag);
@@ -581,7 +581,7 @@ extern "C" int fo_cuda_norm_forward(int device_index, uintptr_t stream,
 }
 
 extern "C" int fo_cuda_norm_backward(int device_index, uintptr_t stream,
-                                     const fo_norm_backward_args *a) {
+                                     const fo_norm_backward_params *a) {
     return launch_on("fo_norm_backward", device_index, [&] {
         dispatch_dtype(a->dtype, [&](auto tag) {
             using T = decltype(tag);

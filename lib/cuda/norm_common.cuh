@@ -287,7 +287,7 @@ __device__ __forceinline__ void normalize_chunk(A (&v)[kChunk], A rstd, A shift,
 template <typename T, typename R, bool DROPOUT, Access ACCESS>
 __device__ __forceinline__ void add_residual(acc_t<T> (&x)[kChunk],
                                              acc_t<R> (&residual)[kChunk],
-                                             const fo_norm_forward_args a, int64_t r,
+                                             const fo_norm_forward_params a, int64_t r,
                                              int64_t c, bool store) {
     using A = acc_t<T>;
     if constexpr (DROPOUT)
@@ -309,7 +309,7 @@ __device__ __forceinline__ void add_residual(acc_t<T> (&x)[kChunk],
 // is never kScalar here: rows of whole chunks.)
 template <typename T, typename H, Access ACCESS>
 __device__ __forceinline__ void store_dh_chunk(acc_t<T> (&dh)[kChunk],
-                                               const fo_norm_backward_args a,
+                                               const fo_norm_backward_params a,
                                                int64_t r, int64_t c, T *dx_row,
                                                H *dresidual_row) {
     using A = acc_t<T>;

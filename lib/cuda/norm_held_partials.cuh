@@ -179,7 +179,7 @@ __device__ __noinline__ void sum_owned_and_restore(const HeldRows<T> held, P *dw
 // Steps 2-4 for the register backward, its partials summed over its ty rows
 // already (dw, db: thread ty 0's). Every thread of the grid calls it.
 template <typename T, typename P, int CPT, Access ACCESS>
-__device__ __forceinline__ void finish_held_partials(const fo_norm_backward_args &a,
+__device__ __forceinline__ void finish_held_partials(const fo_norm_backward_params &a,
                                                      const HeldArgs &args,
                                                      const acc_t<T> (&dw)[CPT][kChunk],
                                                      const acc_t<T> (&db)[CPT][kChunk],
@@ -217,7 +217,7 @@ struct HeldPlan {
 // the GPU, is resident_blocks' answer; that the register kernel runs, with
 // ty rows a block, the caller's to check.
 template <typename T>
-HeldPlan held_plan(const fo_norm_backward_args &a, int ty, int threads, int64_t blocks,
+HeldPlan held_plan(const fo_norm_backward_params &a, int ty, int threads, int64_t blocks,
                    int device) {
     HeldPlan plan;
     const bool park = a.dx || (a.dresidual && a.h_dtype == a.dtype);

@@ -429,7 +429,7 @@ template <typename T, typename R, typename P, int CPT, ForwardInput INPUT, Acces
           int CLUSTER = 1>
 __global__ void
 __maxnreg__((ForwardHeld<T, R, CPT, INPUT != kX, INPUT == kDropoutXPlusResidual>::kRegisters))
-    norm_forward_registers_kernel(fo_norm_forward_args a) {
+    norm_forward_registers_kernel(fo_norm_forward_params a) {
     using A = acc_t<T>;
     constexpr int kBatch = ForwardHeld<T, R, CPT, INPUT != kX>::kBatch;
     const T *x = static_cast<const T *>(a.x);
@@ -552,7 +552,7 @@ __maxnreg__((ForwardHeld<T, R, CPT, INPUT != kX, INPUT == kDropoutXPlusResidual>
 template <typename T, typename H, typename P, int CPT, Access ACCESS>
 __global__ void __launch_bounds__(kMaxRowThreads,
                                   kBackwardMinBlocks<acc_t<T>, backward_held_bytes<T>(CPT, sizeof(H))>)
-    norm_backward_registers_kernel(fo_norm_backward_args a, acc_t<T> *__restrict__ partials,
+    norm_backward_registers_kernel(fo_norm_backward_params a, acc_t<T> *__restrict__ partials,
                                    HeldArgs held) {
     using A = acc_t<T>;
     constexpr bool kPrefetch = backward_prefetch<T>(CPT);

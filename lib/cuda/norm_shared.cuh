@@ -131,7 +131,7 @@ constexpr int kSharedForwardRegisters = sizeof(T) == 2 ? 40 : 128;
 // T: x and y; P: weight, bias. One row a block at a time, grid-stride.
 template <typename T, typename P>
 __global__ void __maxnreg__(kSharedForwardRegisters<T>)
-    norm_forward_shared_kernel(fo_norm_forward_args a) {
+    norm_forward_shared_kernel(fo_norm_forward_params a) {
     using A = acc_t<T>;
     extern __shared__ uint4 row_vectors[];  // the row as loaded, chunk by chunk
     constexpr int V = kVectorsPerChunk<T>;

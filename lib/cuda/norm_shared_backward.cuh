@@ -156,7 +156,7 @@ __device__ void cluster_sum2(A &u, A &v, int parity) {
 // rows and sums them itself (norm_shared_held_partials.cuh).
 template <typename T, typename H, typename P>
 __global__ void __launch_bounds__(kSharedBackwardThreads, 1)
-    norm_backward_shared_kernel(fo_norm_backward_args a, acc_t<T> *__restrict__ partials,
+    norm_backward_shared_kernel(fo_norm_backward_params a, acc_t<T> *__restrict__ partials,
                                 const DeferArgs d) {
     using A = acc_t<T>;
     constexpr int CPT = kSharedBackwardChunks;
@@ -308,7 +308,7 @@ __global__ void __launch_bounds__(kSharedBackwardThreads, 1)
 // false, only answers; `*held` then says whether the partials are parked in
 // dx (no workspace: the workspace query asks this).
 template <typename T, typename H>
-bool norm_backward_shared(const fo_norm_backward_args &a, cudaStream_t stream, bool launch = true,
+bool norm_backward_shared(const fo_norm_backward_params &a, cudaStream_t stream, bool launch = true,
                           bool *held = nullptr) {
     if constexpr (std::is_same_v<T, double>) {
         return false;

@@ -180,7 +180,7 @@ __device__ __noinline__ void sum_owned_partials(const DeferredRows<T> held, int6
 template <typename T, typename H, int CPT, typename WeightRow, typename DyRow, typename HRow,
           typename CopyRow>
 __device__ __forceinline__ void sum_and_write_deferred(
-    const fo_norm_backward_args &a, const DeferredRows<T> &held, int64_t group, int here,
+    const fo_norm_backward_params &a, const DeferredRows<T> &held, int64_t group, int here,
     const WeightRow &weight_row, const DyRow &dy_row, const HRow &h_row, CopyRow &&copy_row,
     const acc_t<T> (*row_means)[2]) {
     using A = acc_t<T>;
@@ -240,7 +240,7 @@ __device__ __forceinline__ void sum_and_write_deferred(
 // condition is one the workspace query sees (an address's nullness, a
 // dtype), so the query and the launch agree.
 template <typename T>
-DeferArgs defer_plan(const fo_norm_backward_args &a, int cluster, int64_t groups, int device) {
+DeferArgs defer_plan(const fo_norm_backward_params &a, int cluster, int64_t groups, int device) {
     DeferArgs d;
     const int64_t chunks = chunks_per_row(a.cols);
     const bool park_room = a.dx || (a.dresidual && a.h_dtype == a.dtype);
