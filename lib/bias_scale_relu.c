@@ -208,72 +208,98 @@ static void cpu_backward(const fo_bias_scale_relu_backward_params *a) {
         fo_cpu_parallel(a->rows * chunks, CPU_CHUNK, backward_pieces, a);
 }
 
-int fo_bias_scale_relu_forward(int device_type, int device_index,
-                               uintptr_t stream, uintptr_t y, uintptr_t mask,
-                               uintptr_t x, int64_t x_row_stride,
-                               uintptr_t bias, int64_t rows, int64_t cols,
-                               int dtype, int bias_dtype, double scale) {
+/* --- entry points ------------------------------------------------------- */
+
+/* The sizes of the argument structs' first versions (FO_ABI_VERSION 4). */
+#define FORWARD_ARGS_FIRST FO_ARGS_END(fo_bias_scale_relu_forward_args, scale)
+#define BACKWARD_ARGS_FIRST FO_ARGS_END(fo_bias_scale_relu_backward_args, scale)
+
+int fo_bias_scale_relu_forward(const fo_bias_scale_relu_forward_args *args) {
     static const char op[] = "fo_bias_scale_relu_forward";
+    fo_bias_scale_relu_forward_args c;
     int status;
-    if ((status = check_common(op, device_type, device_index, rows, cols,
-                               dtype, bias_dtype, scale)) ||
-        (status = fo_check_operand(op, "y", y, cols, rows, cols, dtype, 0)) ||
-        (status = fo_check_operand(op, "x", x, x_row_stride, rows, cols, dtype,
-                                   0)) ||
-        (status = fo_check_operand(op, "bias", bias, cols, 1, cols, bias_dtype,
-                                   1)))
+    if ((status = fo_read_args(op, "fo_bias_scale_relu_forward_args", &c,
+                               sizeof c, FORWARD_ARGS_FIRST, args)) ||
+        (status = check_common(op, c.device_type, c.device_index, c.rows,
+                               c.cols, c.dtype, c.bias_dtype, c.scale)) ||
+        (status = fo_check_operand(op, "y", c.y, c.cols, c.rows, c.cols,
+                                   c.dtype, 0)) ||
+        (status = fo_check_operand(op, "x", c.x, c.x_row_stride, c.rows,
+                                   c.cols, c.dtype, 0)) ||
+        (status = fo_check_operand(op, "bias", c.bias, c.cols, 1, c.cols,
+                                   c.bias_dtype, 1)))
         return status;
     fo_bias_scale_relu_forward_params a = {
-        (void *)y,   (unsigned char *)mask, (const void *)x, x_row_stride,
-        (const void *)bias, rows, cols, dtype, bias_dtype, scale};
-    if (rows == 0 || cols == 0)
+        (void *)c.y, (unsigned char *)c.mask, (const void *)c.x,
+        c.x_row_stride, (const void *)c.bias, c.rows, c.cols, c.dtype,
+        c.bias_dtype, c.scale};
+    if (c.rows == 0 || c.cols == 0)
         return FO_OK;
-    if (device_type == FO_DEVICE_CUDA)
-        return fo_cuda_bias_scale_relu_forward(device_index, stream, &a);
-    fo_cpu_parallel(rows * fo_cpu_chunks(cols), CPU_CHUNK, forward_pieces, &a);
+    if (c.device_type == FO_DEVICE_CUDA)
+        return fo_cuda_bias_scale_relu_forward(c.device_index, c.stream, &a);
+    fo_cpu_parallel(c.rows * fo_cpu_chunks(c.cols), CPU_CHUNK, forward_pieces,
+                    &a);
     return FO_OK;
 }
 
-int fo_bias_scale_relu_backward_workspace_bytes(int device_type, int64_t rows,
-                                                int64_t cols, int dtype,
-                                                int64_t *bytes) {
-    static const char op[] = "fo_bias_scale_relu_backward_workspace_bytes";
-    return fo_workspace_query(op, device_type, rows, cols, dtype, bytes,
-                              fo_cuda_bias_scale_relu_workspace_bytes);
+/* Every check of the backward but the workspace's: the call and its
+ * workspace query both make them. */
+static int check_backward(const char *op,
+                          const fo_bias_scale_relu_backward_args *c) {
+    int status;
+    if ((status = check_common(op, c->device_type, c->device_index, c->rows,
+                               c->cols, c->dtype, c->bias_dtype, c->scale)) ||
+        (status = fo_check_operand(op, "dx", c->dx, c->cols, c->rows, c->cols,
+                                   c->dtype, 1)) ||
+        (status = fo_check_operand(op, "dbias", c->dbias, c->cols, 1, c->cols,
+                                   c->bias_dtype, 1)) ||
+        (status = fo_check_operand(op, "dy", c->dy, c->dy_row_stride, c->rows,
+                                   c->cols, c->dtype, 0)) ||
+        (status = fo_check_mask(op, c->mask, c->rows, c->cols)))
+        return status;
+    return FO_OK;
 }
 
-int fo_bias_scale_relu_backward(int device_type, int device_index,
-                                uintptr_t stream, uintptr_t dx, uintptr_t dbias,
-                                uintptr_t workspace, int64_t workspace_bytes,
-                                uintptr_t dy, int64_t dy_row_stride,
-                                uintptr_t mask, int64_t rows, int64_t cols,
-                                int dtype, int bias_dtype, double scale) {
-    static const char op[] = "fo_bias_scale_relu_backward";
+/* The workspace a checked call needs: the CUDA bias gradient's partials. */
+static int64_t backward_workspace(const fo_bias_scale_relu_backward_args *c) {
+    if (!c->dbias || c->device_type != FO_DEVICE_CUDA)
+        return 0;
+    return fo_cuda_bias_scale_relu_workspace_bytes(c->rows, c->cols, c->dtype);
+}
+
+int fo_bias_scale_relu_backward_workspace_bytes(
+    const fo_bias_scale_relu_backward_args *args, int64_t *bytes) {
+    static const char op[] = "fo_bias_scale_relu_backward_workspace_bytes";
+    fo_bias_scale_relu_backward_args c;
     int status;
-    if ((status = check_common(op, device_type, device_index, rows, cols,
-                               dtype, bias_dtype, scale)) ||
-        (status = fo_check_operand(op, "dx", dx, cols, rows, cols, dtype, 1)) ||
-        (status = fo_check_operand(op, "dbias", dbias, cols, 1, cols,
-                                   bias_dtype, 1)) ||
-        (status = fo_check_operand(op, "dy", dy, dy_row_stride, rows, cols,
-                                   dtype, 0)) ||
-        (status = fo_check_mask(op, mask, rows, cols)))
+    if ((status = fo_read_args(op, "fo_bias_scale_relu_backward_args", &c,
+                               sizeof c, BACKWARD_ARGS_FIRST, args)) ||
+        (status = fo_check_bytes_pointer(op, bytes)) ||
+        (status = check_backward(op, &c)))
         return status;
-    if ((status = fo_check_workspace(
-             op, workspace, workspace_bytes,
-             dbias && device_type == FO_DEVICE_CUDA
-                 ? fo_cuda_bias_scale_relu_workspace_bytes(rows, cols, dtype)
-                 : 0)))
+    *bytes = backward_workspace(&c);
+    return FO_OK;
+}
+
+int fo_bias_scale_relu_backward(const fo_bias_scale_relu_backward_args *args) {
+    static const char op[] = "fo_bias_scale_relu_backward";
+    fo_bias_scale_relu_backward_args c;
+    int status;
+    if ((status = fo_read_args(op, "fo_bias_scale_relu_backward_args", &c,
+                               sizeof c, BACKWARD_ARGS_FIRST, args)) ||
+        (status = check_backward(op, &c)) ||
+        (status = fo_check_workspace(op, c.workspace, c.workspace_bytes,
+                                     backward_workspace(&c))))
         return status;
     fo_bias_scale_relu_backward_params a = {
-        (void *)dx,  (void *)dbias, (void *)workspace, (const void *)dy,
-        dy_row_stride, (const unsigned char *)mask, rows, cols, dtype,
-        bias_dtype, scale};
+        (void *)c.dx, (void *)c.dbias, (void *)c.workspace,
+        (const void *)c.dy, c.dy_row_stride, (const unsigned char *)c.mask,
+        c.rows, c.cols, c.dtype, c.bias_dtype, c.scale};
     /* nothing to write: no rows and no bias gradient (zeros) to give */
-    if (cols == 0 || (!dx && !dbias) || (rows == 0 && !dbias))
+    if (c.cols == 0 || (!c.dx && !c.dbias) || (c.rows == 0 && !c.dbias))
         return FO_OK;
-    if (device_type == FO_DEVICE_CUDA)
-        return fo_cuda_bias_scale_relu_backward(device_index, stream, &a);
+    if (c.device_type == FO_DEVICE_CUDA)
+        return fo_cuda_bias_scale_relu_backward(c.device_index, c.stream, &a);
     cpu_backward(&a);
     return FO_OK;
 }

@@ -1,6 +1,7 @@
 /* checks.c: argument validation shared by every entry point. The messages name
  * the op, the argument and the value, since Python shows them verbatim. */
 #include <inttypes.h>
+#include <string.h>
 
 #include "internal.h"
 
@@ -114,17 +115,29 @@ int fo_check_workspace(const char *op, uintptr_t workspace, int64_t given,
     return FO_OK;
 }
 
-int fo_workspace_query(const char *op, int device_type, int64_t rows,
-                       int64_t cols, int dtype, int64_t *bytes,
-                       int64_t (*cuda_bytes)(int64_t, int64_t, int)) {
-    int status;
+int fo_read_args(const char *op, const char *type, void *local,
+                 size_t local_size, size_t first_size, const void *args) {
+    int64_t struct_size;
+    if (!args)
+        return fo_fail(FO_ERR_INVALID_ARGUMENT,
+                       "%s: args is a null pointer (want a %s)", op, type);
+    /* the first field, read before anything else is known to be there */
+    memcpy(&struct_size, args, sizeof struct_size);
+    if (struct_size < (int64_t)first_size || struct_size > (int64_t)local_size)
+        return fo_fail(FO_ERR_INVALID_ARGUMENT,
+                       "%s: struct_size=%" PRId64 " is not a size of %s "
+                       "this library reads (%zu to %zu bytes; set it to "
+                       "sizeof(%s))",
+                       op, struct_size, type, first_size, local_size, type);
+    memcpy(local, args, (size_t)struct_size);
+    memset((unsigned char *)local + struct_size, 0,
+           local_size - (size_t)struct_size);
+    return FO_OK;
+}
+
+int fo_check_bytes_pointer(const char *op, const int64_t *bytes) {
     if (!bytes)
         return fo_fail(FO_ERR_INVALID_ARGUMENT, "%s: bytes is a null pointer",
                        op);
-    if ((status = fo_check_device(op, device_type, 0)) ||
-        (status = fo_check_shape(op, rows, cols)) ||
-        (status = fo_check_dtype(op, "dtype", dtype)))
-        return status;
-    *bytes = device_type == FO_DEVICE_CUDA ? cuda_bytes(rows, cols, dtype) : 0;
     return FO_OK;
 }

@@ -10,11 +10,17 @@
  *  - The return value is an fo_status (0 = FO_OK). On error,
  *    fo_last_error() describes it (op name and offending values); the message
  *    is thread-local and stays until the next failing call on that thread.
+ *  - The norm and bias/relu entry points take one argument struct (see
+ *    "Argument structs" below), which carries device_type, device_index and
+ *    stream as fields; the other ops take them as their first parameters.
  *  - device_type is FO_DEVICE_CPU or FO_DEVICE_CUDA; device_index is the CUDA
  *    ordinal (ignored on the CPU). The CUDA path switches the current device
  *    only if it differs, and restores it before returning.
  *  - stream is a cudaStream_t as an integer (0 = legacy default stream);
  *    ignored on the CPU. Work is enqueued asynchronously.
+ *  - Every argument is checked before anything runs; a bad one gives
+ *    FO_ERR_INVALID_ARGUMENT (or _UNSUPPORTED_DTYPE, _UNSUPPORTED_DEVICE)
+ *    and a message naming the function, the argument and its value.
  *  - A 2-d operand is `rows` x `cols` elements; its rows start `*_row_stride`
  *    elements apart (>= 0; ignored when rows <= 1) and each row is
  *    contiguous. Outputs are always dense (row stride = cols); input rows may
@@ -46,7 +52,7 @@
 #define FO_VERSION_MINOR 1
 #define FO_VERSION_PATCH 0
 /* Bumped on any change that breaks a caller built against an older header. */
-#define FO_ABI_VERSION 3
+#define FO_ABI_VERSION 4
 
 #ifdef __cplusplus
 extern "C" {
@@ -117,6 +123,20 @@ FO_API void fo_set_cpu_threads(int threads);
 FO_API int fo_get_cpu_threads(void);
 
 /*
+ * Argument structs. The first field, struct_size, is the caller's
+ * sizeof(struct): fields are only ever added at the end, and the library
+ * reads only the fields a caller's struct_size covers (a field past it takes
+ * the value 0), so a caller built against an older header keeps working.
+ * A struct_size under the first version's size, or over the library's own, is
+ * FO_ERR_INVALID_ARGUMENT, as is a NULL struct pointer (every struct below
+ * is in its first version, FO_ABI_VERSION 4: struct_size must be its
+ * sizeof). The library reads the struct during the call only. Each struct carries the call's device: device_type
+ * (FO_DEVICE_CPU or FO_DEVICE_CUDA), device_index (the CUDA ordinal; ignored
+ * on the CPU) and stream (a cudaStream_t as an integer, 0 = legacy default;
+ * ignored on the CPU).
+ */
+
+/*
  * relu(x * scale + bias), row-wise: y[r, c] = max(x[r, c] * scale + bias[c], 0).
  *   y:     output, rows x cols, dense, dtype `dtype`.
  *   mask:  optional output (0 = not wanted) for the backward pass: one bit
@@ -129,33 +149,54 @@ FO_API int fo_get_cpu_threads(void);
  *   scale: any finite number (applied in the compute precision).
  * Arithmetic is in fp32 (fp64 for fp64). With bias 0 and scale 1 this is relu.
  */
-FO_API int fo_bias_scale_relu_forward(
-    int device_type, int device_index, uintptr_t stream,
-    uintptr_t y, uintptr_t mask,
-    uintptr_t x, int64_t x_row_stride, uintptr_t bias,
-    int64_t rows, int64_t cols, int dtype, int bias_dtype, double scale);
+typedef struct fo_bias_scale_relu_forward_args {
+    int64_t struct_size;  /* sizeof(fo_bias_scale_relu_forward_args) */
+    int32_t device_type, device_index;
+    uintptr_t stream;
+    uintptr_t y, mask;
+    uintptr_t x;
+    int64_t x_row_stride; /* elements */
+    uintptr_t bias;
+    int64_t rows, cols;
+    int32_t dtype, bias_dtype;
+    double scale;
+} fo_bias_scale_relu_forward_args;
 
-/* Bytes of workspace fo_bias_scale_relu_backward needs on `device_type` for
- * a bias gradient of `cols` entries over `rows` rows of `dtype` (0 when none
- * is needed). @return FO_OK and *bytes, or an error status. */
-FO_API int fo_bias_scale_relu_backward_workspace_bytes(
-    int device_type, int64_t rows, int64_t cols, int dtype, int64_t *bytes);
+FO_API int fo_bias_scale_relu_forward(const fo_bias_scale_relu_forward_args *args);
 
 /*
  * Gradients of relu(x * scale + bias) from the mask the forward pass wrote:
  *   dx[r, c] = dy[r, c] * scale * m[r, c]        (dx optional, dense, `dtype`)
  *   dbias[c] = sum over r of dy[r, c] * m[r, c]  (dbias optional, bias_dtype)
  * dbias is reduced in fp32 (fp64 for fp64) in a fixed order: the same bits on
- * every run. It needs `workspace` of workspace_bytes >= the size given by
- * fo_bias_scale_relu_backward_workspace_bytes (device memory on CUDA).
- *   dy: rows x cols with row stride dy_row_stride, dtype `dtype`.
+ * every run. It needs `workspace` of workspace_bytes >= the size
+ * fo_bias_scale_relu_backward_workspace_bytes gives for the same arguments
+ * (device memory on CUDA; 0 and 0 where that size is 0).
+ *   dy:   rows x cols with row stride dy_row_stride, dtype `dtype`.
  *   mask: as written by fo_bias_scale_relu_forward for the same rows, cols.
  */
-FO_API int fo_bias_scale_relu_backward(
-    int device_type, int device_index, uintptr_t stream,
-    uintptr_t dx, uintptr_t dbias, uintptr_t workspace, int64_t workspace_bytes,
-    uintptr_t dy, int64_t dy_row_stride, uintptr_t mask,
-    int64_t rows, int64_t cols, int dtype, int bias_dtype, double scale);
+typedef struct fo_bias_scale_relu_backward_args {
+    int64_t struct_size;  /* sizeof(fo_bias_scale_relu_backward_args) */
+    int32_t device_type, device_index;
+    uintptr_t stream;
+    uintptr_t dx, dbias;
+    uintptr_t workspace;
+    int64_t workspace_bytes;
+    uintptr_t dy;
+    int64_t dy_row_stride; /* elements */
+    uintptr_t mask;
+    int64_t rows, cols;
+    int32_t dtype, bias_dtype;
+    double scale;
+} fo_bias_scale_relu_backward_args;
+
+/* Bytes of workspace fo_bias_scale_relu_backward needs for these arguments
+ * (the workspace fields are not read). @return FO_OK and *bytes, or an error
+ * status (the arguments are checked as the call itself checks them). */
+FO_API int fo_bias_scale_relu_backward_workspace_bytes(
+    const fo_bias_scale_relu_backward_args *args, int64_t *bytes);
+
+FO_API int fo_bias_scale_relu_backward(const fo_bias_scale_relu_backward_args *args);
 
 /* y = x * x, elementwise. y dense; x with row stride x_row_stride. */
 FO_API int fo_square_forward(
@@ -199,51 +240,44 @@ enum fo_norm_kind {
  *   residual_out = h in residual_dtype                 (when residual is given)
  *   y            = norm(residual_out or x) * weight + bias, in `dtype`
  * Statistics and arithmetic are fp32 (fp64 for fp64).
- *   y:            output, rows x cols, dense.
- *   residual_out: output, rows x cols, dense, residual_dtype; required with
- *                 residual, else 0.
- *   mean, rstd:   optional outputs (0 = not wanted), `rows` values each in
- *                 fp32 (fp64 for fp64 dtype); RMSNorm writes 0 as its mean.
- *                 rstd = 1 / sqrt(var + eps) (LayerNorm), 1 / sqrt(mean of
- *                 squares + eps) (RMSNorm); what backward needs.
- *   x:            rows x cols, row stride x_row_stride, `dtype`.
- *   residual:     optional, rows x cols with its row stride, residual_dtype,
- *                 which is `dtype` or FO_DTYPE_F32 (an fp32 residual stream).
- *   weight, bias: optional (0 = none), cols elements of param_dtype, which is
- *                 `dtype` or FO_DTYPE_F32. RMSNorm takes no bias.
- *   kind:         an fo_norm_kind. eps: finite, > 0.
- *   dropout_p:    in [0, 1); each element of x is kept with probability
- *                 1 - p and scaled by 1 / (1 - p). The mask is a pure function
- *                 of (seed, offset, row, col): element (row, col) is kept when
- *                 lane col % 4 of Philox4x32-10(key seed, counter offset +
- *                 row * 2 * ceil(cols / 8) + col / 4) is at least
- *                 floor(p * 2^32)
- *                 (lib/philox.h). The same three give the same mask on the
- *                 CPU and on the GPU, and backward regenerates it instead of
- *                 storing it.
  */
-FO_API int fo_norm_forward(
-    int device_type, int device_index, uintptr_t stream,
-    uintptr_t y, uintptr_t residual_out, uintptr_t mean, uintptr_t rstd,
-    uintptr_t x, int64_t x_row_stride,
-    uintptr_t residual, int64_t residual_row_stride, int residual_dtype,
-    uintptr_t weight, uintptr_t bias, int param_dtype,
-    int64_t rows, int64_t cols, int dtype, int kind, double eps,
-    double dropout_p, uint64_t seed, uint64_t offset);
+typedef struct fo_norm_forward_args {
+    int64_t struct_size;     /* sizeof(fo_norm_forward_args) */
+    int32_t device_type, device_index;
+    uintptr_t stream;
+    uintptr_t y;             /* output, rows x cols, dense, `dtype` */
+    uintptr_t residual_out;  /* output, rows x cols, dense, residual_dtype;
+                                required with residual, else 0 */
+    uintptr_t mean, rstd;    /* optional outputs (0 = not wanted), `rows`
+                                values each, fp32 (fp64 for fp64 dtype);
+                                RMSNorm writes 0 as its mean. rstd =
+                                1 / sqrt(var + eps) (LayerNorm),
+                                1 / sqrt(mean of squares + eps) (RMSNorm) */
+    uintptr_t x;             /* rows x cols, `dtype` */
+    int64_t x_row_stride;    /* elements */
+    uintptr_t residual;      /* optional, rows x cols, residual_dtype */
+    int64_t residual_row_stride;
+    int32_t residual_dtype;  /* `dtype`, or FO_DTYPE_F32 (an fp32 residual
+                                stream); ignored without residual */
+    uintptr_t weight, bias;  /* optional (0 = none), cols dense elements of
+                                param_dtype; RMSNorm takes no bias */
+    int32_t param_dtype;     /* `dtype` or FO_DTYPE_F32 */
+    int64_t rows, cols;
+    int32_t dtype;           /* of x and y */
+    int32_t kind;            /* an fo_norm_kind */
+    double eps;              /* finite, > 0 */
+    double dropout_p;        /* in [0, 1); each element of x is kept with
+                                probability 1 - p and scaled by 1 / (1 - p) */
+    uint64_t seed, offset;   /* the dropout mask is a pure function of
+                                (seed, offset, row, col): element (row, col)
+                                is kept when lane col % 4 of Philox4x32-10(key
+                                seed, counter offset + row * 2 * ceil(cols / 8)
+                                + col / 4) is at least floor(p * 2^32)
+                                (lib/philox.h); the same on the CPU and the
+                                GPU, and backward regenerates it */
+} fo_norm_forward_args;
 
-/* Bytes of workspace fo_norm_backward needs for a call with these
- * arguments (fo_norm_backward's own; the others do not change it): 0 where
- * no dweight or dbias is asked for, or on the CPU, or where the CUDA
- * kernel parks its column partials in dx itself (or in dresidual, where
- * that is of `dtype` and dx is 0) until they are summed; elsewhere fp32
- * (fp64) rows of partials, a set for dweight and one for dbias. Of each
- * address only whether it is 0 and its remainder modulo 16 are looked at. */
-FO_API int fo_norm_backward_workspace_bytes(
-    int device_type, int device_index, uintptr_t dx, uintptr_t dresidual,
-    uintptr_t dweight, uintptr_t dbias, uintptr_t dy, int64_t dy_row_stride,
-    uintptr_t dresidual_out, int64_t dresidual_out_row_stride, uintptr_t h,
-    int64_t h_row_stride, int h_dtype, uintptr_t weight, int param_dtype,
-    int64_t rows, int64_t cols, int dtype, int64_t *bytes);
+FO_API int fo_norm_forward(const fo_norm_forward_args *args);
 
 /*
  * Gradients of fo_norm_forward, from what it saved:
@@ -255,26 +289,45 @@ FO_API int fo_norm_backward_workspace_bytes(
  * dweight and dbias are reduced in fp32 (fp64 for fp64) in a fixed order:
  * the same bits on every run; they need the workspace that
  * fo_norm_backward_workspace_bytes asks for (none where it answers 0).
- *   dy:            rows x cols with its row stride, `dtype`.
- *   dresidual_out: optional incoming gradient of residual_out, rows x cols
- *                  with its row stride, residual_dtype.
- *   h:             the normalized input: residual_out when there was a
- *                  residual (residual_dtype), else x (`dtype`); h_dtype says
- *                  which. Rows x cols with its row stride.
- *   mean, rstd:    as written by the forward pass (mean unused for RMSNorm).
- *   weight:        optional, as in forward.
- *   dropout_p, seed, offset: the forward pass's, to regenerate the mask.
  */
-FO_API int fo_norm_backward(
-    int device_type, int device_index, uintptr_t stream,
-    uintptr_t dx, uintptr_t dresidual, uintptr_t dweight, uintptr_t dbias,
-    uintptr_t workspace, int64_t workspace_bytes,
-    uintptr_t dy, int64_t dy_row_stride,
-    uintptr_t dresidual_out, int64_t dresidual_out_row_stride,
-    uintptr_t h, int64_t h_row_stride, int h_dtype,
-    uintptr_t mean, uintptr_t rstd, uintptr_t weight, int param_dtype,
-    int64_t rows, int64_t cols, int dtype, int kind,
-    double dropout_p, uint64_t seed, uint64_t offset);
+typedef struct fo_norm_backward_args {
+    int64_t struct_size;     /* sizeof(fo_norm_backward_args) */
+    int32_t device_type, device_index;
+    uintptr_t stream;
+    uintptr_t dx;            /* optional output, rows x cols, dense, `dtype` */
+    uintptr_t dresidual;     /* optional output, rows x cols, dense, h_dtype */
+    uintptr_t dweight, dbias; /* optional outputs, cols, param_dtype */
+    uintptr_t workspace;     /* device memory on CUDA */
+    int64_t workspace_bytes;
+    uintptr_t dy;            /* rows x cols, `dtype` */
+    int64_t dy_row_stride;
+    uintptr_t dresidual_out; /* optional incoming gradient of residual_out,
+                                rows x cols, h_dtype */
+    int64_t dresidual_out_row_stride;
+    uintptr_t h;             /* the normalized input: residual_out when there
+                                was a residual, else x */
+    int64_t h_row_stride;
+    int32_t h_dtype;         /* residual_dtype with a residual, else `dtype` */
+    uintptr_t mean, rstd;    /* as the forward pass wrote them (mean unused
+                                for RMSNorm) */
+    uintptr_t weight;        /* optional, as in forward */
+    int32_t param_dtype;
+    int64_t rows, cols;
+    int32_t dtype, kind;
+    double dropout_p;        /* the forward pass's, to regenerate the mask */
+    uint64_t seed, offset;
+} fo_norm_backward_args;
+
+/* Bytes of workspace fo_norm_backward needs for these arguments (the
+ * workspace fields are not read): the kernel the call will take decides it,
+ * from the same plan. 0 where no dweight or dbias is asked for, on the CPU,
+ * or where the CUDA kernel parks its column partials in dx (or dresidual)
+ * until they are summed. @return FO_OK and *bytes, or an error status (the
+ * arguments are checked as the call itself checks them). */
+FO_API int fo_norm_backward_workspace_bytes(const fo_norm_backward_args *args,
+                                            int64_t *bytes);
+
+FO_API int fo_norm_backward(const fo_norm_backward_args *args);
 
 /*
  * SwiGLU: y = silu(gate) * up = gate / (1 + exp(-gate)) * up, elementwise.

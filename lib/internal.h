@@ -2,6 +2,8 @@
 #ifndef FO_INTERNAL_H
 #define FO_INTERNAL_H
 
+#include <stddef.h>
+
 #include "fused_ops.h"
 
 #ifdef __cplusplus
@@ -30,14 +32,32 @@ int fo_check_operand(const char *op, const char *name, uintptr_t address,
 int fo_check_workspace(const char *op, uintptr_t workspace, int64_t given,
                        int64_t needed);
 
-/* The body of every *_workspace_bytes query: checks, then the CUDA size
- * (cuda_bytes) or 0 on the CPU. */
-int fo_workspace_query(const char *op, int device_type, int64_t rows,
-                       int64_t cols, int dtype, int64_t *bytes,
-                       int64_t (*cuda_bytes)(int64_t, int64_t, int));
+/* The prologue of every entry point that takes an argument struct: copies
+ * the caller's struct at `args` into `local` (the library's own version,
+ * local_size bytes), reading only the caller's struct_size bytes and zeroing
+ * the fields past them. struct_size (the first field, int64_t) must lie in
+ * [first_size, local_size], first_size being the struct's size in its first
+ * version: under it a caller's struct misses fields that have no default;
+ * over local_size it comes from a newer header than the library's. Fails
+ * with FO_ERR_INVALID_ARGUMENT naming `op`, `type` and the value, or when
+ * args is NULL. */
+int fo_read_args(const char *op, const char *type, void *local,
+                 size_t local_size, size_t first_size, const void *args);
 
-/* Arguments of each op, as the C entry point validated them; the CPU and CUDA
- * implementations take the same struct so a signature is written once. */
+/* The end of `field` in `type`: a struct's size in the version whose last
+ * field is `field` (fields are only added at the end, and every struct so
+ * far ends on an 8-byte field, so no padding follows it). */
+#define FO_ARGS_END(type, field) \
+    (offsetof(type, field) + sizeof(((type *)0)->field))
+
+/* Fails with FO_ERR_INVALID_ARGUMENT when the `bytes` out-pointer of a
+ * workspace query is NULL. */
+int fo_check_bytes_pointer(const char *op, const int64_t *bytes);
+
+/* Arguments of each op, as the C entry point validated them, addresses as
+ * pointers; the CPU and CUDA implementations take the same struct so a
+ * signature is written once. (The public fo_*_args structs are what a caller
+ * passes; these are what the kernels read.) */
 typedef struct fo_bias_scale_relu_forward_params {
     void *y;
     unsigned char *mask; /* optional */

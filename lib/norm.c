@@ -406,77 +406,133 @@ static void cpu_backward(const fo_norm_backward_params *a) {
 
 /* --- entry points ------------------------------------------------------- */
 
-int fo_norm_forward(int device_type, int device_index, uintptr_t stream,
-                    uintptr_t y, uintptr_t residual_out, uintptr_t mean,
-                    uintptr_t rstd, uintptr_t x, int64_t x_row_stride,
-                    uintptr_t residual, int64_t residual_row_stride,
-                    int residual_dtype, uintptr_t weight, uintptr_t bias,
-                    int param_dtype, int64_t rows, int64_t cols, int dtype,
-                    int kind, double eps, double dropout_p, uint64_t seed,
-                    uint64_t offset) {
+/* The sizes of the argument structs' first versions (FO_ABI_VERSION 4). */
+#define FORWARD_ARGS_FIRST FO_ARGS_END(fo_norm_forward_args, offset)
+#define BACKWARD_ARGS_FIRST FO_ARGS_END(fo_norm_backward_args, offset)
+
+int fo_norm_forward(const fo_norm_forward_args *args) {
     static const char op[] = "fo_norm_forward";
+    fo_norm_forward_args c;
     int status;
-    if ((status = check_norm_common(op, device_type, device_index, rows, cols,
-                                    dtype, param_dtype, kind, dropout_p)))
+    if ((status = fo_read_args(op, "fo_norm_forward_args", &c, sizeof c,
+                               FORWARD_ARGS_FIRST, args)) ||
+        (status = check_norm_common(op, c.device_type, c.device_index, c.rows,
+                                    c.cols, c.dtype, c.param_dtype, c.kind,
+                                    c.dropout_p)))
         return status;
-    if (!(isfinite(eps) && eps > 0.0))
+    if (!(isfinite(c.eps) && c.eps > 0.0))
         return fo_fail(FO_ERR_INVALID_ARGUMENT,
-                       "%s: eps=%g must be finite and > 0", op, eps);
-    if (kind == FO_NORM_RMS && bias)
+                       "%s: eps=%g must be finite and > 0", op, c.eps);
+    if (c.kind == FO_NORM_RMS && c.bias)
         return fo_fail(FO_ERR_INVALID_ARGUMENT,
                        "%s: RMSNorm takes no bias (bias=0x%" PRIxPTR ")", op,
-                       bias);
-    if (residual) {
+                       c.bias);
+    if (c.residual) {
         if ((status = check_companion_dtype(op, "residual_dtype",
-                                            residual_dtype, dtype)))
+                                            c.residual_dtype, c.dtype)))
             return status;
-        if (!residual_out && rows > 0 && cols > 0)
+        if (!c.residual_out && c.rows > 0 && c.cols > 0)
             return fo_fail(FO_ERR_INVALID_ARGUMENT,
                            "%s: residual is given but residual_out is a null "
                            "address",
                            op);
     } else {
-        residual_dtype = dtype;
-        if (residual_out)
+        c.residual_dtype = c.dtype;
+        if (c.residual_out)
             return fo_fail(FO_ERR_INVALID_ARGUMENT,
-                           "%s: residual_out is given without a residual", op);
-        if (dropout_p > 0.0)
+                           "%s: residual_out=0x%" PRIxPTR
+                           " is given without a residual",
+                           op, c.residual_out);
+        if (c.dropout_p > 0.0)
             return fo_fail(FO_ERR_INVALID_ARGUMENT,
                            "%s: dropout_p=%g needs a residual (the dropped-out "
                            "sum is what backward reads)",
-                           op, dropout_p);
+                           op, c.dropout_p);
     }
-    if ((status = fo_check_operand(op, "y", y, cols, rows, cols, dtype, 0)) ||
-        (status = fo_check_operand(op, "residual_out", residual_out, cols,
-                                   rows, cols, residual_dtype, 1)) ||
-        (status = check_stats(op, "mean", mean, rows, dtype)) ||
-        (status = check_stats(op, "rstd", rstd, rows, dtype)) ||
-        (status = fo_check_operand(op, "x", x, x_row_stride, rows, cols, dtype,
-                                   0)) ||
-        (status = fo_check_operand(op, "residual", residual,
-                                   residual_row_stride, rows, cols,
-                                   residual_dtype, 1)) ||
-        (status = fo_check_operand(op, "weight", weight, cols, 1, cols,
-                                   param_dtype, 1)) ||
-        (status = fo_check_operand(op, "bias", bias, cols, 1, cols,
-                                   param_dtype, 1)))
+    if ((status = fo_check_operand(op, "y", c.y, c.cols, c.rows, c.cols,
+                                   c.dtype, 0)) ||
+        (status = fo_check_operand(op, "residual_out", c.residual_out, c.cols,
+                                   c.rows, c.cols, c.residual_dtype, 1)) ||
+        (status = check_stats(op, "mean", c.mean, c.rows, c.dtype)) ||
+        (status = check_stats(op, "rstd", c.rstd, c.rows, c.dtype)) ||
+        (status = fo_check_operand(op, "x", c.x, c.x_row_stride, c.rows,
+                                   c.cols, c.dtype, 0)) ||
+        (status = fo_check_operand(op, "residual", c.residual,
+                                   c.residual_row_stride, c.rows, c.cols,
+                                   c.residual_dtype, 1)) ||
+        (status = fo_check_operand(op, "weight", c.weight, c.cols, 1, c.cols,
+                                   c.param_dtype, 1)) ||
+        (status = fo_check_operand(op, "bias", c.bias, c.cols, 1, c.cols,
+                                   c.param_dtype, 1)))
         return status;
     fo_norm_forward_params a = {
-        (void *)y, (void *)residual_out, (void *)mean, (void *)rstd,
-        (const void *)x, x_row_stride, (const void *)residual,
-        residual_row_stride, residual_dtype, (const void *)weight,
-        (const void *)bias, param_dtype, rows, cols, dtype, kind, eps,
-        dropout_p, seed, offset};
-    if (rows == 0 || cols == 0)
+        (void *)c.y, (void *)c.residual_out, (void *)c.mean, (void *)c.rstd,
+        (const void *)c.x, c.x_row_stride, (const void *)c.residual,
+        c.residual_row_stride, c.residual_dtype, (const void *)c.weight,
+        (const void *)c.bias, c.param_dtype, c.rows, c.cols, c.dtype, c.kind,
+        c.eps, c.dropout_p, c.seed, c.offset};
+    if (c.rows == 0 || c.cols == 0)
         return FO_OK;
-    if (device_type == FO_DEVICE_CUDA)
-        return fo_cuda_norm_forward(device_index, stream, &a);
+    if (c.device_type == FO_DEVICE_CUDA)
+        return fo_cuda_norm_forward(c.device_index, c.stream, &a);
     cpu_forward(&a);
     return FO_OK;
 }
 
-/* The workspace of a call whose arguments were checked: on CUDA, whatever
- * fo_cuda_norm_workspace_bytes says the kernel it takes needs. */
+/* Every check of the backward but the workspace's: the call and its
+ * workspace query both make them. */
+static int check_backward(const char *op, const fo_norm_backward_args *c) {
+    int status;
+    if ((status = check_norm_common(op, c->device_type, c->device_index,
+                                    c->rows, c->cols, c->dtype,
+                                    c->param_dtype, c->kind, c->dropout_p)) ||
+        (status = check_companion_dtype(op, "h_dtype", c->h_dtype, c->dtype)))
+        return status;
+    if (c->kind == FO_NORM_RMS && c->dbias)
+        return fo_fail(FO_ERR_INVALID_ARGUMENT,
+                       "%s: RMSNorm has no bias gradient (dbias=0x%" PRIxPTR ")",
+                       op, c->dbias);
+    if ((status = fo_check_operand(op, "dx", c->dx, c->cols, c->rows, c->cols,
+                                   c->dtype, 1)) ||
+        (status = fo_check_operand(op, "dresidual", c->dresidual, c->cols,
+                                   c->rows, c->cols, c->h_dtype, 1)) ||
+        (status = fo_check_operand(op, "dweight", c->dweight, c->cols, 1,
+                                   c->cols, c->param_dtype, 1)) ||
+        (status = fo_check_operand(op, "dbias", c->dbias, c->cols, 1, c->cols,
+                                   c->param_dtype, 1)) ||
+        (status = fo_check_operand(op, "dy", c->dy, c->dy_row_stride, c->rows,
+                                   c->cols, c->dtype, 0)) ||
+        (status = fo_check_operand(op, "dresidual_out", c->dresidual_out,
+                                   c->dresidual_out_row_stride, c->rows,
+                                   c->cols, c->h_dtype, 1)) ||
+        (status = fo_check_operand(op, "h", c->h, c->h_row_stride, c->rows,
+                                   c->cols, c->h_dtype, 0)) ||
+        (status = fo_check_operand(op, "mean", c->mean, 1, c->rows, 1,
+                                   fo_stats_dtype(c->dtype),
+                                   c->kind == FO_NORM_RMS)) ||
+        (status = fo_check_operand(op, "rstd", c->rstd, 1, c->rows, 1,
+                                   fo_stats_dtype(c->dtype), 0)) ||
+        (status = fo_check_operand(op, "weight", c->weight, c->cols, 1,
+                                   c->cols, c->param_dtype, 1)))
+        return status;
+    return FO_OK;
+}
+
+static fo_norm_backward_params backward_params(const fo_norm_backward_args *c) {
+    fo_norm_backward_params a = {
+        (void *)c->dx, (void *)c->dresidual, (void *)c->dweight,
+        (void *)c->dbias, (void *)c->workspace, (const void *)c->dy,
+        c->dy_row_stride, (const void *)c->dresidual_out,
+        c->dresidual_out_row_stride, (const void *)c->h, c->h_row_stride,
+        c->h_dtype, (const void *)c->mean, (const void *)c->rstd,
+        (const void *)c->weight, c->param_dtype, c->rows, c->cols, c->dtype,
+        c->kind, c->dropout_p, c->seed, c->offset};
+    return a;
+}
+
+/* The workspace of a checked call: on CUDA, whatever the plan of the kernel
+ * it takes needs (fo_cuda_norm_workspace_bytes, which the launcher uses
+ * too). */
 static int64_t backward_workspace(int device_type, int device_index,
                                   const fo_norm_backward_params *a) {
     if (device_type != FO_DEVICE_CUDA || (!a->dweight && !a->dbias))
@@ -484,91 +540,40 @@ static int64_t backward_workspace(int device_type, int device_index,
     return fo_cuda_norm_workspace_bytes(a, device_index);
 }
 
-int fo_norm_backward_workspace_bytes(
-    int device_type, int device_index, uintptr_t dx, uintptr_t dresidual,
-    uintptr_t dweight, uintptr_t dbias, uintptr_t dy, int64_t dy_row_stride,
-    uintptr_t dresidual_out, int64_t dresidual_out_row_stride, uintptr_t h,
-    int64_t h_row_stride, int h_dtype, uintptr_t weight, int param_dtype,
-    int64_t rows, int64_t cols, int dtype, int64_t *bytes) {
+int fo_norm_backward_workspace_bytes(const fo_norm_backward_args *args,
+                                     int64_t *bytes) {
     static const char op[] = "fo_norm_backward_workspace_bytes";
+    fo_norm_backward_args c;
     int status;
-    if (!bytes)
-        return fo_fail(FO_ERR_INVALID_ARGUMENT, "%s: bytes is a null pointer",
-                       op);
-    if ((status = fo_check_device(op, device_type, device_index)) ||
-        (status = fo_check_shape(op, rows, cols)) ||
-        (status = fo_check_dtype(op, "dtype", dtype)) ||
-        (status = check_companion_dtype(op, "h_dtype", h_dtype, dtype)) ||
-        (status = check_companion_dtype(op, "param_dtype", param_dtype, dtype)))
+    if ((status = fo_read_args(op, "fo_norm_backward_args", &c, sizeof c,
+                               BACKWARD_ARGS_FIRST, args)) ||
+        (status = fo_check_bytes_pointer(op, bytes)) ||
+        (status = check_backward(op, &c)))
         return status;
-    fo_norm_backward_params a = {
-        (void *)dx, (void *)dresidual, (void *)dweight, (void *)dbias,
-        NULL, (const void *)dy, dy_row_stride, (const void *)dresidual_out,
-        dresidual_out_row_stride, (const void *)h, h_row_stride, h_dtype,
-        NULL, NULL, (const void *)weight, param_dtype, rows, cols, dtype,
-        FO_NORM_LAYER, 0.0, 0, 0};
-    *bytes = backward_workspace(device_type, device_index, &a);
+    c.workspace = 0; /* not read: the size it needs is the question */
+    const fo_norm_backward_params a = backward_params(&c);
+    *bytes = backward_workspace(c.device_type, c.device_index, &a);
     return FO_OK;
 }
 
-int fo_norm_backward(int device_type, int device_index, uintptr_t stream,
-                     uintptr_t dx, uintptr_t dresidual, uintptr_t dweight,
-                     uintptr_t dbias, uintptr_t workspace,
-                     int64_t workspace_bytes, uintptr_t dy,
-                     int64_t dy_row_stride, uintptr_t dresidual_out,
-                     int64_t dresidual_out_row_stride, uintptr_t h,
-                     int64_t h_row_stride, int h_dtype, uintptr_t mean,
-                     uintptr_t rstd, uintptr_t weight, int param_dtype,
-                     int64_t rows, int64_t cols, int dtype, int kind,
-                     double dropout_p, uint64_t seed, uint64_t offset) {
+int fo_norm_backward(const fo_norm_backward_args *args) {
     static const char op[] = "fo_norm_backward";
+    fo_norm_backward_args c;
     int status;
-    if ((status = check_norm_common(op, device_type, device_index, rows, cols,
-                                    dtype, param_dtype, kind, dropout_p)) ||
-        (status = check_companion_dtype(op, "h_dtype", h_dtype, dtype)))
+    if ((status = fo_read_args(op, "fo_norm_backward_args", &c, sizeof c,
+                               BACKWARD_ARGS_FIRST, args)) ||
+        (status = check_backward(op, &c)))
         return status;
-    if (kind == FO_NORM_RMS && dbias)
-        return fo_fail(FO_ERR_INVALID_ARGUMENT,
-                       "%s: RMSNorm has no bias gradient (dbias=0x%" PRIxPTR ")",
-                       op, dbias);
-    if ((status = fo_check_operand(op, "dx", dx, cols, rows, cols, dtype, 1)) ||
-        (status = fo_check_operand(op, "dresidual", dresidual, cols, rows, cols,
-                                   h_dtype, 1)) ||
-        (status = fo_check_operand(op, "dweight", dweight, cols, 1, cols,
-                                   param_dtype, 1)) ||
-        (status = fo_check_operand(op, "dbias", dbias, cols, 1, cols,
-                                   param_dtype, 1)) ||
-        (status = fo_check_operand(op, "dy", dy, dy_row_stride, rows, cols,
-                                   dtype, 0)) ||
-        (status = fo_check_operand(op, "dresidual_out", dresidual_out,
-                                   dresidual_out_row_stride, rows, cols,
-                                   h_dtype, 1)) ||
-        (status = fo_check_operand(op, "h", h, h_row_stride, rows, cols,
-                                   h_dtype, 0)) ||
-        (status = fo_check_operand(op, "mean", mean, 1, rows, 1,
-                                   fo_stats_dtype(dtype),
-                                   kind == FO_NORM_RMS)) ||
-        (status = fo_check_operand(op, "rstd", rstd, 1, rows, 1,
-                                   fo_stats_dtype(dtype), 0)) ||
-        (status = fo_check_operand(op, "weight", weight, cols, 1, cols,
-                                   param_dtype, 1)))
-        return status;
-    fo_norm_backward_params a = {
-        (void *)dx, (void *)dresidual, (void *)dweight, (void *)dbias,
-        (void *)workspace, (const void *)dy, dy_row_stride,
-        (const void *)dresidual_out, dresidual_out_row_stride,
-        (const void *)h, h_row_stride, h_dtype, (const void *)mean,
-        (const void *)rstd, (const void *)weight, param_dtype, rows, cols,
-        dtype, kind, dropout_p, seed, offset};
+    const fo_norm_backward_params a = backward_params(&c);
     if ((status = fo_check_workspace(
-             op, workspace, workspace_bytes,
-             backward_workspace(device_type, device_index, &a))))
+             op, c.workspace, c.workspace_bytes,
+             backward_workspace(c.device_type, c.device_index, &a))))
         return status;
-    if (cols == 0 || (!dx && !dresidual && !dweight && !dbias) ||
-        (rows == 0 && !dweight && !dbias))
+    if (c.cols == 0 || (!c.dx && !c.dresidual && !c.dweight && !c.dbias) ||
+        (c.rows == 0 && !c.dweight && !c.dbias))
         return FO_OK;
-    if (device_type == FO_DEVICE_CUDA)
-        return fo_cuda_norm_backward(device_index, stream, &a);
+    if (c.device_type == FO_DEVICE_CUDA)
+        return fo_cuda_norm_backward(c.device_index, c.stream, &a);
     cpu_backward(&a);
     return FO_OK;
 }
