@@ -17,8 +17,8 @@ On CPU (--quick, --device cpu) only call_ms exists: perf_counter medians.
 fwd is the training forward (inputs require grad: fused saves its mask), bwd
 the backward alone, fwdbwd both. Exits 1 if any provider's check is BAD.
 --isolate times each provider in a process of its own, joined as combine.py
-joins parts: one provider's state can move another's times (tuning run 27:
-after torch.compile had run in the process, Liger's LayerNorm forward read
+joins parts: one provider's state can move another's times (after
+torch.compile had run in the process, Liger's LayerNorm forward read
 15.5 us at 4096x2048 bf16, alone 18.3 us). With --provider-runs DIR each
 provider's run stays in DIR/<provider>, so the runs finished before a time
 limit can still be joined (combine.py OUT DIR/*).

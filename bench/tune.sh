@@ -18,7 +18,7 @@ fi
 for variant in "$@"; do  # the builds run side by side
     name="${variant%%=*}" flags="${variant#*=}"
     # from scratch: a build left by an earlier variant of this name (other
-    # flags) would make meson setup fail and be used as it is (run 38)
+    # flags) would make meson setup fail and be used as it is
     rm -rf "build/tune_$name"
     (NVCC_APPEND_FLAGS="$flags" meson setup "build/tune_$name" -Dcuda=enabled \
         -Dgpu_archs=90 -Dgpu_ptx=false >/dev/null 2>&1 && \
