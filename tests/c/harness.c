@@ -333,3 +333,89 @@ int check_output(const char *what, const guarded *out, const double *want,
                        what, dtype_label(dtype), out->bytes);
     return bad == 0 && guards;
 }
+
+/* ---- the struct entry points with their fields as parameters ------------- */
+
+int relu_forward_call(int device_type, int device_index, uintptr_t stream,
+                      uintptr_t y, uintptr_t mask, uintptr_t x,
+                      int64_t x_row_stride, uintptr_t bias, int64_t rows,
+                      int64_t cols, int dtype, int bias_dtype, double scale) {
+    const fo_bias_scale_relu_forward_args a = {
+        .struct_size = sizeof a, .device_type = device_type,
+        .device_index = device_index, .stream = stream, .y = y, .mask = mask,
+        .x = x, .x_row_stride = x_row_stride, .bias = bias, .rows = rows,
+        .cols = cols, .dtype = dtype, .bias_dtype = bias_dtype, .scale = scale};
+    return fo_bias_scale_relu_forward(&a);
+}
+
+fo_bias_scale_relu_backward_args relu_backward_args(
+    int device_type, int device_index, uintptr_t stream, uintptr_t dx,
+    uintptr_t dbias, uintptr_t workspace, int64_t workspace_bytes,
+    uintptr_t dy, int64_t dy_row_stride, uintptr_t mask, int64_t rows,
+    int64_t cols, int dtype, int bias_dtype, double scale) {
+    const fo_bias_scale_relu_backward_args a = {
+        .struct_size = sizeof a, .device_type = device_type,
+        .device_index = device_index, .stream = stream, .dx = dx,
+        .dbias = dbias, .workspace = workspace,
+        .workspace_bytes = workspace_bytes, .dy = dy,
+        .dy_row_stride = dy_row_stride, .mask = mask, .rows = rows,
+        .cols = cols, .dtype = dtype, .bias_dtype = bias_dtype, .scale = scale};
+    return a;
+}
+
+int relu_backward_call(int device_type, int device_index, uintptr_t stream,
+                       uintptr_t dx, uintptr_t dbias, uintptr_t workspace,
+                       int64_t workspace_bytes, uintptr_t dy,
+                       int64_t dy_row_stride, uintptr_t mask, int64_t rows,
+                       int64_t cols, int dtype, int bias_dtype, double scale) {
+    const fo_bias_scale_relu_backward_args a = relu_backward_args(
+        device_type, device_index, stream, dx, dbias, workspace,
+        workspace_bytes, dy, dy_row_stride, mask, rows, cols, dtype,
+        bias_dtype, scale);
+    return fo_bias_scale_relu_backward(&a);
+}
+
+int norm_forward_call(int device_type, int device_index, uintptr_t stream,
+                      uintptr_t y, uintptr_t residual_out, uintptr_t mean,
+                      uintptr_t rstd, uintptr_t x, int64_t x_row_stride,
+                      uintptr_t residual, int64_t residual_row_stride,
+                      int residual_dtype, uintptr_t weight, uintptr_t bias,
+                      int param_dtype, int64_t rows, int64_t cols, int dtype,
+                      int kind, double eps, double dropout_p, uint64_t seed,
+                      uint64_t offset) {
+    const fo_norm_forward_args a = {
+        .struct_size = sizeof a, .device_type = device_type,
+        .device_index = device_index, .stream = stream, .y = y,
+        .residual_out = residual_out, .mean = mean, .rstd = rstd, .x = x,
+        .x_row_stride = x_row_stride, .residual = residual,
+        .residual_row_stride = residual_row_stride,
+        .residual_dtype = residual_dtype, .weight = weight, .bias = bias,
+        .param_dtype = param_dtype, .rows = rows, .cols = cols,
+        .dtype = dtype, .kind = kind, .eps = eps, .dropout_p = dropout_p,
+        .seed = seed, .offset = offset};
+    return fo_norm_forward(&a);
+}
+
+int norm_backward_call(int device_type, int device_index, uintptr_t stream,
+                       uintptr_t dx, uintptr_t dresidual, uintptr_t dweight,
+                       uintptr_t dbias, uintptr_t workspace,
+                       int64_t workspace_bytes, uintptr_t dy,
+                       int64_t dy_row_stride, uintptr_t dresidual_out,
+                       int64_t dresidual_out_row_stride, uintptr_t h,
+                       int64_t h_row_stride, int h_dtype, uintptr_t mean,
+                       uintptr_t rstd, uintptr_t weight, int param_dtype,
+                       int64_t rows, int64_t cols, int dtype, int kind,
+                       double dropout_p, uint64_t seed, uint64_t offset) {
+    const fo_norm_backward_args a = {
+        .struct_size = sizeof a, .device_type = device_type,
+        .device_index = device_index, .stream = stream, .dx = dx,
+        .dresidual = dresidual, .dweight = dweight, .dbias = dbias,
+        .workspace = workspace, .workspace_bytes = workspace_bytes, .dy = dy,
+        .dy_row_stride = dy_row_stride, .dresidual_out = dresidual_out,
+        .dresidual_out_row_stride = dresidual_out_row_stride, .h = h,
+        .h_row_stride = h_row_stride, .h_dtype = h_dtype, .mean = mean,
+        .rstd = rstd, .weight = weight, .param_dtype = param_dtype,
+        .rows = rows, .cols = cols, .dtype = dtype, .kind = kind,
+        .dropout_p = dropout_p, .seed = seed, .offset = offset};
+    return fo_norm_backward(&a);
+}

@@ -370,7 +370,7 @@ static void test_errors_relu_forward(void) {
         const relu_forward_case *c = &cases[i];
         before_case();
         /* device_index and stream are ignored on the CPU: pass odd ones */
-        int got = fo_bias_scale_relu_forward(c->device_type, -3, 12345, c->y, c->mask,
+        int got = relu_forward_call(c->device_type, -3, 12345, c->y, c->mask,
                                              c->x, c->x_row_stride, c->bias, c->rows,
                                              c->cols, c->dtype, c->bias_dtype, c->scale);
         expect_status(op, c->why, got, c->status, c->needle, c->needle2);
@@ -394,7 +394,8 @@ typedef struct relu_backward_case {
 
 static void test_errors_relu_backward(void) {
     static const char op[] = "fo_bias_scale_relu_backward";
-    section("errors: fo_bias_scale_relu_backward");
+    static const char query[] = "fo_bias_scale_relu_backward_workspace_bytes";
+    section("errors: fo_bias_scale_relu_backward and its workspace query");
     const uintptr_t DX = addr(&E_OUT), DB = addr(&E_OUT2), DY = addr(&E_IN),
                     M = addr(&E_IN2);
     char dx2[48], db1[48], db2[48], dy4[48];
@@ -432,15 +433,36 @@ static void test_errors_relu_backward(void) {
         {"mask at an odd address (bytes)", OK, NULL, NULL, CPU, DX, DB, 0, 0, DY, 4, M + 1, 2, 4, F32, F32, 1},
         {"the CPU needs no workspace", OK, NULL, NULL, CPU, DX, DB, 0, 0, DY, 4, M, 2, 4, F64, F64, 1},
     };
+    /* *bytes points into E_OUT: a refused query must leave it alone */
+    int64_t *BYTES = (int64_t *)(void *)E_OUT.data;
     for (size_t i = 0; i < COUNT(cases); i++) {
         const relu_backward_case *c = &cases[i];
-        before_case();
-        int got = fo_bias_scale_relu_backward(
+        const fo_bias_scale_relu_backward_args a = relu_backward_args(
             c->device_type, -3, 12345, c->dx, c->dbias, c->workspace,
             c->workspace_bytes, c->dy, c->dy_row_stride, c->mask, c->rows, c->cols,
             c->dtype, c->bias_dtype, c->scale);
-        expect_status(op, c->why, got, c->status, c->needle, c->needle2);
+        before_case();
+        expect_status(op, c->why, fo_bias_scale_relu_backward(&a), c->status, c->needle,
+                      c->needle2);
+        /* the workspace query checks the same arguments the same way */
+        before_case();
+        int got = fo_bias_scale_relu_backward_workspace_bytes(&a, BYTES);
+        expect_status(query, c->why, got, c->status, c->needle, c->needle2);
+        if (c->status == OK)
+            CHECK(got == OK && *BYTES == 0, "%s: the CPU asks for %" PRId64 " bytes",
+                  c->why, *BYTES);
     }
+    const fo_bias_scale_relu_backward_args good =
+        relu_backward_args(CPU, 0, 0, DX, DB, 0, 0, DY, 4, M, 2, 4, F32, F32, 1);
+    before_case();
+    expect_status(query, "bytes null", fo_bias_scale_relu_backward_workspace_bytes(&good, NULL),
+                  INVALID, "bytes ", "null");
+    fo_bias_scale_relu_backward_args bad = good;
+    bad.device_type = 7;
+    before_case();
+    expect_status(query, "bytes null and device_type 7",
+                  fo_bias_scale_relu_backward_workspace_bytes(&bad, NULL), INVALID, "bytes ",
+                  "null");
 }
 
 typedef struct workspace_case {
@@ -448,44 +470,33 @@ typedef struct workspace_case {
     int status;
     const char *needle, *needle2;
     int device_type;
-    int64_t rows, cols; /* the reduce_sum query takes cols as numel */
+    int64_t numel;
     int dtype;
     int64_t *bytes;
 } workspace_case;
 
-static void test_errors_workspace_queries(void) {
-    section("errors: the *_workspace_bytes queries");
+/* (fo_bias_scale_relu_backward's query: with its call's cases, above.) */
+static void test_errors_reduce_sum_workspace_query(void) {
+    static const char op[] = "fo_reduce_sum_workspace_bytes";
+    section("errors: fo_reduce_sum_workspace_bytes");
     /* *bytes points into E_OUT: a refused query must leave it alone */
     int64_t *BYTES = (int64_t *)(void *)E_OUT.data;
     const workspace_case cases[] = {
-        /* why, status, needles, device, rows, cols, dtype, bytes */
-        {"bytes null", INVALID, "bytes ", "null", CPU, 2, 4, F32, NULL},
-        {"bytes null and device_type 7", INVALID, "bytes ", "null", 7, 2, 4, F32, NULL},
-        {"device_type 7", BAD_DEVICE, "device_type=7", NULL, 7, 2, 4, F32, BYTES},
-        {"negative rows", INVALID, "rows=-3", NULL, CPU, -3, 4, F32, BYTES},
-        {"negative cols / numel", INVALID, "-5", NULL, CPU, 2, -5, F32, BYTES},
-        {"dtype code 4", BAD_DTYPE, "dtype=4", NULL, CPU, 2, 4, 4, BYTES},
-        {"dtype code -2", BAD_DTYPE, "dtype=-2", NULL, CPU, 2, 4, -2, BYTES},
-        {"CPU: valid", OK, NULL, NULL, CPU, 2, 4, F16, BYTES},
-        {"CPU: empty", OK, NULL, NULL, CPU, 0, 0, BF16, BYTES},
+        /* why, status, needles, device, numel, dtype, bytes */
+        {"bytes null", INVALID, "bytes ", "null", CPU, 4, F32, NULL},
+        {"bytes null and device_type 7", INVALID, "bytes ", "null", 7, 4, F32, NULL},
+        {"device_type 7", BAD_DEVICE, "device_type=7", NULL, 7, 4, F32, BYTES},
+        {"negative numel", INVALID, "-5", NULL, CPU, -5, F32, BYTES},
+        {"dtype code 4", BAD_DTYPE, "dtype=4", NULL, CPU, 4, 4, BYTES},
+        {"dtype code -2", BAD_DTYPE, "dtype=-2", NULL, CPU, 4, -2, BYTES},
+        {"CPU: valid", OK, NULL, NULL, CPU, 4, F16, BYTES},
+        {"CPU: empty", OK, NULL, NULL, CPU, 0, BF16, BYTES},
     };
     for (size_t i = 0; i < COUNT(cases); i++) {
         const workspace_case *c = &cases[i];
         before_case();
-        int got = fo_bias_scale_relu_backward_workspace_bytes(c->device_type, c->rows,
-                                                              c->cols, c->dtype, c->bytes);
-        expect_status("fo_bias_scale_relu_backward_workspace_bytes", c->why, got,
-                      c->status, c->needle, c->needle2);
-        if (c->status == OK)
-            CHECK(got == OK && *BYTES == 0, "%s: the CPU asks for %" PRId64 " bytes",
-                  c->why, *BYTES);
-        /* numel is the reduce_sum query's only size: skip the rows cases */
-        if (c->rows < 0)
-            continue;
-        before_case();
-        got = fo_reduce_sum_workspace_bytes(c->device_type, c->cols, c->dtype, c->bytes);
-        expect_status("fo_reduce_sum_workspace_bytes", c->why, got, c->status,
-                      c->needle, c->needle2);
+        int got = fo_reduce_sum_workspace_bytes(c->device_type, c->numel, c->dtype, c->bytes);
+        expect_status(op, c->why, got, c->status, c->needle, c->needle2);
         if (c->status == OK)
             CHECK(got == OK && *BYTES == 0, "%s: the CPU asks for %" PRId64 " bytes",
                   c->why, *BYTES);
@@ -654,10 +665,10 @@ static void test_empty_operands(void) {
             char what[96];
             snprintf(what, sizeof what, "%s %" PRId64 " x %" PRId64 ", null addresses",
                      dtype_label(dt), rows, cols);
-            int st = fo_bias_scale_relu_forward(CPU, 0, 0, 0, 0, 0, 3, 0, rows, cols,
+            int st = relu_forward_call(CPU, 0, 0, 0, 0, 0, 3, 0, rows, cols,
                                                 dt, dt, 1.0f);
             CHECK(st == OK, "relu forward, %s: status %d (%s)", what, st, fo_last_error());
-            st = fo_bias_scale_relu_backward(CPU, 0, 0, 0, 0, 0, 0, 0, 3, 0, rows, cols,
+            st = relu_backward_call(CPU, 0, 0, 0, 0, 0, 0, 0, 3, 0, rows, cols,
                                              dt, dt, 1.0f);
             CHECK(st == OK, "relu backward, %s: status %d (%s)", what, st, fo_last_error());
             st = fo_square_forward(CPU, 0, 0, 0, 0, 3, rows, cols, dt);
@@ -668,12 +679,12 @@ static void test_empty_operands(void) {
 
         /* Poisoned outputs of an empty call stay untouched... */
         guarded y = guarded_new(0, 0), dbias = guarded_new(5 * dtype_size(dt), 0);
-        int st = fo_bias_scale_relu_forward(CPU, 0, 0, addr(&y), addr(&y), 0, 5, 0, 0,
+        int st = relu_forward_call(CPU, 0, 0, addr(&y), addr(&y), 0, 5, 0, 0,
                                             5, dt, dt, 1.0f);
         CHECK(st == OK && untouched(&y), "%s 0 x 5 relu forward wrote to y or mask",
               dtype_label(dt));
         /* ...except the bias gradient over no rows, which is a sum of nothing: 0 */
-        st = fo_bias_scale_relu_backward(CPU, 0, 0, 0, addr(&dbias), 0, 0, 0, 5, 0, 0,
+        st = relu_backward_call(CPU, 0, 0, 0, addr(&dbias), 0, 0, 0, 5, 0, 0,
                                          5, dt, dt, 1.0f);
         CHECK(st == OK, "%s 0 x 5 relu backward: status %d (%s)", dtype_label(dt), st,
               fo_last_error());
@@ -715,10 +726,10 @@ static void test_cuda_device(void) {
     if (!built) {
         /* Each entry point refuses, whatever else is wrong with the call. */
         before_case();
-        st = fo_bias_scale_relu_forward(CUDA, 0, 0, Y, Y2, X, 8, X2, 2, 8, F32, F32, 1);
+        st = relu_forward_call(CUDA, 0, 0, Y, Y2, X, 8, X2, 2, 8, F32, F32, 1);
         expect_status("fo_bias_scale_relu_forward", "CPU-only build", st, NOT_BUILT, NULL, NULL);
         before_case();
-        st = fo_bias_scale_relu_backward(CUDA, 0, 0, Y, Y2, 0, 0, X, 8, X2, 2, 8, F32, F32, 1);
+        st = relu_backward_call(CUDA, 0, 0, Y, Y2, 0, 0, X, 8, X2, 2, 8, F32, F32, 1);
         expect_status("fo_bias_scale_relu_backward", "CPU-only build", st, NOT_BUILT, NULL, NULL);
         before_case();
         st = fo_square_forward(CUDA, 0, 0, Y, X, 8, 2, 8, F16);
@@ -731,7 +742,9 @@ static void test_cuda_device(void) {
         st = fo_reduce_sum(CUDA, 0, 0, Y, 0, 0, X, 16, F64);
         expect_status("fo_reduce_sum", "CPU-only build", st, NOT_BUILT, NULL, NULL);
         before_case();
-        st = fo_bias_scale_relu_backward_workspace_bytes(CUDA, 2, 8, F32, &bytes);
+        const fo_bias_scale_relu_backward_args relu =
+            relu_backward_args(CUDA, 0, 0, Y, Y2, 0, 0, X, 8, X2, 2, 8, F32, F32, 1);
+        st = fo_bias_scale_relu_backward_workspace_bytes(&relu, &bytes);
         expect_status("fo_bias_scale_relu_backward_workspace_bytes", "CPU-only build",
                       st, NOT_BUILT, NULL, NULL);
         before_case();
@@ -752,10 +765,20 @@ static void test_cuda_device(void) {
     st = fo_reduce_sum_workspace_bytes(CUDA, 1000, F32, &sum_bytes);
     CHECK(st == OK && sum_bytes >= 0 && (size_t)sum_bytes <= E_IN2.bytes,
           "reduce_sum CUDA workspace query: status %d, %" PRId64 " bytes", st, sum_bytes);
-    st = fo_bias_scale_relu_backward_workspace_bytes(CUDA, 2, 8, F32, &relu_bytes);
+    const fo_bias_scale_relu_backward_args relu =
+        relu_backward_args(CUDA, 0, 0, Y, Y2, 0, 0, X, 8, X2, 2, 8, F32, F32, 1);
+    st = fo_bias_scale_relu_backward_workspace_bytes(&relu, &relu_bytes);
     CHECK(st == OK && relu_bytes >= 0 && (size_t)relu_bytes <= E_IN2.bytes,
           "relu backward CUDA workspace query: status %d, %" PRId64 " bytes", st,
           relu_bytes);
+    /* without a bias gradient the call needs none, and the query says so */
+    fo_bias_scale_relu_backward_args relu_dx_only = relu;
+    relu_dx_only.dbias = 0;
+    int64_t dx_only_bytes = -1;
+    st = fo_bias_scale_relu_backward_workspace_bytes(&relu_dx_only, &dx_only_bytes);
+    CHECK(st == OK && dx_only_bytes == 0,
+          "relu backward CUDA workspace query without dbias: status %d, %" PRId64 " bytes",
+          st, dx_only_bytes);
     if (sum_bytes < 0 || (size_t)sum_bytes > E_IN2.bytes || relu_bytes < 0 ||
         (size_t)relu_bytes > E_IN2.bytes)
         return;
@@ -777,12 +800,12 @@ static void test_cuda_device(void) {
     }
     if (relu_bytes > 0) {
         before_case();
-        st = fo_bias_scale_relu_backward(CUDA, 0, 0, Y, Y2, WS, relu_bytes - 1, X, 8,
+        st = relu_backward_call(CUDA, 0, 0, Y, Y2, WS, relu_bytes - 1, X, 8,
                                          X2, 2, 8, F32, F32, 1);
         expect_status("fo_bias_scale_relu_backward", "workspace 1 byte short", st,
                       TOO_SMALL, "workspace_bytes=", NULL);
         before_case();
-        st = fo_bias_scale_relu_backward(CUDA, 0, 0, Y, Y2, 0, relu_bytes, X, 8, X2, 2,
+        st = relu_backward_call(CUDA, 0, 0, Y, Y2, 0, relu_bytes, X, 8, X2, 2,
                                          8, F32, F32, 1);
         expect_status("fo_bias_scale_relu_backward", "null workspace", st, INVALID,
                       "workspace", "null");
@@ -795,10 +818,10 @@ static void test_cuda_device(void) {
     /* No GPU: the runtime refuses (cudaGetDevice fails first) and the status
      * says so; nothing is written to the host buffers passed. */
     before_case();
-    st = fo_bias_scale_relu_forward(CUDA, 0, 0, Y, Y2, X, 8, X2, 2, 8, F32, F32, 1);
+    st = relu_forward_call(CUDA, 0, 0, Y, Y2, X, 8, X2, 2, 8, F32, F32, 1);
     expect_status("fo_bias_scale_relu_forward", "no GPU", st, CUDA_RUNTIME, "CUDA", NULL);
     before_case();
-    st = fo_bias_scale_relu_backward(CUDA, 0, 0, Y, Y2, WS, relu_bytes, X, 8, X2, 2, 8,
+    st = relu_backward_call(CUDA, 0, 0, Y, Y2, WS, relu_bytes, X, 8, X2, 2, 8,
                                      BF16, F32, 1);
     expect_status("fo_bias_scale_relu_backward", "no GPU", st, CUDA_RUNTIME, "CUDA", NULL);
     before_case();
@@ -863,7 +886,7 @@ static void run_relu_forward(const relu_forward_setup *s, uint64_t seed) {
     /* the mask is bytes: any address will do, so give it an odd one */
     guarded mask = guarded_new((size_t)(s->rows * mask_row_bytes(s->cols)), 1);
 
-    int st = fo_bias_scale_relu_forward(
+    int st = relu_forward_call(
         CPU, 0, 0, addr(&y), s->with_mask ? addr(&mask) : 0, addr(&x), s->x_row_stride,
         s->with_bias ? addr(&bias) : 0, s->rows, s->cols, s->dtype, s->bias_dtype,
         s->scale);
@@ -930,7 +953,7 @@ static void test_relu_forward_values(void) {
     guarded x = guarded_new(sizeof specials, 0), y = guarded_new(sizeof specials, 0),
             mask = guarded_new(2, 0);
     memcpy(x.data, specials, sizeof specials);
-    int st = fo_bias_scale_relu_forward(CPU, 0, 0, addr(&y), addr(&mask), addr(&x), NS,
+    int st = relu_forward_call(CPU, 0, 0, addr(&y), addr(&mask), addr(&x), NS,
                                         0, 1, NS, F32, F32, 2.0f);
     CHECK(st == OK, "special values: status %d (%s)", st, fo_last_error());
     double want[NS];
@@ -979,7 +1002,7 @@ static void run_relu_backward(const relu_backward_setup *s, uint64_t seed) {
     guarded dx = new_operand(s->dtype, n, s->offset);
     guarded dbias = new_operand(s->bias_dtype, s->cols, s->offset);
 
-    int st = fo_bias_scale_relu_backward(
+    int st = relu_backward_call(
         CPU, 0, 0, s->with_dx ? addr(&dx) : 0, s->with_dbias ? addr(&dbias) : 0, 0, 0,
         addr(&dy), s->dy_row_stride, addr(&mask), s->rows, s->cols, s->dtype,
         s->bias_dtype, s->scale);
@@ -1026,9 +1049,9 @@ static void test_relu_round_trip(int dtype, int bias_dtype) {
     guarded y = guarded_new(R * C * dtype_size(dtype), 0),
             dx = guarded_new(R * C * dtype_size(dtype), 0),
             mask = guarded_new(R * mask_row_bytes(C), 0);
-    int st = fo_bias_scale_relu_forward(CPU, 0, 0, addr(&y), addr(&mask), addr(&x), C,
+    int st = relu_forward_call(CPU, 0, 0, addr(&y), addr(&mask), addr(&x), C,
                                         addr(&bias), R, C, dtype, bias_dtype, scale);
-    int st2 = fo_bias_scale_relu_backward(CPU, 0, 0, addr(&dx), 0, 0, 0, addr(&dy), C,
+    int st2 = relu_backward_call(CPU, 0, 0, addr(&dx), 0, 0, 0, addr(&dy), C,
                                           addr(&mask), R, C, dtype, bias_dtype, scale);
     if (CHECK(st == OK && st2 == OK, "round trip %s: statuses %d, %d (%s)",
               dtype_label(dtype), st, st2, fo_last_error())) {
@@ -1403,11 +1426,11 @@ static int split_outputs(int threads, const guarded *x, const guarded *bias,
     unsigned char *y = out, *dx = y + n * 8, *dbias = dx + n * 8;
     unsigned char *sum = dbias + SPLIT_COLS * 8, *mask = sum + 8; /* doubles first */
     fo_set_cpu_threads(threads);
-    int st = fo_bias_scale_relu_forward(CPU, 0, 0, (uintptr_t)y, (uintptr_t)mask, addr(x),
+    int st = relu_forward_call(CPU, 0, 0, (uintptr_t)y, (uintptr_t)mask, addr(x),
                                         SPLIT_COLS, addr(bias), SPLIT_ROWS, SPLIT_COLS, F64,
                                         F64, 0.5);
     if (st == OK)
-        st = fo_bias_scale_relu_backward(CPU, 0, 0, (uintptr_t)dx, (uintptr_t)dbias, 0, 0,
+        st = relu_backward_call(CPU, 0, 0, (uintptr_t)dx, (uintptr_t)dbias, 0, 0,
                                          addr(dy), SPLIT_COLS, (uintptr_t)mask, SPLIT_ROWS,
                                          SPLIT_COLS, F64, F64, 0.5);
     if (st == OK) st = fo_reduce_sum(CPU, 0, 0, (uintptr_t)sum, 0, 0, addr(x), n, F64);
@@ -1475,7 +1498,7 @@ int main(void) {
 
     test_errors_relu_forward();
     test_errors_relu_backward();
-    test_errors_workspace_queries();
+    test_errors_reduce_sum_workspace_query();
     test_errors_square_forward();
     test_errors_square_backward();
     test_errors_reduce_sum();
