@@ -120,15 +120,15 @@ int fo_read_args(const char *op, const char *type, void *local,
     int64_t struct_size;
     if (!args)
         return fo_fail(FO_ERR_INVALID_ARGUMENT,
-                       "%s: args is a null pointer (want a %s)", op, type);
+                       "%s: args is a null pointer (want a pointer to a %s)", op, type);
     /* the first field, read before anything else is known to be there */
     memcpy(&struct_size, args, sizeof struct_size);
     if (struct_size < (int64_t)first_size || struct_size > (int64_t)local_size)
         return fo_fail(FO_ERR_INVALID_ARGUMENT,
-                       "%s: struct_size=%" PRId64 " is not a size of %s "
-                       "this library reads (%zu to %zu bytes; set it to "
+                       "%s: struct_size=%" PRId64 " is outside [%zu, %zu], "
+                       "the sizes of %s this library reads (set it to "
                        "sizeof(%s))",
-                       op, struct_size, type, first_size, local_size, type);
+                       op, struct_size, first_size, local_size, type, type);
     memcpy(local, args, (size_t)struct_size);
     memset((unsigned char *)local + struct_size, 0,
            local_size - (size_t)struct_size);

@@ -11,6 +11,7 @@
  * bounds. Exit status 0 when all checks pass; failures are printed to stderr.
  */
 #define _POSIX_C_SOURCE 200809L /* pthread_barrier_t */
+#define _DEFAULT_SOURCE          /* MAP_ANONYMOUS */
 
 #include <float.h>
 #include <inttypes.h>
@@ -20,6 +21,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "fused_ops.h"
 #include "harness.h"
@@ -649,6 +652,118 @@ static void test_errors_reduce_sum(void) {
                                 c->workspace_bytes, c->x, c->numel, c->dtype);
         expect_status(op, c->why, got, c->status, c->needle, c->needle2);
     }
+}
+
+/* ========================================================================
+ * The argument structs: struct_size and the NULL pointer, for every entry
+ * point that takes one. A struct whose struct_size is outside [the first
+ * version's size, the library's sizeof] is refused before anything else of
+ * it is read; one within is read only up to struct_size (every struct is in
+ * its first version, so the two bounds are equal today).
+ * ======================================================================== */
+
+static int64_t struct_query_bytes;
+
+static int call_relu_forward(const void *a) { return fo_bias_scale_relu_forward(a); }
+static int call_relu_backward(const void *a) { return fo_bias_scale_relu_backward(a); }
+static int call_relu_query(const void *a) {
+    return fo_bias_scale_relu_backward_workspace_bytes(a, &struct_query_bytes);
+}
+static int call_norm_forward(const void *a) { return fo_norm_forward(a); }
+static int call_norm_backward(const void *a) { return fo_norm_backward(a); }
+static int call_norm_query(const void *a) {
+    return fo_norm_backward_workspace_bytes(a, &struct_query_bytes);
+}
+
+typedef struct struct_entry {
+    const char *op;
+    int (*call)(const void *args);
+    const void *valid; /* a call that succeeds, struct_size = size */
+    size_t size;
+} struct_entry;
+
+/* A copy of the first `readable` bytes of `valid`, with struct_size set to
+ * `struct_size`, placed so that the next byte is in a page that cannot be
+ * read: a library reading past `readable` bytes crashes the test. */
+static int call_at_page_end(const struct_entry *e, unsigned char *page_end, size_t readable,
+                            int64_t struct_size) {
+    unsigned char *copy = page_end - readable;
+    memcpy(copy, e->valid, readable);
+    memcpy(copy, &struct_size, sizeof struct_size);
+    return e->call(copy);
+}
+
+static void test_struct_size(void) {
+    section("argument structs: struct_size and NULL");
+    const uintptr_t OUT = addr(&E_OUT), OUT2 = addr(&E_OUT2), IN = addr(&E_IN),
+                    IN2 = addr(&E_IN2);
+    const fo_bias_scale_relu_forward_args relu_fwd = {
+        .struct_size = sizeof relu_fwd, .device_type = CPU, .y = OUT, .mask = OUT2,
+        .x = IN, .x_row_stride = 4, .rows = 2, .cols = 4, .dtype = F32,
+        .bias_dtype = F32, .scale = 1.0};
+    const fo_bias_scale_relu_backward_args relu_bwd = {
+        .struct_size = sizeof relu_bwd, .device_type = CPU, .dx = OUT, .dy = IN,
+        .dy_row_stride = 4, .mask = IN2, .rows = 2, .cols = 4, .dtype = F32,
+        .bias_dtype = F32, .scale = 1.0};
+    const fo_norm_forward_args norm_fwd = {
+        .struct_size = sizeof norm_fwd, .device_type = CPU, .y = OUT, .x = IN,
+        .x_row_stride = 4, .param_dtype = F32, .rows = 2, .cols = 4, .dtype = F32,
+        .kind = FO_NORM_LAYER, .eps = 1e-5};
+    const fo_norm_backward_args norm_bwd = {
+        .struct_size = sizeof norm_bwd, .device_type = CPU, .dx = OUT, .dy = IN,
+        .dy_row_stride = 4, .h = IN2, .h_row_stride = 4, .h_dtype = F32, .mean = IN2,
+        .rstd = IN2, .param_dtype = F32, .rows = 2, .cols = 4, .dtype = F32,
+        .kind = FO_NORM_LAYER};
+    const struct_entry entries[] = {
+        {"fo_bias_scale_relu_forward", call_relu_forward, &relu_fwd, sizeof relu_fwd},
+        {"fo_bias_scale_relu_backward", call_relu_backward, &relu_bwd, sizeof relu_bwd},
+        {"fo_bias_scale_relu_backward_workspace_bytes", call_relu_query, &relu_bwd,
+         sizeof relu_bwd},
+        {"fo_norm_forward", call_norm_forward, &norm_fwd, sizeof norm_fwd},
+        {"fo_norm_backward", call_norm_backward, &norm_bwd, sizeof norm_bwd},
+        {"fo_norm_backward_workspace_bytes", call_norm_query, &norm_bwd, sizeof norm_bwd},
+    };
+    /* two pages, the second unreadable */
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    unsigned char *pages =
+        mmap(NULL, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (!CHECK(pages != MAP_FAILED && mprotect(pages + page, page, PROT_NONE) == 0,
+               "mmap/mprotect of a guard page failed"))
+        return;
+    unsigned char *page_end = pages + page;
+
+    for (size_t i = 0; i < COUNT(entries); i++) {
+        const struct_entry *e = &entries[i];
+        const int64_t size = (int64_t)e->size;
+        /* the whole struct, its last byte the page's last: accepted */
+        before_case();
+        int st = call_at_page_end(e, page_end, e->size, size);
+        CHECK(st == OK, "%s, struct_size = sizeof = %" PRId64 ": status %d (%s)", e->op, size,
+              st, fo_last_error());
+
+        before_case();
+        expect_status(e->op, "args NULL", e->call(NULL), INVALID, "args", "null");
+
+        /* refused sizes, each named in the message; nothing written */
+        const int64_t refused[] = {0, -1, 8, size - 8, size - 1, size + 1, size + 8,
+                                   INT64_MIN, INT64_MAX};
+        for (size_t k = 0; k < COUNT(refused); k++) {
+            char why[96], needle[64];
+            snprintf(why, sizeof why, "struct_size %" PRId64 " (sizeof is %" PRId64 ")",
+                     refused[k], size);
+            snprintf(needle, sizeof needle, "struct_size=%" PRId64 " ", refused[k]);
+            /* with all of the struct readable */
+            before_case();
+            expect_status(e->op, why, call_at_page_end(e, page_end, e->size, refused[k]),
+                          INVALID, needle, "sizeof(fo_");
+            /* with only struct_size itself readable: the refusal reads no more */
+            before_case();
+            expect_status(e->op, why,
+                          call_at_page_end(e, page_end, sizeof(int64_t), refused[k]),
+                          INVALID, needle, NULL);
+        }
+    }
+    munmap(pages, 2 * page);
 }
 
 /* ========================================================================
@@ -1502,6 +1617,7 @@ int main(void) {
     test_errors_square_forward();
     test_errors_square_backward();
     test_errors_reduce_sum();
+    test_struct_size();
     test_empty_operands();
     test_cuda_device();
 
