@@ -158,8 +158,11 @@ static void forward_rows(const void *ctx, int64_t r0, int64_t r1) {
     const int stats = fo_stats_dtype(a->dtype);
     for (int64_t r = r0; r < r1; r++) {
         const int64_t h_offset = a->residual ? r * cols : r * a->x_row_stride;
-        fo_lanes sum = fo_lanes_zero(), sum_squares = fo_lanes_zero();
-        /* h = dropout(x) + residual, rounded to its dtype, and its sums */
+        fo_lanes shifted_sum = fo_lanes_zero(), sum_squares = fo_lanes_zero();
+        double h0 = 0.0;
+        /* h = dropout(x) + residual, rounded to its dtype, and its sums:
+         * of squares, and of h - h[0], so the mean of a constant row is
+         * exactly its value (a sum of n copies of an fp64 value rounds) */
         for (int64_t c0 = 0; c0 < cols; c0 += CPU_CHUNK) {
             int64_t n = cols - c0 < CPU_CHUNK ? cols - c0 : CPU_CHUNK;
             if (a->residual) {
@@ -174,10 +177,12 @@ static void forward_rows(const void *ctx, int64_t r0, int64_t r1) {
                              a->residual_dtype);
             }
             fo_cpu_load(h, h_src, h_offset + c0, n, h_dtype);
-            fo_lanes_add(&sum, h, NULL, n);
             fo_lanes_add(&sum_squares, h, h, n);
+            if (c0 == 0) h0 = h[0];
+            for (int64_t i = 0; i < n; i++) h[i] -= h0;
+            fo_lanes_add(&shifted_sum, h, NULL, n);
         }
-        double mean = rms ? 0.0 : fo_lanes_total(&sum) / (double)cols;
+        double mean = rms ? 0.0 : h0 + fo_lanes_total(&shifted_sum) / (double)cols;
         double variance = fo_lanes_total(&sum_squares) / (double)cols;
         if (!rms) {
             /* a second pass: sum of squares about the mean, no cancellation */
@@ -231,15 +236,16 @@ static int backward_is_f32(const fo_norm_backward_params *a) {
            a->param_dtype == FO_DTYPE_F32 && a->dropout_p == 0.0;
 }
 
-/* The two row sums of the float32 backward, of wdy = dy * w and wdy * xhat,
- * as the generic path adds them (double terms in cpu_lanes.h's order), from
- * the floats themselves. Called with w either null or known not to be, so
- * each inlined copy vectorizes. */
-static inline void row_sums_f32(fo_lanes *sum_wdy, fo_lanes *sum_wdy_xhat,
+/* The two row sums of the float32 backward, of wdy - wdy0 (wdy = dy * w,
+ * wdy0 its first element) and wdy * xhat, as the generic path adds them
+ * (double terms in cpu_lanes.h's order), from the floats themselves. Called
+ * with w either null or known not to be, so each inlined copy vectorizes. */
+static inline void row_sums_f32(fo_lanes *shifted_sum_wdy,
+                                fo_lanes *sum_wdy_xhat,
                                 const float *restrict dy,
                                 const float *restrict w,
-                                const float *restrict h, double mean,
-                                double rstd, int64_t cols) {
+                                const float *restrict h, double wdy0,
+                                double mean, double rstd, int64_t cols) {
     double wdy[CPU_CHUNK], xhat[CPU_CHUNK];
     for (int64_t c0 = 0; c0 < cols; c0 += CPU_CHUNK) {
         const int64_t n = cols - c0 < CPU_CHUNK ? cols - c0 : CPU_CHUNK;
@@ -247,8 +253,9 @@ static inline void row_sums_f32(fo_lanes *sum_wdy, fo_lanes *sum_wdy_xhat,
             wdy[i] = w ? (double)dy[c0 + i] * w[c0 + i] : dy[c0 + i];
             xhat[i] = (h[c0 + i] - mean) * rstd;
         }
-        fo_lanes_add(sum_wdy, wdy, NULL, n);
         fo_lanes_add(sum_wdy_xhat, wdy, xhat, n);
+        for (int64_t i = 0; i < n; i++) wdy[i] -= wdy0;
+        fo_lanes_add(shifted_sum_wdy, wdy, NULL, n);
     }
 }
 
@@ -261,12 +268,16 @@ static void backward_row_f32(const fo_norm_backward_params *a, int64_t r) {
     const float *restrict w = a->weight;
     const double mean = rms ? 0.0 : ((const float *)a->mean)[r];
     const double rstd = ((const float *)a->rstd)[r];
+    /* mean(wdy) as wdy0 + mean(wdy - wdy0): exactly wdy0 where wdy is
+     * constant along the row, so that with xhat = 0 (a constant row) dx is
+     * exactly 0, not a rounding residue times rstd = 1 / sqrt(eps) */
+    const double wdy0 = w ? (double)dy[0] * w[0] : dy[0];
     fo_lanes s1 = fo_lanes_zero(), s2 = fo_lanes_zero();
     if (w)
-        row_sums_f32(&s1, &s2, dy, w, h, mean, rstd, cols);
+        row_sums_f32(&s1, &s2, dy, w, h, wdy0, mean, rstd, cols);
     else
-        row_sums_f32(&s1, &s2, dy, NULL, h, mean, rstd, cols);
-    const double mean_wdy = rms ? 0.0 : fo_lanes_total(&s1) / (double)cols;
+        row_sums_f32(&s1, &s2, dy, NULL, h, wdy0, mean, rstd, cols);
+    const double mean_wdy = rms ? 0.0 : wdy0 + fo_lanes_total(&s1) / (double)cols;
     const double mean_wdy_xhat = fo_lanes_total(&s2) / (double)cols;
     const float *restrict more =
         a->dresidual_out ? (const float *)a->dresidual_out + r * a->dresidual_out_row_stride : NULL;
@@ -305,17 +316,23 @@ static void backward_rows(const void *ctx, int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; r++) {
         const double mean = rms ? 0.0 : stat_at(a->mean, r, a->dtype);
         const double rstd = stat_at(a->rstd, r, a->dtype);
-        /* the two row sums of the gradient of a normalization */
-        fo_lanes sum_wdy = fo_lanes_zero(), sum_wdy_xhat = fo_lanes_zero();
+        /* the two row sums of the gradient of a normalization; the first
+         * of wdy - wdy[0], as in the float32 path (the mean of a constant
+         * wdy is then exactly it, and a constant row's dx exactly 0) */
+        fo_lanes shifted_sum_wdy = fo_lanes_zero(), sum_wdy_xhat = fo_lanes_zero();
+        double wdy0 = 0.0;
         for (int64_t c0 = 0; c0 < cols; c0 += CPU_CHUNK) {
             int64_t n = cols - c0 < CPU_CHUNK ? cols - c0 : CPU_CHUNK;
             load_weighted_dy(wdy, other, a, r, c0, n);
             fo_cpu_load(xhat, a->h, r * a->h_row_stride + c0, n, a->h_dtype);
             for (int64_t i = 0; i < n; i++) xhat[i] = (xhat[i] - mean) * rstd;
-            fo_lanes_add(&sum_wdy, wdy, NULL, n);
             fo_lanes_add(&sum_wdy_xhat, wdy, xhat, n);
+            if (c0 == 0) wdy0 = wdy[0];
+            for (int64_t i = 0; i < n; i++) wdy[i] -= wdy0;
+            fo_lanes_add(&shifted_sum_wdy, wdy, NULL, n);
         }
-        const double mean_wdy = rms ? 0.0 : fo_lanes_total(&sum_wdy) / (double)cols;
+        const double mean_wdy =
+            rms ? 0.0 : wdy0 + fo_lanes_total(&shifted_sum_wdy) / (double)cols;
         const double mean_wdy_xhat = fo_lanes_total(&sum_wdy_xhat) / (double)cols;
         for (int64_t c0 = 0; c0 < cols; c0 += CPU_CHUNK) {
             int64_t n = cols - c0 < CPU_CHUNK ? cols - c0 : CPU_CHUNK;

@@ -1380,6 +1380,131 @@ static void test_values(void) {
 }
 
 /* ========================================================================
+ * LayerNorm of a constant row: h - mean is exactly 0, so y is exactly the
+ * bias (0 without one) and, where dy * weight is constant along the row too,
+ * dx is exactly 0 (dresidual exactly dresidual_out), as in torch. With
+ * cols = 1 every row is constant and dy * weight is: dx = 0 for any values.
+ * A residue of the cancellation would be multiplied by rstd = 1/sqrt(eps).
+ * ======================================================================== */
+
+typedef struct constant_setup {
+    int dtype, param_dtype, residual_dtype; /* NO_RESIDUAL: none */
+    int64_t rows, cols;
+    double p; /* dropout: cols = 1 only (else h is not constant) */
+    int weight, bias, dres_out;
+} constant_setup;
+
+static void run_constant_rows(const constant_setup *s, uint64_t rng) {
+    const int dt = s->dtype, pd = s->param_dtype, sd = stats_dtype(dt);
+    const int has_res = s->residual_dtype != NO_RESIDUAL;
+    const int hd = has_res ? s->residual_dtype : dt;
+    const int64_t R = s->rows, C = s->cols, n = R * C;
+    char what[200];
+    snprintf(what, sizeof what,
+             "%s x, %s params, %s residual, %" PRId64 " x %" PRId64 ", p %g%s%s%s",
+             dtype_label(dt), dtype_label(pd), has_res ? dtype_label(hd) : "no", R, C, s->p,
+             s->weight ? ", weight" : "", s->bias ? ", bias" : "",
+             s->dres_out ? ", dresidual_out" : "");
+    guarded x = new_operand(dt, n, 0), res = new_operand(hd, n, 0),
+            w = new_operand(pd, C, 0), b = new_operand(pd, C, 0), dy = new_operand(dt, n, 0),
+            dro = new_operand(hd, n, 0), y = new_operand(dt, n, 0), ro = new_operand(hd, n, 0),
+            mean = new_operand(sd, R, 0), rstd = new_operand(sd, R, 0),
+            dx = new_operand(dt, n, 0), dres = new_operand(hd, n, 0);
+    /* one value a row for x, residual and dy (any values when cols = 1), one
+     * for the whole weight; the bias may vary along the row */
+    const double w_value = 0.5 + rng_uniform(&rng);
+    for (int64_t r = 0; r < R; r++) {
+        const double xv = 3.0 * rng_uniform(&rng), rv = rng_uniform(&rng),
+                     dyv = rng_uniform(&rng);
+        for (int64_t c = 0; c < C; c++) {
+            put(x.data, r * C + c, dt, C == 1 ? 3.0 * rng_uniform(&rng) : xv);
+            put(res.data, r * C + c, hd, C == 1 ? rng_uniform(&rng) : rv);
+            put(dy.data, r * C + c, dt, C == 1 ? rng_uniform(&rng) : dyv);
+            put(dro.data, r * C + c, hd, rng_uniform(&rng));
+        }
+    }
+    double *bias_values = calloc((size_t)C, sizeof(double));
+    for (int64_t c = 0; c < C && bias_values; c++) {
+        put(w.data, c, pd, C == 1 ? 0.5 + rng_uniform(&rng) : w_value);
+        put(b.data, c, pd, rng_uniform(&rng));
+        bias_values[c] = get(b.data, c, pd);
+    }
+    int st = norm_forward_call(CPU, 0, 0, addr(&y), has_res ? addr(&ro) : 0, addr(&mean),
+                               addr(&rstd), addr(&x), C, has_res ? addr(&res) : 0, C,
+                               has_res ? hd : dt, s->weight ? addr(&w) : 0,
+                               s->bias ? addr(&b) : 0, pd, R, C, dt, LAYER, 1e-5, s->p, 7, 11);
+    if (CHECK(st == OK && bias_values, "%s: forward status %d (%s)", what, st,
+              fo_last_error())) {
+        /* y = 0 * weight + bias: the bias's bits, a zero without one */
+        int64_t wrong = 0;
+        for (int64_t i = 0; i < n; i++) {
+            const uint64_t want = s->bias ? round_bits(bias_values[i % C], dt) : 0;
+            if (!same_value(get_bits(y.data, i, dt), want, dt) && ++wrong <= 3)
+                CHECK(0, "%s: y[%" PRId64 "] = %.17g, want %.17g exactly", what, i,
+                      get(y.data, i, dt), s->bias ? bias_values[i % C] : 0.0);
+        }
+        CHECK(wrong == 0, "%s: %" PRId64 " elements of y are not the bias exactly", what,
+              wrong);
+    }
+    st = norm_backward_call(CPU, 0, 0, addr(&dx), has_res ? addr(&dres) : 0, 0, 0, 0, 0,
+                            addr(&dy), C, s->dres_out ? addr(&dro) : 0, C,
+                            has_res ? addr(&ro) : addr(&x), C, hd, addr(&mean), addr(&rstd),
+                            s->weight ? addr(&w) : 0, pd, R, C, dt, LAYER, s->p, 7, 11);
+    if (CHECK(st == OK, "%s: backward status %d (%s)", what, st, fo_last_error())) {
+        /* the norm's part of dh is rstd * (0 - 0 * mean(dy * w * xhat)) = 0:
+         * dh is dresidual_out exactly, or 0 */
+        int64_t wrong = 0;
+        for (int64_t i = 0; i < n; i++) {
+            double dx_want = 0.0;
+            if (s->dres_out && mask_keeps(7, 11, s->p, i / C, i % C, C))
+                dx_want = s->p > 0.0 ? get(dro.data, i, hd) * (1.0 / (1.0 - s->p))
+                                     : get(dro.data, i, hd);
+            if (!same_value(get_bits(dx.data, i, dt), round_bits(dx_want, dt), dt) &&
+                ++wrong <= 3)
+                CHECK(0, "%s: dx[%" PRId64 "] = %.9g, want %.9g exactly", what, i,
+                      get(dx.data, i, dt), dx_want);
+            if (has_res) {
+                const uint64_t want = s->dres_out ? get_bits(dro.data, i, hd) : 0;
+                if (!same_value(get_bits(dres.data, i, hd), want, hd) && ++wrong <= 3)
+                    CHECK(0, "%s: dresidual[%" PRId64 "] = %.9g, want %.9g exactly", what, i,
+                          get(dres.data, i, hd), s->dres_out ? get(dro.data, i, hd) : 0.0);
+            }
+        }
+        CHECK(wrong == 0, "%s: %" PRId64 " gradients are not exact", what, wrong);
+    }
+    free(bias_values);
+    guarded *all[] = {&x, &res, &w, &b, &dy, &dro, &y, &ro, &mean, &rstd, &dx, &dres};
+    for (size_t i = 0; i < COUNT(all); i++)
+        guarded_free(all[i]);
+}
+
+static void test_constant_rows(void) {
+    section("LayerNorm of constant rows: y = bias and dx = 0 exactly");
+    static const int pairs[][2] = {{F32, F32}, {F16, F16}, {F16, F32}, {BF16, BF16},
+                                   {BF16, F32}, {F64, F64}};
+    /* several chunks and lanes, and sums of 0.1-like values that round */
+    static const int64_t widths[] = {1, 2, 3, 7, 255, 256, 1000, 4099, 70001};
+    uint64_t seed = 0x5eed;
+    for (size_t i = 0; i < COUNT(pairs); i++)
+        for (size_t k = 0; k < COUNT(widths); k++)
+            for (int variant = 0; variant < 4; variant++) {
+                const int dt = pairs[i][0], pd = pairs[i][1];
+                const int64_t C = widths[k];
+                /* 0: bias only; 1: weight only; 2: a residual, weight and
+                 * bias; 3: the same with an fp32 residual under a half x
+                 * and an incoming dresidual_out. Dropout where cols = 1. */
+                constant_setup s = {dt, pd, NO_RESIDUAL, C == 1 ? 5 : 3, C, 0.0,
+                                    variant != 0, variant != 1, 0};
+                if (variant >= 2) {
+                    s.residual_dtype = variant == 3 && pd == F32 && dt != F32 ? F32 : dt;
+                    s.dres_out = variant == 3;
+                    s.p = C == 1 ? 0.25 : 0.0;
+                }
+                run_constant_rows(&s, seed++);
+            }
+}
+
+/* ========================================================================
  * Empty operands: rows = 0 or cols = 0 writes nothing, except dweight and
  * dbias over no rows, which are sums of nothing: 0.
  * ======================================================================== */
@@ -1481,6 +1606,7 @@ int main(void) {
     test_philox();
     test_dropout_mask();
     test_values();
+    test_constant_rows();
     test_empty();
 
     for (int i = 0; i < NBUF; i++)
