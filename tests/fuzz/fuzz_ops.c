@@ -4,7 +4,8 @@
  *
  * Each input decodes into one call: an op (the nine entry points, or one of
  * the three *_workspace_bytes queries), its dtypes (invalid codes too), its
- * shape (0, negative, huge), the row strides of its inputs (dense, padded,
+ * shape (0, negative, huge), the struct_size of an argument struct (or a
+ * NULL struct), the row strides of its inputs (dense, padded,
  * 0, overlapping, negative, at the library's overflow limit, raw), which
  * optional operands are passed, how each address is made (an exact
  * allocation, one aligned only to the element, misaligned, null, or a
@@ -314,10 +315,122 @@ typedef struct call {
     uint64_t seed, offset;
     int64_t rows, cols; /* reduce_sum: 1 x numel */
     int64_t workspace_bytes;
+    int64_t struct_size; /* of the op's argument struct; 0 for the others */
+    int null_args;       /* pass NULL for the argument struct */
     operand o[MAX_OPERANDS];
     int count;
     verdict v;
 } call;
+
+/* ---- the argument structs ------------------------------------------------ */
+
+/* An address aligned for every dtype, for a query made before the operands
+ * are placed (never dereferenced: a query reads no operand). */
+#define PLACEHOLDER ((uintptr_t)64)
+
+/* The argument struct of a call from its fields and its operands' addresses
+ * (0 until place() gives them), with struct_size sizeof. */
+static fo_bias_scale_relu_forward_args relu_forward_struct(const call *c) {
+    const operand *o = c->o;
+    fo_bias_scale_relu_forward_args a = {
+        .struct_size = sizeof a, .device_type = c->device_type,
+        .device_index = c->device_index, .stream = c->stream, .y = o[RF_Y].address,
+        .mask = o[RF_MASK].address, .x = o[RF_X].address, .x_row_stride = o[RF_X].stride,
+        .bias = o[RF_BIAS].address, .rows = c->rows, .cols = c->cols, .dtype = c->dtype,
+        .bias_dtype = c->bias_dtype, .scale = c->scale};
+    return a;
+}
+
+static fo_bias_scale_relu_backward_args relu_backward_struct(const call *c) {
+    const operand *o = c->o;
+    fo_bias_scale_relu_backward_args a = {
+        .struct_size = sizeof a, .device_type = c->device_type,
+        .device_index = c->device_index, .stream = c->stream, .dx = o[RB_DX].address,
+        .dbias = o[RB_DBIAS].address, .workspace = o[RB_WS].address,
+        .workspace_bytes = c->workspace_bytes, .dy = o[RB_DY].address,
+        .dy_row_stride = o[RB_DY].stride, .mask = o[RB_MASK].address, .rows = c->rows,
+        .cols = c->cols, .dtype = c->dtype, .bias_dtype = c->bias_dtype,
+        .scale = c->scale};
+    return a;
+}
+
+static fo_norm_forward_args norm_forward_struct(const call *c) {
+    const operand *o = c->o;
+    fo_norm_forward_args a = {
+        .struct_size = sizeof a, .device_type = c->device_type,
+        .device_index = c->device_index, .stream = c->stream, .y = o[NF_Y].address,
+        .residual_out = o[NF_ROUT].address, .mean = o[NF_MEAN].address,
+        .rstd = o[NF_RSTD].address, .x = o[NF_X].address, .x_row_stride = o[NF_X].stride,
+        .residual = o[NF_RES].address, .residual_row_stride = o[NF_RES].stride,
+        .residual_dtype = c->residual_dtype, .weight = o[NF_W].address,
+        .bias = o[NF_B].address, .param_dtype = c->param_dtype, .rows = c->rows,
+        .cols = c->cols, .dtype = c->dtype, .kind = c->kind, .eps = c->eps,
+        .dropout_p = c->p, .seed = c->seed, .offset = c->offset};
+    return a;
+}
+
+static fo_norm_backward_args norm_backward_struct(const call *c) {
+    const operand *o = c->o;
+    fo_norm_backward_args a = {
+        .struct_size = sizeof a, .device_type = c->device_type,
+        .device_index = c->device_index, .stream = c->stream, .dx = o[NB_DX].address,
+        .dresidual = o[NB_DRES].address, .dweight = o[NB_DW].address,
+        .dbias = o[NB_DB].address, .workspace = o[NB_WS].address,
+        .workspace_bytes = c->workspace_bytes, .dy = o[NB_DY].address,
+        .dy_row_stride = o[NB_DY].stride, .dresidual_out = o[NB_DROUT].address,
+        .dresidual_out_row_stride = o[NB_DROUT].stride, .h = o[NB_H].address,
+        .h_row_stride = o[NB_H].stride, .h_dtype = c->h_dtype, .mean = o[NB_MEAN].address,
+        .rstd = o[NB_RSTD].address, .weight = o[NB_W].address,
+        .param_dtype = c->param_dtype, .rows = c->rows, .cols = c->cols, .dtype = c->dtype,
+        .kind = c->kind, .dropout_p = c->p, .seed = c->seed, .offset = c->offset};
+    return a;
+}
+
+/* Calls `entry` with a copy of the struct at `args` (`size` bytes) in an
+ * allocation of exactly the bytes struct_size says the caller has (at
+ * least its first field, at most `size`), with c->struct_size in it, or
+ * with NULL: AddressSanitizer reports a read past them. */
+static int call_with_struct(const call *c, const void *args, size_t size,
+                            int (*entry)(const void *, int64_t *), int64_t *bytes) {
+    if (c->null_args)
+        return entry(NULL, bytes);
+    size_t readable = size;
+    if (c->struct_size < (int64_t)size)
+        readable = c->struct_size < (int64_t)sizeof(int64_t) ? sizeof(int64_t)
+                                                             : (size_t)c->struct_size;
+    unsigned char *copy = malloc(readable);
+    if (!copy)
+        abort();
+    memcpy(copy, args, readable);
+    memcpy(copy, &c->struct_size, sizeof c->struct_size);
+    int status = entry(copy, bytes);
+    free(copy);
+    return status;
+}
+
+/* The entry points, each as call_with_struct's `entry` (bytes: queries only). */
+static int enter_relu_forward(const void *a, int64_t *bytes) {
+    (void)bytes;
+    return fo_bias_scale_relu_forward(a);
+}
+static int enter_relu_backward(const void *a, int64_t *bytes) {
+    (void)bytes;
+    return fo_bias_scale_relu_backward(a);
+}
+static int enter_relu_query(const void *a, int64_t *bytes) {
+    return fo_bias_scale_relu_backward_workspace_bytes(a, bytes);
+}
+static int enter_norm_forward(const void *a, int64_t *bytes) {
+    (void)bytes;
+    return fo_norm_forward(a);
+}
+static int enter_norm_backward(const void *a, int64_t *bytes) {
+    (void)bytes;
+    return fo_norm_backward(a);
+}
+static int enter_norm_query(const void *a, int64_t *bytes) {
+    return fo_norm_backward_workspace_bytes(a, bytes);
+}
 
 /* ---- decoding ----------------------------------------------------------- */
 
@@ -438,6 +551,28 @@ static int64_t take_workspace_bytes(input *in, int64_t needed) {
     return odd[b % COUNT(odd)];
 }
 
+/* struct_size of an argument struct of `size` bytes: mostly its sizeof,
+ * else a size the library must refuse (under the first version's, which is
+ * sizeof for every struct today, or over the library's), or a NULL struct. */
+static void take_struct_size(call *c, input *in, size_t size) {
+    const int64_t sizeof_args = (int64_t)size;
+    const int64_t odd[] = {sizeof_args - 8, sizeof_args + 8, sizeof_args - 1, 0, -1, 8,
+                           INT64_MAX,       INT64_MIN,       sizeof_args + 4096};
+    uint8_t b = u8(in);
+    c->struct_size = sizeof_args;
+    if (b < 232)
+        return;
+    if (b < 248)
+        c->struct_size = odd[b % COUNT(odd)];
+    else
+        c->null_args = 1;
+    if (c->null_args)
+        must_fail(&c->v, "a NULL argument struct");
+    else
+        must_fail(&c->v, "struct_size %" PRId64 " (sizeof %" PRId64 ")", c->struct_size,
+                  sizeof_args);
+}
+
 /* Adds operand `slot`: `passed` says whether the op's flags chose to pass it
  * (always, for a required one); the address mode may still make it null. */
 static operand *add(call *c, int slot, const char *name, int role, int dtype, int64_t rows,
@@ -510,6 +645,7 @@ static void decode_relu_forward(call *c, input *in) {
         in);
     add(c, RF_X, "x", IN, c->dtype, c->rows, c->cols, 1, 1, in);
     operand *bias = add(c, RF_BIAS, "bias", IN, c->bias_dtype, 1, c->cols, 0, flags & 2, in);
+    take_struct_size(c, in, sizeof(fo_bias_scale_relu_forward_args));
     judge_common(c);
     if (!isfinite(c->scale))
         must_fail(&c->v, "scale is not finite");
@@ -528,18 +664,26 @@ static void decode_relu_backward(call *c, input *in) {
     c->cols = take_extent(in, 300);
     c->scale = take_scale(in);
     uint8_t flags = u8(in);
-    int64_t needed = 0;
-    if (fo_bias_scale_relu_backward_workspace_bytes(c->device_type, c->rows, c->cols,
-                                                    c->dtype, &needed) != FO_OK)
-        needed = 0;
     add(c, RB_DX, "dx", OUT, c->dtype, c->rows, c->cols, 0, flags & 1, in);
     operand *dbias = add(c, RB_DBIAS, "dbias", OUT, c->bias_dtype, 1, c->cols, 0, flags & 2,
                          in);
+    /* the size the query gives for these gradients, before the operands
+     * have addresses: PLACEHOLDER for each one passed or required (on the
+     * CPU, the only device fuzzed, the addresses do not change it) */
+    fo_bias_scale_relu_backward_args query = relu_backward_struct(c);
+    query.dx = flags & 1 ? PLACEHOLDER : 0;
+    query.dbias = dbias->passed ? PLACEHOLDER : 0;
+    query.dy = query.mask = PLACEHOLDER;
+    query.dy_row_stride = c->cols;
+    int64_t needed = 0;
+    if (fo_bias_scale_relu_backward_workspace_bytes(&query, &needed) != FO_OK)
+        needed = 0;
     add_workspace(c, RB_WS, needed, dbias->passed, in);
     add(c, RB_DY, "dy", IN, c->dtype, c->rows, c->cols, 1, 1, in);
     operand *mask = add(c, RB_MASK, "mask", IN, MASK_BYTES, c->rows,
                         mask_row_bytes(c->cols), 1, 1, in);
     mask->stride = mask->cols; /* the forward pass wrote it dense */
+    take_struct_size(c, in, sizeof(fo_bias_scale_relu_backward_args));
     judge_common(c);
     if (!isfinite(c->scale))
         must_fail(&c->v, "scale is not finite");
@@ -637,6 +781,7 @@ static void decode_norm_forward(call *c, input *in) {
                        residual, in);
     operand *w = add(c, NF_W, "weight", IN, c->param_dtype, 1, c->cols, 0, flags & 2, in);
     operand *b = add(c, NF_B, "bias", IN, c->param_dtype, 1, c->cols, 0, bias, in);
+    take_struct_size(c, in, sizeof(fo_norm_forward_args));
     judge_norm_scalars(c);
     if (!(isfinite(c->eps) && c->eps > 0.0))
         must_fail(&c->v, "eps %g is not finite and > 0", c->eps);
@@ -679,14 +824,17 @@ static void decode_norm_backward(call *c, input *in) {
     operand *dw = add(c, NB_DW, "dweight", OUT, c->param_dtype, 1, c->cols, 0, flags & 4, in);
     operand *db = add(c, NB_DB, "dbias", OUT, c->param_dtype, 1, c->cols, 0,
                       (flags & 8) && (!rms || (flags & 128)), in);
-    /* the size for these gradients (the addresses are placed later: on the
-     * CPU, the only device fuzzed, they do not change it) */
+    /* the size the query gives for these gradients, before the operands
+     * have addresses: PLACEHOLDER for each one passed or required (on the
+     * CPU, the only device fuzzed, the addresses do not change it) */
+    fo_norm_backward_args query = norm_backward_struct(c);
+    query.dx = flags & 1 ? PLACEHOLDER : 0;
+    query.dweight = dw->passed ? PLACEHOLDER : 0;
+    query.dbias = db->passed ? PLACEHOLDER : 0;
+    query.dy = query.h = query.mean = query.rstd = PLACEHOLDER;
+    query.dy_row_stride = query.h_row_stride = c->cols;
     int64_t needed = 0;
-    if (fo_norm_backward_workspace_bytes(c->device_type, 0, (uintptr_t)(flags & 1), 0,
-                                         (uintptr_t)dw->passed, (uintptr_t)db->passed, 0,
-                                         c->cols, 0, c->cols, 0, c->cols, c->dtype, 0,
-                                         c->param_dtype, c->rows, c->cols, c->dtype,
-                                         &needed) != FO_OK)
+    if (fo_norm_backward_workspace_bytes(&query, &needed) != FO_OK)
         needed = 0;
     add_workspace(c, NB_WS, needed, dw->passed || db->passed, in);
     add(c, NB_DY, "dy", IN, c->dtype, c->rows, c->cols, 1, 1, in);
@@ -697,6 +845,7 @@ static void decode_norm_backward(call *c, input *in) {
     add(c, NB_RSTD, "rstd", IN, stats, c->rows, 1, 1, 1, in);
     operand *w = add(c, NB_W, "weight", IN, c->param_dtype, 1, c->cols, 0, flags & 32, in);
     c->o[NB_MEAN].stride = c->o[NB_RSTD].stride = 1;
+    take_struct_size(c, in, sizeof(fo_norm_backward_args));
     judge_norm_scalars(c);
     if (!companion_ok(c->h_dtype, c->dtype))
         must_fail(&c->v, "h_dtype %d", c->h_dtype);
@@ -717,16 +866,14 @@ static int invoke(const call *c) {
     int dev = c->device_type, idx = c->device_index;
     uintptr_t s = c->stream;
     switch (c->op) {
-    case RELU_FORWARD:
-        return fo_bias_scale_relu_forward(dev, idx, s, o[RF_Y].address, o[RF_MASK].address,
-                                          o[RF_X].address, o[RF_X].stride,
-                                          o[RF_BIAS].address, c->rows, c->cols, c->dtype,
-                                          c->bias_dtype, c->scale);
-    case RELU_BACKWARD:
-        return fo_bias_scale_relu_backward(
-            dev, idx, s, o[RB_DX].address, o[RB_DBIAS].address, o[RB_WS].address,
-            c->workspace_bytes, o[RB_DY].address, o[RB_DY].stride, o[RB_MASK].address,
-            c->rows, c->cols, c->dtype, c->bias_dtype, c->scale);
+    case RELU_FORWARD: {
+        const fo_bias_scale_relu_forward_args a = relu_forward_struct(c);
+        return call_with_struct(c, &a, sizeof a, enter_relu_forward, NULL);
+    }
+    case RELU_BACKWARD: {
+        const fo_bias_scale_relu_backward_args a = relu_backward_struct(c);
+        return call_with_struct(c, &a, sizeof a, enter_relu_backward, NULL);
+    }
     case SQUARE_FORWARD:
         return fo_square_forward(dev, idx, s, o[SF_Y].address, o[SF_X].address,
                                  o[SF_X].stride, c->rows, c->cols, c->dtype);
@@ -737,21 +884,14 @@ static int invoke(const call *c) {
     case REDUCE_SUM:
         return fo_reduce_sum(dev, idx, s, o[RS_OUT].address, o[RS_WS].address,
                              c->workspace_bytes, o[RS_X].address, c->cols, c->dtype);
-    case NORM_FORWARD:
-        return fo_norm_forward(dev, idx, s, o[NF_Y].address, o[NF_ROUT].address,
-                               o[NF_MEAN].address, o[NF_RSTD].address, o[NF_X].address,
-                               o[NF_X].stride, o[NF_RES].address, o[NF_RES].stride,
-                               c->residual_dtype, o[NF_W].address, o[NF_B].address,
-                               c->param_dtype, c->rows, c->cols, c->dtype, c->kind, c->eps,
-                               c->p, c->seed, c->offset);
-    case NORM_BACKWARD:
-        return fo_norm_backward(
-            dev, idx, s, o[NB_DX].address, o[NB_DRES].address, o[NB_DW].address,
-            o[NB_DB].address, o[NB_WS].address, c->workspace_bytes, o[NB_DY].address,
-            o[NB_DY].stride, o[NB_DROUT].address, o[NB_DROUT].stride, o[NB_H].address,
-            o[NB_H].stride, c->h_dtype, o[NB_MEAN].address, o[NB_RSTD].address,
-            o[NB_W].address, c->param_dtype, c->rows, c->cols, c->dtype, c->kind, c->p,
-            c->seed, c->offset);
+    case NORM_FORWARD: {
+        const fo_norm_forward_args a = norm_forward_struct(c);
+        return call_with_struct(c, &a, sizeof a, enter_norm_forward, NULL);
+    }
+    case NORM_BACKWARD: {
+        const fo_norm_backward_args a = norm_backward_struct(c);
+        return call_with_struct(c, &a, sizeof a, enter_norm_backward, NULL);
+    }
     case SWIGLU_FORWARD:
         return fo_swiglu_forward(dev, idx, s, o[GF_Y].address, o[GF_GATE].address,
                                  o[GF_GATE].stride, o[GF_UP].address, o[GF_UP].stride,
@@ -890,11 +1030,12 @@ static void describe(const call *c) {
     append(&used,
            "%s device %d/%d rows %" PRId64 " cols %" PRId64 " dtype %d bias_dtype %d "
            "param_dtype %d residual_dtype %d h_dtype %d kind %d scale %a eps %a p %a "
-           "seed %" PRIu64 " offset %" PRIu64 " workspace_bytes %" PRId64 " wild %d; "
-           "model: %s%s",
+           "seed %" PRIu64 " offset %" PRIu64 " workspace_bytes %" PRId64 " wild %d "
+           "struct_size %" PRId64 "%s; model: %s%s",
            op_names[c->op], c->device_type, c->device_index, c->rows, c->cols, c->dtype,
            c->bias_dtype, c->param_dtype, c->residual_dtype, c->h_dtype, c->kind,
            (double)c->scale, c->eps, c->p, c->seed, c->offset, c->workspace_bytes, c->wild,
+           c->struct_size, c->null_args ? " (NULL struct)" : "",
            c->v.level == PASS ? "must succeed" : c->v.level == FAIL ? "must fail: " : "either",
            c->v.level == FAIL ? c->v.why : "");
     for (int i = 0; i < c->count; i++) {
@@ -1360,13 +1501,19 @@ static void run_call(call *c, input *in) {
 }
 
 /* The three *_workspace_bytes queries: a valid query succeeds with a size
- * >= 0; an invalid one fails and leaves *bytes alone. */
+ * >= 0; an invalid one fails and leaves *bytes alone. The two that take the
+ * backward's argument struct get one of a valid call but for the fuzzed
+ * device, shape, dtype and struct_size (their other checks are the call's,
+ * fuzzed with the call). */
 static void run_query(call *c, input *in) {
     int which = u8(in) % 3;
     c->rows = take_extent(in, 17);
     c->cols = which == 1 ? 1 : take_extent(in, 300);
     c->dtype = take_dtype(in);
     int null_bytes = u8(in) >= 240;
+    if (which != 1)
+        take_struct_size(c, in, which == 0 ? sizeof(fo_bias_scale_relu_backward_args)
+                                           : sizeof(fo_norm_backward_args));
     int64_t numel = c->rows; /* fo_reduce_sum_workspace_bytes takes numel */
     if (c->device_type != FO_DEVICE_CPU)
         must_fail(&c->v, "device_type %d (a CPU-only build)", c->device_type);
@@ -1382,15 +1529,17 @@ static void run_query(call *c, input *in) {
         must_fail(&c->v, "bytes is a null pointer");
     int64_t elements;
     if (c->v.level != FAIL && (__builtin_mul_overflow(c->rows, c->cols, &elements) ||
-                               elements > INT64_MAX / 16))
-        may_fail(&c->v); /* a size no operand can have */
+                               elements > INT64_MAX / 16 || c->rows > INT64_MAX / 16))
+        may_fail(&c->v); /* a size no operand (dy, h, mean, ...) can have */
     static const char *const names[] = {"fo_bias_scale_relu_backward_workspace_bytes",
                                         "fo_reduce_sum_workspace_bytes",
                                         "fo_norm_backward_workspace_bytes"};
     snprintf(call_text, sizeof call_text,
-             "%s device %d rows/numel %" PRId64 " cols %" PRId64 " dtype %d bytes %s; model: %s%s",
+             "%s device %d rows/numel %" PRId64 " cols %" PRId64 " dtype %d bytes %s "
+             "struct_size %" PRId64 "%s; model: %s%s",
              names[which], c->device_type, c->rows, c->cols, c->dtype,
-             null_bytes ? "null" : "given",
+             null_bytes ? "null" : "given", c->struct_size,
+             c->null_args ? " (NULL struct)" : "",
              c->v.level == PASS ? "must succeed" : c->v.level == FAIL ? "must fail: " : "either",
              c->v.why);
     if (print_calls)
@@ -1399,14 +1548,27 @@ static void run_query(call *c, input *in) {
     const int64_t canary = (int64_t)0x5A5A5A5A5A5A5A5A;
     if (bytes)
         *bytes = canary;
-    int status = which == 0 ? fo_bias_scale_relu_backward_workspace_bytes(
-                                  c->device_type, c->rows, c->cols, c->dtype, bytes)
-                 : which == 1 ? fo_reduce_sum_workspace_bytes(c->device_type, numel, c->dtype,
-                                                              bytes)
-                              : fo_norm_backward_workspace_bytes(
-                                    c->device_type, 0, 0, 0, 1, (uintptr_t)(c->rows & 1), 0,
-                                    c->cols, 0, c->cols, 0, c->cols, c->dtype, 0, c->dtype,
-                                    c->rows, c->cols, c->dtype, bytes);
+    int status;
+    if (which == 0) {
+        fo_bias_scale_relu_backward_args a = relu_backward_struct(c);
+        a.dbias = PLACEHOLDER;
+        a.dy = a.mask = PLACEHOLDER;
+        a.dy_row_stride = c->cols;
+        a.bias_dtype = c->dtype;
+        a.scale = 1.0;
+        status = call_with_struct(c, &a, sizeof a, enter_relu_query, bytes);
+    } else if (which == 1) {
+        status = fo_reduce_sum_workspace_bytes(c->device_type, numel, c->dtype, bytes);
+    } else {
+        fo_norm_backward_args a = norm_backward_struct(c);
+        a.dweight = PLACEHOLDER;
+        a.dbias = c->rows & 1 ? PLACEHOLDER : 0;
+        a.dy = a.h = a.mean = a.rstd = PLACEHOLDER;
+        a.dy_row_stride = a.h_row_stride = c->cols;
+        a.h_dtype = a.param_dtype = c->dtype;
+        a.kind = FO_NORM_LAYER;
+        status = call_with_struct(c, &a, sizeof a, enter_norm_query, bytes);
+    }
     if (status != FO_OK) {
         if (c->v.level == PASS)
             fail("a valid query failed: status %d: %s", status, fo_last_error());
