@@ -279,6 +279,11 @@ typedef struct fo_norm_forward_args {
 
 FO_API int fo_norm_forward(const fo_norm_forward_args *args);
 
+/* @return how many Philox counters a dropout mask over rows x cols takes
+ * (rows * 2 * ceil(cols / 8)): a caller that hands out (seed, offset) pairs
+ * from one stream advances the offset by this much a call. */
+FO_API uint64_t fo_norm_dropout_counters(int64_t rows, int64_t cols);
+
 /*
  * Gradients of fo_norm_forward, from what it saved:
  *   dh        = d norm(h) / dh applied to dy, plus dresidual_out if given

@@ -91,9 +91,9 @@ def opcheck_samples(device):
         (ops.square, (x,)),
         (ops.swiglu, (x, residual)),
         (ops.reduce_sum, (x,)),
-        (ops.norm, (x, None, weight, bias, fo.normalization.LAYER, 1e-5, 0.0, 24, none)),
-        (ops.norm, (x, residual, weight, None, fo.normalization.RMS, 1e-6, 0.0, 24, none)),
-        (ops.norm, (x, residual, weight, bias, fo.normalization.LAYER, 1e-5, 0.25, 24, seed)),
+        (ops.norm, (x, None, weight, bias, fo.normalization.LAYER, 1e-5, 0.0, [24], none)),
+        (ops.norm, (x, residual, weight, None, fo.normalization.RMS, 1e-6, 0.0, [24], none)),
+        (ops.norm, (x, residual, weight, bias, fo.normalization.LAYER, 1e-5, 0.25, [24], seed)),
     ]
 
 

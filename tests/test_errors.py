@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import fused_ops_py as fo
-from fused_ops_py._ffi import check, lib
+from fused_ops_py._ffi import check, ffi, lib
 from conftest import requires_gpu
 
 
@@ -27,8 +27,8 @@ def cases(d):
         (lambda: fo.relu(torch.ones(3, dtype=torch.uint8, device=d)), TypeError, ["relu", "uint8"]),
         (lambda: fo.fused_bias_scale_relu(X, torch.randn(7, device=d)), ValueError, ["fused_bias_scale_relu", "bias", "(7,)", "(8,)"]),
         (lambda: fo.fused_bias_scale_relu(X, torch.randn(2, 8, device=d)), ValueError, ["bias", "(2, 8)"]),
-        (lambda: fo.fused_bias_scale_relu(X, B.double()), TypeError, ["bias", "torch.float64", "torch.float32"]),
-        (lambda: fo.fused_bias_scale_relu(X.half(), B.bfloat16()), TypeError, ["bias", "torch.bfloat16"]),
+        (lambda: fo.fused_bias_scale_relu(X, B.double()), TypeError, ["fo_bias_scale_relu_forward", "bias dtype float64", "x dtype float32"]),
+        (lambda: fo.fused_bias_scale_relu(X.half(), B.bfloat16()), TypeError, ["bias dtype bfloat16", "x dtype float16"]),
         (lambda: fo.fused_bias_scale_relu(X, B.int()), TypeError, ["bias", "torch.int32"]),
         (lambda: fo.fused_bias_scale_relu(X, "bias"), TypeError, ["bias", "str"]),
         (lambda: fo.fused_bias_scale_relu(X, B, float("nan")), ValueError, ["scale", "nan"]),
@@ -41,23 +41,23 @@ def cases(d):
         (lambda: fo.fused_layer_norm(X, torch.randn(7, device=d)), ValueError, ["fused_layer_norm", "(7,)", "(4, 8)"]),
         (lambda: fo.fused_layer_norm(X, W, torch.randn(9, device=d)), ValueError, ["bias", "(9,)", "(8,)"]),
         (lambda: fo.fused_layer_norm(X, normalized_shape=(3, 8)), ValueError, ["(3, 8)", "(4, 8)"]),
-        (lambda: fo.fused_layer_norm(X, eps=0.0), ValueError, ["eps=0.0"]),
+        (lambda: fo.fused_layer_norm(X, eps=0.0), ValueError, ["fo_norm_forward", "eps=0 "]),
         (lambda: fo.fused_layer_norm(X, eps=-1e-5), ValueError, ["eps=-1e-05"]),
         (lambda: fo.fused_rms_norm(X, eps=float("nan")), ValueError, ["eps=nan"]),
         (lambda: fo.fused_rms_norm(X, eps=float("inf")), ValueError, ["eps=inf"]),
-        (lambda: fo.fused_layer_norm(X, W.double()), TypeError, ["weight", "torch.float64"]),
+        (lambda: fo.fused_layer_norm(X, W.double()), TypeError, ["param_dtype float64", "dtype float32"]),
         (lambda: fo.fused_layer_norm(X.half(), W.float(), W.half()), TypeError, ["bias", "torch.float16"]),
         (lambda: fo.fused_layer_norm(X.int()), TypeError, ["x", "torch.int32"]),
         (lambda: fo.fused_rms_norm(X.to(torch.complex64)), TypeError, ["x", "complex64"]),
         (lambda: fo.fused_rms_norm(torch.tensor(1.0, device=d)), ValueError, ["fused_rms_norm", "()"]),
         (lambda: fo.fused_add_layer_norm(X, torch.randn(4, 9, device=d)), ValueError, ["residual", "(4, 9)", "(4, 8)"]),
-        (lambda: fo.fused_add_layer_norm(X, R.double()), TypeError, ["residual", "torch.float64"]),
-        (lambda: fo.fused_add_layer_norm(X, R, dropout_p=1.0), ValueError, ["dropout_p=1.0", "[0, 1)"]),
+        (lambda: fo.fused_add_layer_norm(X, R.double()), TypeError, ["residual_dtype float64", "dtype float32"]),
+        (lambda: fo.fused_add_layer_norm(X, R, dropout_p=1.0), ValueError, ["dropout_p=1 ", "[0, 1)"]),
         (lambda: fo.fused_add_rms_norm(X, R, dropout_p=-0.1), ValueError, ["dropout_p=-0.1"]),
         (lambda: fo.fused_add_rms_norm(X, R, dropout_p=float("nan")), ValueError, ["dropout_p=nan"]),
         (lambda: fo.fused_add_rms_norm(X, R, dropout_p="0.1"), TypeError, ["dropout_p", "str"]),
         (lambda: fo.FusedLayerNorm(8).to(d)(torch.randn(3, 5, device=d)), ValueError, ["(8,)", "(3, 5)"]),
-        (lambda: fo.FusedRMSNorm(8, eps=0.0).to(d)(X), ValueError, ["eps=0.0"]),
+        (lambda: fo.FusedRMSNorm(8, eps=0.0).to(d)(X), ValueError, ["eps=0 "]),
         (lambda: fo.fused_swiglu(X, torch.randn(4, 9, device=d)), ValueError, ["fused_swiglu", "(4, 9)"]),
         (lambda: fo.fused_swiglu(X, R.half()), TypeError, ["up", "torch.float16"]),
         (lambda: fo.fused_swiglu(X.int(), R), TypeError, ["gate", "int32"]),
@@ -84,6 +84,16 @@ def test_bad_input(case, device):
                                    torch.tensor([0.0, 2.0]))
 
 
+def relu_args(**fields):
+    """A CPU fo_bias_scale_relu_forward_args of one row and one column."""
+    args = ffi.new("fo_bias_scale_relu_forward_args *")
+    args.struct_size = ffi.sizeof("fo_bias_scale_relu_forward_args")
+    args.device_type, args.rows, args.cols, args.x_row_stride, args.scale = lib.FO_DEVICE_CPU, 1, 1, 1, 1.0
+    for name, value in fields.items():
+        setattr(args, name, value)
+    return args
+
+
 @pytest.mark.parametrize(
     "call, exception, words",
     [
@@ -95,8 +105,12 @@ def test_bad_input(case, device):
          ValueError, ["rows=-1"]),
         (lambda: lib.fo_square_forward(lib.FO_DEVICE_CPU, 0, 0, 16, 0, 1, 1, 1, 0),
          ValueError, ["x is a null address"]),
-        (lambda: lib.fo_bias_scale_relu_forward(lib.FO_DEVICE_CPU, 0, 0, 16, 0, 16, 1, 0, 1, 1, 3, 0, 1.0),
+        (lambda: lib.fo_bias_scale_relu_forward(relu_args(y=16, x=16, bias=16, dtype=3, bias_dtype=0)),
          TypeError, ["bias dtype float32", "x dtype float64"]),
+        (lambda: lib.fo_bias_scale_relu_forward(relu_args(y=16, x=16, scale=float("nan"))),
+         ValueError, ["scale=nan"]),
+        (lambda: lib.fo_bias_scale_relu_forward(relu_args(struct_size=7)),
+         ValueError, ["struct_size=7"]),
     ],
 )
 def test_library_statuses_become_exceptions(call, exception, words):

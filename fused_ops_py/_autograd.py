@@ -1,0 +1,189 @@
+"""Autograd for every op: what forward saves and how backward turns it into
+gradients. Each op has one `*_save(ctx, ...)` and one `*_grads(backward,
+ctx, ...)`: the eager autograd.Functions here use them with the raw calls,
+and the torch.library registration (_ops.py) uses the very same two with its
+registered backward op, so both paths save the same state.
+
+Everything goes through save_for_backward, so saved-tensor hooks
+(offloading, checkpointing) see all of it."""
+
+import torch
+
+from . import _calls
+
+
+# the norm family ------------------------------------------------------------------
+
+
+def norm_save(ctx, x, residual, residual_out, stats, weight, bias, kind, dropout_p, cols, seed_offset):
+    """Saves h (x, or residual_out, which the caller keeps anyway), the
+    packed statistics and the parameters. The dropout mask is never stored:
+    backward regenerates it from seed_offset (ints in eager mode, a tensor
+    under torch.compile, which is saved as a tensor)."""
+    h = residual_out if residual is not None else x
+    if isinstance(seed_offset, torch.Tensor):
+        ctx.save_for_backward(h, stats, weight, bias, seed_offset)
+        seed_offset = None
+    else:
+        ctx.save_for_backward(h, stats, weight, bias)
+    ctx.norm = (kind, dropout_p, cols, x.dtype, residual is not None, seed_offset)
+
+
+def norm_grads(backward, ctx, dy, dresidual_out):
+    """(dx, dresidual, dweight, dbias) for inputs (x, residual, weight,
+    bias, ...), from backward(dy, dresidual_out, h, stats, weight, bias,
+    kind, dropout_p, cols, seed_offset, x_dtype, has_residual, want_x,
+    want_residual, want_weight, want_bias), which gives an unwanted gradient
+    as None or as an empty tensor."""
+    saved = ctx.saved_tensors
+    h, stats, weight, bias = saved[:4]
+    kind, dropout_p, cols, x_dtype, has_residual, seed_offset = ctx.norm
+    if len(saved) > 4:
+        seed_offset = saved[4]
+    want_x, want_residual, want_weight, want_bias = ctx.needs_input_grad[:4]
+    want_residual = has_residual and want_residual
+    want_weight = weight is not None and want_weight
+    want_bias = bias is not None and want_bias
+    if dy is None:  # only residual_out was used
+        dy = torch.zeros(h.shape, dtype=x_dtype, device=h.device)
+    grads = backward(dy, dresidual_out if has_residual else None, h, stats, weight, bias, kind,
+                     dropout_p, cols, seed_offset, x_dtype, has_residual,
+                     want_x, want_residual, want_weight, want_bias)
+    wanted = (want_x, want_residual, want_weight, want_bias)
+    return tuple(g if want else None for g, want in zip(grads, wanted))
+
+
+def _norm_backward_sharing_dx(*args):
+    """The raw backward, with dx the very tensor dresidual is when their
+    values agree (eager autograd may hand one tensor to two inputs; a
+    registered op may not)."""
+    return _calls.norm_backward(*args, share_dx=True)
+
+
+class NormFunction(torch.autograd.Function):
+    """apply(x, residual, weight, bias, config), config = (fn, kind, eps,
+    dropout_p, normalized_shape): the fewest arguments, since apply costs
+    0.2 us an argument. Returns (y, residual_out)."""
+
+    @staticmethod
+    def forward(ctx, x, residual, weight, bias, config):
+        fn, kind, eps, dropout_p, normalized_shape = config
+        y, residual_out, stats, seed_offset, cols = _calls.norm_forward(
+            fn, kind, x, residual, weight, bias, eps, dropout_p, normalized_shape, True,
+        )
+        norm_save(ctx, x, residual, residual_out, stats, weight, bias, kind, dropout_p, cols, seed_offset)
+        if residual is None:
+            return y
+        # an unused output gets None, not a zero tensor: norm_grads makes
+        # the zeros of an unused y itself
+        ctx.set_materialize_grads(False)
+        return y, residual_out
+
+    @staticmethod
+    def backward(ctx, dy, dresidual_out=None):
+        return (*norm_grads(_norm_backward_sharing_dx, ctx, dy, dresidual_out), None)
+
+
+# relu(x * scale + bias) and relu ------------------------------------------------------
+
+
+def bias_scale_relu_save(ctx, bias, scale, mask):
+    ctx.save_for_backward(mask)
+    ctx.bias_scale_relu = (scale, None if bias is None else bias.dtype)
+
+
+def bias_scale_relu_grads(backward, ctx, dy):
+    """(dx, dbias) from backward(dy, mask, scale, want_dx, bias_dtype or None)."""
+    (mask,) = ctx.saved_tensors
+    scale, bias_dtype = ctx.bias_scale_relu
+    wants = ctx.needs_input_grad
+    want_bias = bias_dtype is not None and len(wants) > 1 and wants[1]
+    dx, dbias = backward(dy, mask, scale, wants[0], bias_dtype if want_bias else None)
+    return dx if wants[0] else None, dbias if want_bias else None
+
+
+class BiasScaleReLUFunction(torch.autograd.Function):
+    """apply(x, bias, scale), or apply(x) for relu."""
+
+    @staticmethod
+    def forward(ctx, x, bias=None, scale=1.0):
+        y, mask = _calls.bias_scale_relu_forward(x, bias, scale, want_mask=True)
+        bias_scale_relu_save(ctx, bias, scale, mask)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        dx, dbias = bias_scale_relu_grads(_calls.bias_scale_relu_backward, ctx, dy)
+        return (dx, dbias, None)[:len(ctx.needs_input_grad)]
+
+
+# square ---------------------------------------------------------------------------
+
+
+def square_save(ctx, x):
+    ctx.save_for_backward(x)
+
+
+def square_grads(backward, ctx, dy):
+    (x,) = ctx.saved_tensors
+    return backward(dy, x)
+
+
+class SquareFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        square_save(ctx, x)
+        return _calls.square_forward(x)
+
+    @staticmethod
+    def backward(ctx, dy):
+        return square_grads(_calls.square_backward, ctx, dy)
+
+
+# reduce_sum -----------------------------------------------------------------------
+
+
+def reduce_sum_save(ctx, x):
+    ctx.input_shape = x.shape
+
+
+def reduce_sum_grads(ctx, dy):
+    # every element gets dy: an expanded view, as torch.sum's backward
+    return dy.expand(ctx.input_shape)
+
+
+class ReduceSumFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        reduce_sum_save(ctx, x)
+        return _calls.reduce_sum(x)
+
+    @staticmethod
+    def backward(ctx, dy):
+        return reduce_sum_grads(ctx, dy)
+
+
+# swiglu ---------------------------------------------------------------------------
+
+
+def swiglu_save(ctx, gate, up):
+    ctx.save_for_backward(gate, up)
+
+
+def swiglu_grads(backward, ctx, dy):
+    """(dgate, dup) from backward(dy, gate, up, want_gate, want_up)."""
+    gate, up = ctx.saved_tensors
+    want_gate, want_up = ctx.needs_input_grad[:2]
+    dgate, dup = backward(dy, gate, up, want_gate, want_up)
+    return dgate if want_gate else None, dup if want_up else None
+
+
+class SwiGLUFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, gate, up):
+        swiglu_save(ctx, gate, up)
+        return _calls.swiglu_forward(gate, up)
+
+    @staticmethod
+    def backward(ctx, dy):
+        return swiglu_grads(_calls.swiglu_backward, ctx, dy)

@@ -1,0 +1,427 @@
+"""The raw calls: one function per op and direction that takes tensors,
+allocates the outputs, makes the one foreign call and raises on a bad
+status. No autograd here.
+
+What depends only on a call's signature (shapes, strides, dtypes, device,
+the scalar arguments) is worked out once and kept: the rows x cols view and
+an argument struct filled with everything but the addresses and the stream.
+A call then copies that struct, writes its addresses and calls."""
+
+import math
+
+import torch
+
+from . import _args
+from ._args import DTYPE_CODES, as_rows, dense_like, device_args
+from ._ffi import SYNC, ffi, finish, lib
+
+LAYER, RMS = lib.FO_NORM_LAYER, lib.FO_NORM_RMS
+
+_NORM_FORWARD = ffi.typeof("fo_norm_forward_args *")
+_NORM_BACKWARD = ffi.typeof("fo_norm_backward_args *")
+_RELU_FORWARD = ffi.typeof("fo_bias_scale_relu_forward_args *")
+_RELU_BACKWARD = ffi.typeof("fo_bias_scale_relu_backward_args *")
+_BYTES = ffi.typeof("int64_t *")
+
+# signatures seen, each with its prepared call; a bound keeps a process that
+# sees endless shapes (dynamic batch sizes) from growing without end
+_MAX_SIGNATURES = 4096
+
+
+def _remember(cache, key, value):
+    if len(cache) >= _MAX_SIGNATURES:
+        cache.clear()
+    cache[key] = value
+    return value
+
+
+def _struct(ctype, device, **fields):
+    """A struct of `ctype` with its size, device and the given fields."""
+    s = ffi.new(ctype)
+    s.struct_size = ffi.sizeof(ctype.item)
+    s.device_type, s.device_index = device[0], device[1]
+    for name, value in fields.items():
+        setattr(s, name, value)
+    return s
+
+
+def stats_dtype(dtype):
+    """Norm statistics are fp32, fp64 for fp64."""
+    return torch.float64 if dtype is torch.float64 else torch.float32
+
+
+# the norm family --------------------------------------------------------------
+#
+# Statistics go in one buffer: rows rstds, then rows means (LayerNorm only),
+# one allocation and one saved tensor.
+
+
+def check_norm(fn, x, residual, weight, bias, normalized_shape):
+    """What only Python can see of a norm's arguments; returns
+    normalized_shape as a tuple (default: weight's shape, else x's last
+    dimension)."""
+    _args.check_tensor(fn, "x", x)
+    if normalized_shape is None:
+        normalized_shape = tuple(weight.shape) if isinstance(weight, torch.Tensor) else tuple(x.shape[-1:])
+    elif isinstance(normalized_shape, int):
+        normalized_shape = (normalized_shape,)
+    else:
+        normalized_shape = tuple(normalized_shape)
+    if x.dim() == 0 or not normalized_shape or tuple(x.shape[x.dim() - len(normalized_shape):]) != normalized_shape:
+        raise ValueError(
+            f"{fn}: normalized_shape {normalized_shape} must be the trailing dimensions of "
+            f"x, which has shape {tuple(x.shape)}"
+        )
+    for name, value in (("weight", weight), ("bias", bias)):
+        if value is not None:
+            _args.check_companion(fn, name, value, x)
+            if value.shape != normalized_shape:
+                raise ValueError(
+                    f"{fn}: {name} has shape {tuple(value.shape)} but normalized_shape is {normalized_shape}"
+                )
+    if weight is not None and bias is not None and weight.dtype != bias.dtype:
+        raise TypeError(f"{fn}: weight has dtype {weight.dtype} but bias has dtype {bias.dtype}; they must match")
+    if residual is not None:
+        _args.check_companion(fn, "residual", residual, x)
+        _args.check_same_shape(fn, "residual", residual, x)
+    return normalized_shape
+
+
+def _norm_forward_plan(fn, kind, x, residual, weight, bias, eps, dropout_p, normalized_shape):
+    """(template struct, rows, cols, x is used as it is) for a signature."""
+    cols = math.prod(check_norm(fn, x, residual, weight, bias, normalized_shape))
+    eps = _args.check_number(fn, "eps", eps)
+    dropout_p = _args.check_number(fn, "dropout_p", dropout_p)
+    _, rows, _, x_stride = as_rows(x, cols)
+    code = DTYPE_CODES[x.dtype]
+    param = weight if weight is not None else bias
+    residual_stride, residual_code = 0, code
+    if residual is not None:
+        residual_stride, residual_code = as_rows(residual, cols)[3], DTYPE_CODES[residual.dtype]
+    template = _struct(
+        _NORM_FORWARD, (lib.FO_DEVICE_CUDA if x.is_cuda else lib.FO_DEVICE_CPU, max(x.get_device(), 0)),
+        x_row_stride=x_stride, residual_row_stride=residual_stride, residual_dtype=residual_code,
+        param_dtype=DTYPE_CODES[param.dtype] if param is not None else code,
+        rows=rows, cols=cols, dtype=code, kind=kind, eps=eps, dropout_p=dropout_p,
+    )
+    return template, rows, cols, x.is_contiguous() and (residual is None or residual.is_contiguous())
+
+
+_norm_forward_plans = {}
+
+
+def norm_forward(fn, kind, x, residual, weight, bias, eps, dropout_p, normalized_shape,
+                 save_stats, seed_offset=None):
+    """(y, residual_out or None, stats or None, seed_offset or None, cols):
+    the forward pass; stats (for backward) only when save_stats. The dropout
+    stream is seed_offset when given (a (seed, offset) pair: ints, or an
+    int64 tensor under torch.compile), else drawn from torch's generator of
+    x's device."""
+    try:
+        # only float scalars are remembered: True == 1 == 1.0 as keys
+        if type(eps) is not float or type(dropout_p) is not float:
+            raise TypeError
+        key = (kind, x.shape, x.stride(), x.dtype, x.device, eps, dropout_p, normalized_shape,
+               None if weight is None else (weight.shape, weight.dtype, weight.device),
+               None if bias is None else (bias.shape, bias.dtype, bias.device),
+               None if residual is None else (residual.shape, residual.stride(), residual.dtype,
+                                              residual.device))
+        plan = _norm_forward_plans.get(key)
+    except (AttributeError, TypeError):  # not tensors, or unhashable arguments
+        key = plan = None
+    if plan is None:
+        plan = _norm_forward_plan(fn, kind, x, residual, weight, bias, eps, dropout_p, normalized_shape)
+        if key is not None:
+            _remember(_norm_forward_plans, key, plan)
+    template, rows, cols, dense = plan
+    a = ffi.new(_NORM_FORWARD, template[0])
+    if x.is_cuda:
+        a.stream = _args.cuda_stream(template.device_index)
+    else:
+        _args.sync_cpu_threads()
+    if dense:
+        y = torch.empty_like(x)
+        x_rows, residual_rows = x, residual
+    else:  # views, or copies where no view has dense rows: kept alive until the call returns
+        y = dense_like(x)
+        x_rows = as_rows(x, cols)[0]
+        residual_rows = as_rows(residual, cols)[0] if residual is not None else None
+    a.x = x_rows.data_ptr()
+    a.y = y.data_ptr()
+    # the library reads parameters as cols dense elements
+    if weight is not None:
+        weight = weight.contiguous()
+        a.weight = weight.data_ptr()
+    if bias is not None:
+        bias = bias.contiguous()
+        a.bias = bias.data_ptr()
+    residual_out = stats = None
+    if residual is not None:
+        residual_out = dense_like(residual)
+        a.residual_out = residual_out.data_ptr()
+        a.residual = residual_rows.data_ptr()
+    if save_stats:
+        stats = x.new_empty(rows if kind == RMS else 2 * rows, dtype=stats_dtype(x.dtype))
+        a.rstd = address = stats.data_ptr()
+        if kind == LAYER:
+            a.mean = address + rows * stats.itemsize
+    if dropout_p > 0:
+        if seed_offset is None:
+            seed_offset = dropout_seed_offset(x, rows, cols)
+        a.seed, a.offset = seed_offset_values(seed_offset)
+    status = lib.fo_norm_forward(a)
+    if status or SYNC:
+        finish(lib.fo_norm_forward, status, (a.device_type, a.device_index))
+    return y, residual_out, stats, seed_offset, cols
+
+
+def refuse_dropout_in_capture(x):
+    """A seed captured in a CUDA graph would replay one mask forever."""
+    if x.is_cuda and torch.cuda.is_current_stream_capturing():
+        raise RuntimeError(
+            "fused-ops-py: dropout_p > 0 cannot run inside CUDA graph capture: every "
+            "replay would reuse one dropout mask. Capture with dropout_p=0, or run "
+            "the dropout step outside the graph"
+        )
+
+
+def dropout_seed_offset(x, rows, cols):
+    """(seed, offset) for the Philox stream of a dropout over rows x cols,
+    from torch's default generator of x's device: torch.manual_seed
+    reproduces it, and consecutive calls differ. The library says how many
+    counters the mask takes."""
+    if x.is_cuda:
+        refuse_dropout_in_capture(x)
+        generator = torch.cuda.default_generators[x.get_device()]
+        offset = generator.get_offset()
+        counters = lib.fo_norm_dropout_counters(rows, cols)
+        generator.set_offset(offset + (counters + 3) // 4 * 4)  # torch wants multiples of 4
+        return generator.initial_seed(), offset
+    return int(torch.randint(0, 2**63 - 1, (), dtype=torch.int64)), 0
+
+
+def seed_offset_values(seed_offset):
+    """(seed, offset) as ints, from ints or from torch.compile's tensor."""
+    if isinstance(seed_offset, torch.Tensor):
+        return seed_offset.tolist()
+    return seed_offset
+
+
+def _address(tensor):
+    return tensor.data_ptr() if tensor is not None else 0
+
+
+def norm_backward(dy, dresidual_out, h, stats, weight, bias, kind, dropout_p, cols, seed_offset,
+                  x_dtype, has_residual, want_x, want_residual, want_weight, want_bias, share_dx=False):
+    """(dx, dresidual, dweight, dbias), None where not wanted. share_dx lets
+    dx be the very tensor dresidual is when their values agree (no
+    dropout, one dtype)."""
+    if dy is None:  # only residual_out was used
+        dy = torch.zeros(h.shape, dtype=x_dtype, device=h.device)
+    dy_view, rows, cols, dy_stride = as_rows(dy, cols)
+    h_view, _, _, h_stride = as_rows(h, cols)
+    device = device_args(dy)
+    param = weight if weight is not None else bias
+    code = DTYPE_CODES[x_dtype]
+    shared = share_dx and has_residual and dropout_p == 0 and h.dtype is x_dtype and want_x
+    dx = dense_like(h, x_dtype) if want_x and not shared else None
+    dresidual = dense_like(h) if has_residual and (want_residual or shared) else None
+    dweight = dense_like(weight) if weight is not None and want_weight else None
+    dbias = dense_like(bias) if bias is not None and want_bias else None
+    weight = weight.contiguous() if weight is not None else None
+    rstd = stats.data_ptr()
+    a = ffi.new(_NORM_BACKWARD)
+    a.struct_size = ffi.sizeof("fo_norm_backward_args")
+    a.device_type, a.device_index, a.stream = device
+    a.dx, a.dresidual, a.dweight, a.dbias = map(_address, (dx, dresidual, dweight, dbias))
+    a.dy, a.dy_row_stride = dy_view.data_ptr(), dy_stride
+    if dresidual_out is not None:
+        dro_view, _, _, a.dresidual_out_row_stride = as_rows(dresidual_out, cols)
+        a.dresidual_out = dro_view.data_ptr()
+    a.h, a.h_row_stride, a.h_dtype = h_view.data_ptr(), h_stride, DTYPE_CODES[h.dtype]
+    a.rstd = rstd
+    a.mean = rstd + rows * stats.itemsize if kind == LAYER else 0
+    a.weight = _address(weight)
+    a.param_dtype = DTYPE_CODES[param.dtype] if param is not None else code
+    a.rows, a.cols, a.dtype, a.kind, a.dropout_p = rows, cols, code, kind, dropout_p
+    if dropout_p > 0:
+        a.seed, a.offset = seed_offset_values(seed_offset)
+    if dweight is not None or dbias is not None:
+        workspace = _workspace(lib.fo_norm_backward_workspace_bytes, a, h)
+        if workspace is not None:
+            a.workspace, a.workspace_bytes = workspace.data_ptr(), workspace.numel()
+    status = lib.fo_norm_backward(a)
+    if status or SYNC:
+        finish(lib.fo_norm_backward, status, device)
+    if shared:
+        dx = dresidual
+    return dx, dresidual if want_residual else None, dweight, dbias
+
+
+def _workspace(query, args, like):
+    """The scratch buffer the library asks for this very call, from torch's
+    allocator (the library never allocates); None when it needs none."""
+    nbytes = ffi.new(_BYTES)
+    status = query(args, nbytes)
+    if status:
+        finish(query, status, (args.device_type, args.device_index))
+    return like.new_empty(nbytes[0], dtype=torch.uint8) if nbytes[0] else None
+
+
+# relu(x * scale + bias) and relu ------------------------------------------------
+#
+# Forward saves a 1-bit-per-element mask (y > 0) rather than x or y: backward
+# reads dy and 1/8 byte an element instead of dy and a whole element.
+
+
+def check_bias_scale_relu(fn, x, bias, scale):
+    """What only Python can see; returns scale as a float."""
+    _args.check_tensor(fn, "x", x)
+    scale = _args.check_number(fn, "scale", scale)
+    if bias is not None:
+        _args.check_companion(fn, "bias", bias, x)
+        if x.dim() == 0:
+            raise ValueError(f"{fn}: x is 0-d; the bias is broadcast over a last dimension")
+        if bias.shape != x.shape[-1:]:
+            raise ValueError(
+                f"{fn}: bias has shape {tuple(bias.shape)} but must be ({x.shape[-1]},), "
+                f"the last dimension of x (x has shape {tuple(x.shape)})"
+            )
+    return scale
+
+
+def bias_scale_relu_forward(x, bias, scale, want_mask):
+    """(y, mask or None)."""
+    x_view, rows, cols, x_stride = as_rows(x)
+    code = DTYPE_CODES[x.dtype]
+    device = device_args(x)
+    y = dense_like(x)
+    a = ffi.new(_RELU_FORWARD)
+    a.struct_size = ffi.sizeof("fo_bias_scale_relu_forward_args")
+    a.device_type, a.device_index, a.stream = device
+    a.y, a.x, a.x_row_stride = y.data_ptr(), x_view.data_ptr(), x_stride
+    a.rows, a.cols, a.dtype, a.bias_dtype, a.scale = rows, cols, code, code, scale
+    if bias is not None:
+        bias = bias.contiguous()
+        a.bias, a.bias_dtype = bias.data_ptr(), DTYPE_CODES[bias.dtype]
+    mask = None
+    if want_mask:
+        mask = x.new_empty(rows, (cols + 7) // 8, dtype=torch.uint8)
+        a.mask = mask.data_ptr()
+    status = lib.fo_bias_scale_relu_forward(a)
+    if status or SYNC:
+        finish(lib.fo_bias_scale_relu_forward, status, device)
+    return y, mask
+
+
+def bias_scale_relu_backward(dy, mask, scale, want_dx, bias_dtype):
+    """(dx or None, dbias or None); bias_dtype None means no bias gradient."""
+    dy_view, rows, cols, dy_stride = as_rows(dy)
+    code = DTYPE_CODES[dy.dtype]
+    device = device_args(dy)
+    a = ffi.new(_RELU_BACKWARD)
+    a.struct_size = ffi.sizeof("fo_bias_scale_relu_backward_args")
+    a.device_type, a.device_index, a.stream = device
+    a.dy, a.dy_row_stride, a.mask = dy_view.data_ptr(), dy_stride, mask.data_ptr()
+    a.rows, a.cols, a.dtype, a.bias_dtype, a.scale = rows, cols, code, code, scale
+    dx = dbias = None
+    if want_dx:
+        dx = dense_like(dy)
+        a.dx = dx.data_ptr()
+    if bias_dtype is not None:
+        dbias = dy.new_empty(cols, dtype=bias_dtype)
+        a.dbias, a.bias_dtype = dbias.data_ptr(), DTYPE_CODES[bias_dtype]
+        workspace = _workspace(lib.fo_bias_scale_relu_backward_workspace_bytes, a, dy)
+        if workspace is not None:
+            a.workspace, a.workspace_bytes = workspace.data_ptr(), workspace.numel()
+    status = lib.fo_bias_scale_relu_backward(a)
+    if status or SYNC:
+        finish(lib.fo_bias_scale_relu_backward, status, device)
+    return dx, dbias
+
+
+# square: backward needs x (dx = 2 x dy), so forward saves x itself ----------------
+
+
+def square_forward(x):
+    x_view, rows, cols, x_stride = as_rows(x)
+    y = dense_like(x)
+    device = device_args(x)
+    status = lib.fo_square_forward(*device, y.data_ptr(), x_view.data_ptr(), x_stride, rows, cols,
+                                   DTYPE_CODES[x.dtype])
+    if status or SYNC:
+        finish(lib.fo_square_forward, status, device)
+    return y
+
+
+def square_backward(dy, x):
+    x_view, rows, cols, x_stride = as_rows(x)
+    dy_view, _, _, dy_stride = as_rows(dy)
+    dx = dense_like(x)
+    device = device_args(x)
+    status = lib.fo_square_backward(*device, dx.data_ptr(), dy_view.data_ptr(), dy_stride,
+                                    x_view.data_ptr(), x_stride, rows, cols, DTYPE_CODES[x.dtype])
+    if status or SYNC:
+        finish(lib.fo_square_backward, status, device)
+    return dx
+
+
+# reduce_sum ------------------------------------------------------------------------
+
+
+def reduce_sum(x):
+    dense = x.contiguous()
+    out = x.new_empty(())
+    device = device_args(x)
+    code, numel = DTYPE_CODES[x.dtype], x.numel()
+    nbytes = ffi.new(_BYTES)
+    status = lib.fo_reduce_sum_workspace_bytes(device[0], numel, code, nbytes)
+    if status:
+        finish(lib.fo_reduce_sum_workspace_bytes, status, device)
+    workspace = x.new_empty(nbytes[0], dtype=torch.uint8) if nbytes[0] else None
+    status = lib.fo_reduce_sum(*device, out.data_ptr(), _address(workspace), nbytes[0],
+                               dense.data_ptr(), numel, code)
+    if status or SYNC:
+        finish(lib.fo_reduce_sum, status, device)
+    return out
+
+
+# swiglu: backward needs gate and up, so forward saves those (the caller's own
+# tensors: no extra memory) and not its output ---------------------------------------
+
+
+def check_swiglu(fn, gate, up):
+    _args.check_tensor(fn, "gate", gate)
+    _args.check_companion(fn, "up", up, gate, "gate")
+    if up.dtype != gate.dtype:
+        raise TypeError(f"{fn}: up has dtype {up.dtype} but gate has dtype {gate.dtype}; they must match")
+    _args.check_same_shape(fn, "up", up, gate, "gate")
+
+
+def swiglu_forward(gate, up):
+    gate_view, rows, cols, gate_stride = as_rows(gate)
+    up_view, _, _, up_stride = as_rows(up)
+    y = dense_like(gate)
+    device = device_args(gate)
+    status = lib.fo_swiglu_forward(*device, y.data_ptr(), gate_view.data_ptr(), gate_stride,
+                                   up_view.data_ptr(), up_stride, rows, cols, DTYPE_CODES[gate.dtype])
+    if status or SYNC:
+        finish(lib.fo_swiglu_forward, status, device)
+    return y
+
+
+def swiglu_backward(dy, gate, up, want_gate, want_up):
+    """(dgate or None, dup or None)."""
+    gate_view, rows, cols, gate_stride = as_rows(gate)
+    up_view, _, _, up_stride = as_rows(up)
+    dy_view, _, _, dy_stride = as_rows(dy)
+    dgate = dense_like(gate) if want_gate else None
+    dup = dense_like(gate) if want_up else None
+    device = device_args(gate)
+    status = lib.fo_swiglu_backward(
+        *device, _address(dgate), _address(dup), dy_view.data_ptr(), dy_stride,
+        gate_view.data_ptr(), gate_stride, up_view.data_ptr(), up_stride, rows, cols, DTYPE_CODES[gate.dtype],
+    )
+    if status or SYNC:
+        finish(lib.fo_swiglu_backward, status, device)
+    return dgate, dup
