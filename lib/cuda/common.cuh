@@ -7,9 +7,13 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cassert>
 #include <cstdint>
 #include <cstring>
+#include <map>
+#include <mutex>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 
@@ -88,14 +92,109 @@ int launch_on(const char *op, int device_index, Launch &&launch) {
     return cuda_status(op, cudaGetLastError());
 }
 
-// Whether `device` launches thread block clusters (sm_90 and later).
-inline bool has_clusters(int device) {
-    int clusters = 0;
-    if (cudaDeviceGetAttribute(&clusters, cudaDevAttrClusterLaunch, device) != cudaSuccess) {
+// What the launchers need to know of a device, asked once a device: the
+// attribute queries cost 0.3-0.5 us each, and a model calls the same ops
+// again and again.
+struct DeviceInfo {
+    int multiprocessors = 0;
+    int shared_optin = 0;      // bytes of shared memory a block may opt in to
+    bool clusters = false;     // thread block clusters and programmatic dependent launches (sm_90+)
+    bool cooperative = false;  // cooperative launches (grid-wide barriers)
+};
+
+constexpr int kMaxCachedDevices = 64;
+
+// `device`'s DeviceInfo; all zeros where it cannot be asked (no GPU), and
+// then asked again next time. Thread-safe: a slot is filled once, under a
+// lock, and read without one once marked ready.
+inline DeviceInfo device_info(int device) {
+    struct Slot {
+        std::atomic<bool> ready{false};
+        DeviceInfo info;
+    };
+    static Slot slots[kMaxCachedDevices];
+    static std::mutex filling;
+    const bool cached = device >= 0 && device < kMaxCachedDevices;
+    if (cached && slots[device].ready.load(std::memory_order_acquire)) return slots[device].info;
+    DeviceInfo info;
+    int clusters = 0, cooperative = 0;
+    if (cudaDeviceGetAttribute(&info.multiprocessors, cudaDevAttrMultiProcessorCount, device) !=
+            cudaSuccess ||
+        cudaDeviceGetAttribute(&info.shared_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin,
+                               device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&clusters, cudaDevAttrClusterLaunch, device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device) != cudaSuccess) {
         cudaGetLastError();  // a failed query is "no", not this op's error
-        return false;
+        return DeviceInfo{};
     }
-    return clusters != 0;
+    info.clusters = clusters != 0;
+    info.cooperative = cooperative != 0;
+    if (cached) {
+        std::lock_guard<std::mutex> lock(filling);
+        if (!slots[device].ready.load(std::memory_order_relaxed)) {
+            slots[device].info = info;
+            slots[device].ready.store(true, std::memory_order_release);
+        }
+    }
+    return info;
+}
+
+// Whether `device` launches thread block clusters (sm_90 and later).
+inline bool has_clusters(int device) { return device_info(device).clusters; }
+
+// Blocks of `kernel` resident at once on one SM of `device` (the current
+// device) at `threads` a block and `shared_bytes` of dynamic shared memory;
+// with `cluster` > 1, clusters of that many blocks resident at once on the
+// whole device, for a grid of `grid` blocks (0 where the kernel's code is
+// older than sm_90, which compiles clusters out). 0 where they do not fit
+// or a query fails. Each answer is asked once and kept, as is the kernel's
+// dynamic shared memory limit, raised (never lowered) to the largest
+// shared_bytes asked for: a launch planned from a kept answer has the room
+// it needs. Thread-safe.
+inline int resident_blocks(const void *kernel, int device, int threads, size_t shared_bytes,
+                           int cluster = 1, unsigned grid = 0) {
+    using Key = std::tuple<const void *, int, int, size_t, int, unsigned>;
+    static std::mutex lock;
+    static std::map<Key, int> answers;
+    static std::map<std::pair<const void *, int>, size_t> shared_limits;
+    const Key key{kernel, device, threads, shared_bytes, cluster, cluster > 1 ? grid : 0u};
+    std::lock_guard<std::mutex> held(lock);
+    const auto found = answers.find(key);
+    if (found != answers.end()) return found->second;
+    int resident = 0;
+    size_t &limit = shared_limits[{kernel, device}];
+    bool fits = true;
+    if (shared_bytes > limit) {
+        // (the static and dynamic shared memory together past 48 KB need this)
+        fits = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    int(shared_bytes)) == cudaSuccess;
+        if (fits) limit = shared_bytes;
+    }
+    if (fits && cluster > 1) {
+        cudaFuncAttributes compiled = {};
+        cudaLaunchAttribute shape = {};
+        shape.id = cudaLaunchAttributeClusterDimension;
+        shape.val.clusterDim.x = unsigned(cluster);
+        shape.val.clusterDim.y = 1;
+        shape.val.clusterDim.z = 1;
+        cudaLaunchConfig_t config = {};
+        config.gridDim = dim3(grid);
+        config.blockDim = dim3(unsigned(threads));
+        config.dynamicSmemBytes = shared_bytes;
+        config.attrs = &shape;
+        config.numAttrs = 1;
+        fits = cudaFuncGetAttributes(&compiled, kernel) == cudaSuccess && compiled.ptxVersion >= 90 &&
+               cudaOccupancyMaxActiveClusters(&resident, kernel, &config) == cudaSuccess;
+    } else if (fits) {
+        fits = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, threads,
+                                                             shared_bytes) == cudaSuccess;
+    }
+    if (!fits) {
+        cudaGetLastError();  // none resident: another kernel runs
+        resident = 0;
+    }
+    answers.emplace(key, resident);
+    return resident;
 }
 
 // A launch of `grid` in clusters of `cluster` consecutive blocks along x
@@ -219,20 +318,17 @@ __device__ __forceinline__ void store_chunk(T *__restrict__ p,
 
 // Where the 16-byte vectors of a chunk lie. An fp32 chunk is 2 vectors
 // (fp64: 4); side by side in one thread (kVector), a warp's load of its
-// first vectors touches 32 sectors of 32 bytes and reads half of each, and
-// its second load the other halves: twice the L1 and L2 requests for the
-// bytes, and stores that write half-sectors. Spread (kSpread), vector v of
-// the 32 chunks of a warp's lanes (chunk c on lane c % 32) is the v-th run
-// of 32 vectors in their span: each warp instruction moves 512 contiguous
-// bytes. Spread, on the H100 (tuning runs 44-46, fp32), square and SwiGLU
-// ran 1-15% faster, relu(x*s+b) backward up to 19%, and the norms' register
-// kernels 1-15%; the shared-memory norm forward, whose cp.async copies land
-// in shared memory, ran 18% slower at 16384 columns and stays side by side
-// (with no more instructions: the cause was not found). A chunk's values
-// are then 4 (fp64: 2) elements from each of 2 (4) places, the same places
-// in every operand of the op. kSpread needs rows of a whole number of such
-// groups (chunks a multiple of 32) and blockDim.x a multiple of 32; 16-bit
-// chunks are one vector, where the two layouts are the same.
+// first vectors reads half of each of 32 sectors and its second load the
+// other halves. Spread (kSpread), vector v of the 32 chunks of a warp's
+// lanes (chunk c on lane c % 32) is the v-th run of 32 vectors in their
+// span: each warp instruction moves 512 contiguous bytes (on the H100, fp32:
+// 1-19% faster in the elementwise ops and the norms' register kernels; the
+// shared-memory norm forward, whose cp.async copies land in shared memory,
+// ran 18% slower spread and keeps kVector). A chunk's values are then 4
+// (fp64: 2) elements from each of 2 (4) places, the same places in every
+// operand of the op. kSpread needs rows of a whole number of such groups
+// (chunks a multiple of 32) and blockDim.x a multiple of 32; 16-bit chunks
+// are one vector, where the two layouts are the same.
 enum Access { kScalar, kVector, kSpread };
 
 template <typename T>
@@ -244,9 +340,8 @@ constexpr int kSpreadGroup = 32;  // chunks, one a lane
 // written as c * 8 less a shift of the lane's own, plus a constant for v:
 // the shift is the same for all of a thread's chunks and the constant an
 // immediate of the instruction, so a spread access costs what a side by
-// side one does. (With the lane taken as c % 32 in 64 bits, per access,
-// the fp32 norm backward ran 12-14% slower at 4096-8192 columns on the
-// H100, tuning run 45: these kernels are bound by instructions issued.)
+// side one does (the lane as c % 32 in 64 bits, per access, made the
+// instruction-bound fp32 norm backward 12-14% slower).
 template <typename T, Access ACCESS>
 __device__ __forceinline__ int64_t vector_offset(int64_t c, int v) {
     constexpr int kPerVector = 16 / int(sizeof(T));
@@ -311,13 +406,6 @@ __device__ __forceinline__ void store_row_chunk(T *__restrict__ row, const acc_t
     }
 }
 
-// The vector access of the elementwise ops and the fp32 norms: kSpread
-// where rows can be spread, unless the tuning knob FO_SPREAD_VECTORS is 0
-// (a chunk's vectors side by side everywhere, as before run 44).
-#ifndef FO_SPREAD_VECTORS
-#define FO_SPREAD_VECTORS 1
-#endif
-
 // Calls f(std::integral_constant<Access, ...>): kScalar unless every
 // operand is 16-byte aligned with rows of whole chunks (vec); then kSpread
 // where rows of `chunks` can be spread and T has several vectors a chunk,
@@ -325,7 +413,7 @@ __device__ __forceinline__ void store_row_chunk(T *__restrict__ row, const acc_t
 template <typename T, typename F>
 void dispatch_access(bool vec, int64_t chunks, F &&f) {
     if (!vec) return f(std::integral_constant<Access, kScalar>{});
-    if constexpr (FO_SPREAD_VECTORS && kVectorsPerChunk<T> > 1)
+    if constexpr (kVectorsPerChunk<T> > 1)
         if (spreadable(chunks)) return f(std::integral_constant<Access, kSpread>{});
     f(std::integral_constant<Access, kVector>{});
 }
@@ -379,15 +467,12 @@ inline RowGeometry row_geometry(int64_t rows, int64_t cols) {
 // row_geometry's grid. Where every operand is one dense run of at most
 // kDenseWalkChunks chunks (DENSE: the launcher saw one row, dense_walk;
 // dense_geometry's grid), each thread takes one chunk, its index in 32
-// bits: no loops, and its loads issue 18 instructions in, not 60 (sm_90
-// SASS of square's backward). A small tensor's grid is a wave or two in
-// which every warp loads, then computes, then stores, so what comes before
-// the loads is time the memory waits: on the H100 (bench/results/h100/
-// tuning, run 64) square, SwiGLU and relu's forward ran 1-6% faster up to
-// 4096 x 2048 and 16384 x 1024, level from 16384 x 2048 on, and SwiGLU's
-// 16-bit forward 1% slower from 8M chunks (not understood): hence the cap.
-// (A warp is wholly in or out of the chunks where they are spread: kSpread
-// rows are a multiple of 32 chunks, so relu's mask shuffles see full warps.)
+// bits: no loops, and its loads issue 18 instructions in, not 60. A small
+// tensor's grid is a wave or two, so what comes before the loads is time
+// the memory waits: 1-6% faster on the H100 up to 32M elements, hence the
+// cap. (A warp is wholly in or out of the chunks where they are spread:
+// kSpread rows are a multiple of 32 chunks, so relu's mask shuffles see
+// full warps.)
 template <bool DENSE, typename F>
 __device__ __forceinline__ void for_each_chunk(int64_t rows, int64_t chunks, F &&f) {
     if constexpr (DENSE) {
@@ -408,14 +493,10 @@ constexpr int64_t kDenseWalkChunks = int64_t(1) << 22;  // 32M elements
 inline bool dense_walk(int64_t rows, int64_t cols) {
     return rows == 1 && chunks_per_row(cols) <= kDenseWalkChunks;
 }
-// The grid of the DENSE walk: a thread a chunk, kThreads a block.
-// (FO_DENSE_BLOCK_THREADS: a tuning knob, kThreads unless set; 64 and 128
-// measured within 1.5% of 256 on the H100, tuning run 82)
-#ifndef FO_DENSE_BLOCK_THREADS
-#define FO_DENSE_BLOCK_THREADS 256
-#endif
+// The grid of the DENSE walk: a thread a chunk, kThreads a block (64 and
+// 128 threads measured within 1.5%).
 inline RowGeometry dense_geometry(int64_t cols) {
-    constexpr int64_t kBlock = FO_DENSE_BLOCK_THREADS;
+    constexpr int64_t kBlock = kThreads;
     const int64_t blocks = (chunks_per_row(cols) + kBlock - 1) / kBlock;
     return {dim3(unsigned(blocks < 1 ? 1 : blocks)), dim3(unsigned(kBlock))};
 }
@@ -476,12 +557,6 @@ inline bool current_device_has_dependent_launch() {
     return has_clusters(device);
 }
 
-// Build-time knob FO_FINISH_DEPENDENT_LAUNCH (1: the finishing pass is a
-// programmatic dependent launch where the GPU has it; 0: a plain launch).
-#ifndef FO_FINISH_DEPENDENT_LAUNCH
-#define FO_FINISH_DEPENDENT_LAUNCH 1
-#endif
-
 // Finishes one or two column reductions in one launch: first from partials,
 // second (if not null) from the groups x cols partials after first's.
 // On sm_90 and later it is launched as a programmatic dependent of the
@@ -501,7 +576,7 @@ void finish_column_partials(Out *first, Out *second, const A *partials, int64_t 
     config.blockDim = dim3(32, kFinishLanes);
     config.stream = stream;
     config.attrs = &early;
-    config.numAttrs = FO_FINISH_DEPENDENT_LAUNCH && current_device_has_dependent_launch() ? 1 : 0;
+    config.numAttrs = current_device_has_dependent_launch() ? 1 : 0;
     cudaLaunchKernelEx(&config, column_partials_finish_kernel<A, Out>, first, second, partials,
                        groups, cols);  // an error stays for launch_on
 }

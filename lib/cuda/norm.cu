@@ -27,32 +27,18 @@
 namespace fo {
 namespace {
 
-// Wide rows outgrow L2 while they are being re-read: at 4096 x 65536 bf16,
-// ncu counted 1.4x (forward) and 1.7x (backward rows) the minimum bytes
-// moved from memory, with L2 hit rates of 24-44%. So a row's last read
-// and the outputs are marked evict-first, keeping the L2 for the rows still
-// to be re-read. On the H100 that made the 16-bit forward 6-13% faster at
-// 65536 columns and the backward 3-15% (fp32 most), but the fp32 forward
-// 10-16% slower: the forward marks them for 16-bit types only.
-// Build-time knob, for tuning: FO_STREAM_HINTS (1) or 0.
-#ifndef FO_STREAM_HINTS
-#define FO_STREAM_HINTS 1
-#endif
+// Wide rows outgrow L2 while they are being re-read (ncu, 4096 x 65536
+// bf16: 1.4x the minimum bytes forward, 1.7x backward), so a row's last
+// read and the outputs are marked evict-first, keeping L2 for the rows
+// still to be re-read: on the H100 the 16-bit forward 6-13% faster at 65536
+// columns and the backward 3-15%, but the fp32 forward 10-16% slower, so
+// the forward marks them for 16-bit types only.
 template <typename T>
-constexpr bool kForwardHints = FO_STREAM_HINTS && sizeof(T) == 2;
-constexpr bool kBackwardHints = FO_STREAM_HINTS;
-// Rows a thread of the weight/bias column kernel loads at once: 2 was up
-// to 2% faster than 1 in bf16 and 1-3% in fp32; 4 was 3% faster in fp32
-// but 7% slower in bf16 (H100). Build-time knob, for tuning: FO_COLUMN_BATCH.
-#ifndef FO_COLUMN_BATCH
-#define FO_COLUMN_BATCH 2
-#endif
-constexpr int kColumnBatch = FO_COLUMN_BATCH;
-// Whether the forward takes the shared-memory kernel where it applies (see
-// fo_cuda_norm_forward). Build-time knob, for tuning: FO_SHARED_FORWARD (1) or 0.
-#ifndef FO_SHARED_FORWARD
-#define FO_SHARED_FORWARD 1
-#endif
+constexpr bool kForwardHints = sizeof(T) == 2;
+constexpr bool kBackwardHints = true;
+// Rows a thread of the weight/bias column kernel loads at once (1 was
+// 1-3% slower, 4 7% slower in bf16).
+constexpr int kColumnBatch = 2;
 
 // T: x and y; R: residual, residual_out (T or float); P: weight, bias.
 template <typename T, typename R, typename P, bool VEC>
@@ -521,7 +507,7 @@ extern "C" int fo_cuda_norm_forward(int device_index, uintptr_t stream,
                     ? RegisterRows{}
                     : forward_cluster_rows<T>(a->rows, a->cols, a->kind, a->residual != nullptr);
             const bool clustered = spread.cpt > 0 && has_clusters(device_index);
-            const bool shared = FO_SHARED_FORWARD && vec && !a->residual && params_aligned &&
+            const bool shared = vec && !a->residual && params_aligned &&
                                 !clustered &&
                                 (!registers || (fast.tx == kMaxRowThreads && !rows_of_512_in_registers));
             const RowBlocks g = row_blocks(a->rows, a->cols);

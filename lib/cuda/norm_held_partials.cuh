@@ -35,12 +35,6 @@
 namespace fo {
 namespace {
 
-// Build-time knob, for tuning: FO_BACKWARD_HELD_PARTIALS (1) or 0 (the
-// workspace and the finishing kernel everywhere).
-#ifndef FO_BACKWARD_HELD_PARTIALS
-#define FO_BACKWARD_HELD_PARTIALS 1
-#endif
-
 // What the register kernel is told of the held rows (host-computed, so
 // that the kernel divides nothing in 64 bits: that subroutine's registers
 // made ptxas spill the kernel, at its cap of 64).
@@ -221,7 +215,7 @@ HeldPlan held_plan(const fo_norm_backward_params &a, int ty, int threads, int64_
                    int device) {
     HeldPlan plan;
     const bool park = a.dx || (a.dresidual && a.h_dtype == a.dtype);
-    if (!FO_BACKWARD_HELD_PARTIALS || !(a.dweight || a.dbias) || !park || a.cols % 16 != 0 ||
+    if (!(a.dweight || a.dbias) || !park || a.cols % 16 != 0 ||
         a.rows % ty != 0 || blocks < 1)
         return plan;
     const int64_t kinds = (a.dweight ? 1 : 0) + (a.dbias ? 1 : 0);

@@ -184,21 +184,13 @@ template <typename T>
 constexpr int kForwardMaxChunks = sizeof(T) == 8 ? 1 : 4;
 template <typename T>
 constexpr int kBackwardMaxChunks = std::is_same_v<T, double> ? 1 : 2;
-// Backward prefetches the next row's dy and h from 2 chunks a thread of
-// 16-bit types: 26% faster there on the H100; at 1 chunk 2-4% slower (the
-// extra registers spill within 64). fp32 prefetches at 1 chunk: one
-// 512-thread block an SM at up to 128 registers (112, no spills) instead of
-// two without, 10-21% faster at 4096 rows x 1024-4096 and 2-7% at 16384-65536
-// rows (tuning run 30); at 2 chunks it spilled and measured level.
-// Build-time knob: 0 never, 1 always, 2 so.
-#ifndef FO_BACKWARD_PREFETCH
-#define FO_BACKWARD_PREFETCH 2
-#endif
+// Backward prefetches the next row's dy and h: in 16-bit types from 2
+// chunks a thread (26% faster; at 1 chunk the extra registers spill within
+// 64), in fp32 at 1 chunk (one 512-thread block an SM at up to 128
+// registers instead of two without: 2-21% faster; at 2 chunks it spilled).
 template <typename T>
 constexpr bool backward_prefetch(int cpt) {
-    return FO_BACKWARD_PREFETCH == 1 ||
-           (FO_BACKWARD_PREFETCH == 2 && ((sizeof(T) == 2 && cpt >= 2) ||
-                                          (std::is_same_v<T, float> && cpt == 1)));
+    return (sizeof(T) == 2 && cpt >= 2) || (std::is_same_v<T, float> && cpt == 1);
 }
 // dy and h (twice with the next row's), and the fp32 weight/bias partials
 template <typename T>
@@ -259,71 +251,34 @@ void dispatch_chunks(int cpt, F &&f) {
 // Forward aims for 4 chunks a thread on at most 128 threads a row, then
 // more threads: once every load of a row is in flight together, more
 // elements a thread spread the row's fixed cost (two block reductions, the
-// statistics) over more bytes; on the H100 (bench/results/h100/tuning)
-// this beat 2 chunks on 256 threads by 4-9% from 16384 x 1024 up, and lost
-// 4% at 4096 x 1024. Build-time knobs for tuning (bench/tune.sh).
-#ifndef FO_FORWARD_TARGET_CHUNKS
-#define FO_FORWARD_TARGET_CHUNKS 4
-#endif
-#ifndef FO_FORWARD_ROW_THREADS
-#define FO_FORWARD_ROW_THREADS 128
-#endif
-// fp32 aims for 2 chunks a thread on up to 256 threads (as when it held 2
-// at most), and holds 4 on 256 threads where the row is longer (8192
-// elements, until then on 512 threads in the shared-memory kernel): x held
-// once, 80 registers, three blocks an SM. On the H100 (tuning run 37)
-// LayerNorm 16384 x 8192 2697 -> 2926 GB/s, 65536 x 8192 2747 -> 2989,
-// 4096 x 8192 2527 -> 2670, RMSNorm 5-6%; with a residual level. 4 chunks
-// on fewer threads at 1024-4096 elements measured 0-5% slower, so those
-// rows keep 2. FO_FORWARD_FP32_WIDE=0: 2 at most, on up to 512 threads.
-#ifndef FO_FORWARD_FP32_WIDE
-#define FO_FORWARD_FP32_WIDE 1
-#endif
-#ifndef FO_FORWARD_FP32_TARGET_CHUNKS
-#define FO_FORWARD_FP32_TARGET_CHUNKS 2
-#endif
-// FO_FORWARD_BLOCK_THREADS (tuning knob, 32 to 512, so at most 8 rows of
-// more than a warp: row_sum's room): the threads of a block of short rows
-// (TY rows of TX), kThreads unless set. On the H100 (bench/results/h100/
-// tuning, runs 82-83) a warp a block, as torch.compile launches these rows,
-// ran the 16-bit forward 0.82-0.86x at 4096 x 512-1024, 64 threads
-// 0.91-0.97x, 128 within 3%; 512 threads (and 1024, 16-bit only) 0.83-1.03x.
-#ifndef FO_FORWARD_BLOCK_THREADS
-#define FO_FORWARD_BLOCK_THREADS 256
-#endif
-static_assert(FO_FORWARD_BLOCK_THREADS >= 32 && FO_FORWARD_BLOCK_THREADS <= kMaxRowThreads,
-              "a block of the register forward: 32 to 512 threads");
+// statistics) over more bytes (4-9% faster than 2 chunks on 256 threads
+// from 16384 x 1024 up, 4% slower at 4096 x 1024). fp32 aims for 2 chunks
+// on up to 256 threads (4 on fewer threads at 1024-4096 elements was 0-5%
+// slower), and holds 4 on 256 threads where the row is longer (8192
+// elements: x held once, 80 registers, 3-9% faster than the shared-memory
+// kernel). Short rows share a block of kThreads (a warp a block, as
+// torch.compile launches them, ran 0.82-0.86x).
 template <typename T>
 RegisterRows forward_register_rows(int64_t rows, int64_t cols) {
-    constexpr bool kFloat = std::is_same_v<T, float>, kWide = kFloat && FO_FORWARD_FP32_WIDE;
-    constexpr int kMaxChunks = kFloat && !kWide ? 2 : kForwardMaxChunks<T>;
-    return register_rows(rows, cols, kWide ? FO_FORWARD_FP32_TARGET_CHUNKS : FO_FORWARD_TARGET_CHUNKS,
-                         kWide ? 256 : FO_FORWARD_ROW_THREADS, kMaxChunks, kMaxRowGroups,
-                         FO_FORWARD_BLOCK_THREADS);
+    constexpr bool kFloat = std::is_same_v<T, float>;
+    return register_rows(rows, cols, kFloat ? 2 : 4, kFloat ? 256 : 128, kForwardMaxChunks<T>,
+                         kMaxRowGroups, kThreads);
 }
 // RMSNorm rows longer than a block holds in registers (past 16384
 // elements): a thread block cluster of 2-8 blocks holds the row,
 // kForwardMaxChunks chunks a thread, and the blocks add their row sums
 // through each other's shared memory (cluster_row_sum; sm_90 and later).
-// Each element is read once and written once, as in one block (the
-// shared-memory kernel holds one row of 64-128 KB an SM; the fp32 rows it
-// cannot hold stream, reading x twice). On the H100 at 65536 columns
-// (bench/results/h100/tuning, run 74): RMSNorm +5-8% in 16-bit against the
-// shared-memory kernel, +11% in fp32 and fp32 add + RMSNorm +7% against
-// the streaming kernel. Not taken: LayerNorm, 3-11% slower there with its
-// mean and variance exchanged across the cluster in two barriers (run 71)
-// or in one (each block's moments merged, run 74), fp32 too (0.91-0.97x
-// the shared-memory and streaming kernels, run 138); add + RMSNorm with
-// 16-bit x, 6% slower than streaming; fp32 rows of 16384, level; fp64.
-// Build-time knob: FO_FORWARD_CLUSTER (0: off).
-#ifndef FO_FORWARD_CLUSTER
-#define FO_FORWARD_CLUSTER 1
-#endif
+// Each element is read once and written once, as in one block: at 65536
+// columns RMSNorm +5-8% in 16-bit against the shared-memory kernel, +11%
+// in fp32 and fp32 add + RMSNorm +7% against the streaming kernel. Not
+// taken: LayerNorm (3-11% slower: its moments cross the cluster; fp32
+// 0.91-0.97x), add + RMSNorm with 16-bit x (6% slower than streaming),
+// fp64.
 constexpr int kForwardMaxCluster = 8;  // the portable cluster size
 template <typename T>
 RegisterRows forward_cluster_rows(int64_t rows, int64_t cols, int kind, bool residual) {
     RegisterRows g;
-    if (!FO_FORWARD_CLUSTER || std::is_same_v<T, double> || kind != FO_NORM_RMS ||
+    if (std::is_same_v<T, double> || kind != FO_NORM_RMS ||
         (residual && !std::is_same_v<T, float>))
         return g;
     constexpr int kCpt = kForwardMaxChunks<T>;
@@ -344,30 +299,10 @@ RegisterRows forward_cluster_rows(int64_t rows, int64_t cols, int kind, bool res
 
 // Backward aims for 2 chunks a thread in 16-bit types (256 threads a row
 // for 4096 elements, at 128 registers): 10-25% faster than 1 chunk on 512
-// threads within 64 registers on the H100, for the same reason as forward.
-// fp32 holds twice the bytes a chunk and stays at 1 (2 measured 2-3%
-// slower).
-// Build-time knobs for tuning: FO_BACKWARD_HALF_CHUNKS and
-// FO_BACKWARD_FP32_CHUNKS (the targets, 2 and 1), and FO_BACKWARD_MIN_ROWS
-// (0: off), the fewest rows a block sums, which caps the groups where rows
-// are few (each group writes a partial row of dweight and dbias). Run 30:
-// fp32 at 2 chunks 0-12% slower than at 1 with its prefetch; 16 or 32 rows
-// a block at 4096 rows, up to 54% slower (too few blocks in flight).
-#ifndef FO_BACKWARD_HALF_CHUNKS
-#define FO_BACKWARD_HALF_CHUNKS 2
-#endif
-#ifndef FO_BACKWARD_FP32_CHUNKS
-#define FO_BACKWARD_FP32_CHUNKS 1
-#endif
-#ifndef FO_BACKWARD_WEIGHT_SHARED
-#define FO_BACKWARD_WEIGHT_SHARED 1
-#endif
-#ifndef FO_BACKWARD_MIN_ROWS
-#define FO_BACKWARD_MIN_ROWS 0
-#endif
+// threads within 64 registers. fp32 holds twice the bytes a chunk and
+// stays at 1 (2 measured 0-12% slower).
 template <typename T>
-constexpr int kBackwardTargetChunks =
-    sizeof(T) == 2 ? FO_BACKWARD_HALF_CHUNKS : FO_BACKWARD_FP32_CHUNKS;
+constexpr int kBackwardTargetChunks = sizeof(T) == 2 ? 2 : 1;
 template <typename T>
 RegisterRows backward_register_rows(int64_t rows, int64_t cols) {
     RegisterRows g = register_rows(rows, cols, kBackwardTargetChunks<T>, kMaxRowThreads,
@@ -375,11 +310,6 @@ RegisterRows backward_register_rows(int64_t rows, int64_t cols) {
     if (g.cpt == 0) return g;
     const int64_t blocks = backward_threads<T>(g.cpt) / (int64_t(g.tx) * g.ty);
     if (g.groups > blocks) g.groups = blocks;
-    if (FO_BACKWARD_MIN_ROWS > 0) {
-        const int64_t per_group = int64_t(g.ty) * FO_BACKWARD_MIN_ROWS;
-        const int64_t most = (rows + per_group - 1) / per_group;
-        if (g.groups > most) g.groups = most < 1 ? 1 : most;
-    }
     return g;
 }
 
@@ -389,7 +319,7 @@ RegisterRows backward_register_rows(int64_t rows, int64_t cols) {
 // columns, and a spread fp64 vector 2.)
 template <typename T, typename F>
 void dispatch_row_access(int64_t cols, F &&f) {
-    if constexpr (FO_SPREAD_VECTORS && std::is_same_v<T, float>)
+    if constexpr (std::is_same_v<T, float>)
         if (spreadable(chunks_per_row(cols))) return f(std::integral_constant<Access, kSpread>{});
     f(std::integral_constant<Access, kVector>{});
 }
@@ -565,17 +495,12 @@ __global__ void __launch_bounds__(kMaxRowThreads,
     const A inv_cols = A(1) / A(cols);
     A dw[CPT][kChunk] = {}, db[CPT][kChunk] = {};
     // 16-bit types: each thread copies its chunks of the weight into shared
-    // memory once and reads them there in both passes of every row. They
-    // were two of the five global memory instructions a chunk and a row (L1
-    // hits, but in the queue of global memory instructions, whose throttle
-    // was an eighth of the stall cycles at 4096 rows, tuning run 36). On the H100
-    // (run 42, bf16 backward): +4-7% at 4096 x 1024-4096 and 16384 x 2048,
-    // +2-3% at 16384 x 4096 and 65536 x 4096, level at 8192 columns. Each
-    // thread reads only its own slots, laid out so that a warp's 16-byte
-    // reads are contiguous: no barrier. fp32 and fp64 keep the global loads
-    // (not measured with it yet). Build-time knob FO_BACKWARD_WEIGHT_SHARED
-    // (0: global loads everywhere).
-    constexpr bool kWeightShared = FO_BACKWARD_WEIGHT_SHARED && sizeof(T) == 2;
+    // memory once and reads them there in both passes of every row, off the
+    // queue of global memory instructions (bf16: +2-7% up to 4096 columns,
+    // level at 8192). Each thread reads only its own slots, laid out so
+    // that a warp's 16-byte reads are contiguous: no barrier. fp32 and fp64
+    // keep the global loads (not measured with it).
+    constexpr bool kWeightShared = sizeof(T) == 2;
     constexpr int kWeightVectors = kChunk * int(sizeof(P)) / 16;
     // (after the rows, the slots hold the column sums below: room for both)
     constexpr int kColumnSumVectors = 2 * kThreads * kChunk * int(sizeof(A)) / 16;

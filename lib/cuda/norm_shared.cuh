@@ -30,16 +30,14 @@ template <typename T>
 int64_t shared_row_bytes(int64_t cols) {
     return chunks_per_row(cols) * kVectorsPerChunk<T> * 16;
 }
-// Threads a row: enough that each copies about FO_SHARED_TARGET_CHUNKS
-// chunks (all in flight at once), 128 to 512. Fewer threads a row leave
-// room for more rows an SM, whose phases overlap.
-#ifndef FO_SHARED_TARGET_CHUNKS
-#define FO_SHARED_TARGET_CHUNKS 8
-#endif
+// Threads a row: enough that each copies about kSharedTargetChunks chunks
+// (all in flight at once), 128 to 512. Fewer threads a row leave room for
+// more rows an SM, whose phases overlap.
+constexpr int kSharedTargetChunks = 8;
 constexpr int kSharedRowThreads = kMaxRowThreads;  // the most
 inline int shared_row_threads(int64_t cols) {
     int threads = 128;
-    while (threads < kSharedRowThreads && threads * int64_t(FO_SHARED_TARGET_CHUNKS) < chunks_per_row(cols))
+    while (threads < kSharedRowThreads && threads * int64_t(kSharedTargetChunks) < chunks_per_row(cols))
         threads *= 2;
     return threads;
 }
@@ -49,38 +47,20 @@ inline int shared_row_threads(int64_t cols) {
 // the block has nothing in flight. The 16-bit backward (one block an SM)
 // therefore starts moving its next row's dy and h into L2 as a row begins
 // (cp.async.bulk.prefetch, sm_90: one instruction a warp and operand), and
-// the copies of its dx pass find them there: on the H100 +3-8% at 16384
-// and 65536 columns, +1-3% at 32768 (bf16 LayerNorm 16384 x 16384 2366 ->
-// 2474 GB/s, 4096 x 65536 1755 -> 1858; bench/results/h100/tuning, runs
-// 54-55 and 61). The fp32 backward ran 5-8% slower with it, and the
-// forward 2-23% slower at 16384-32768 columns (three blocks an SM); issued
-// once the current row had landed, it was slower in the backward too.
-// 16-bit x with an fp32 h is left out: it spilled 8 bytes with it. Build-
-// time knob FO_SHARED_PREFETCH_L2: 1 (the 16-bit backward, with h of the
-// same type), 0 never, 2 in every shared-memory kernel.
-#ifndef FO_SHARED_PREFETCH_L2
-#define FO_SHARED_PREFETCH_L2 1
-#endif
-constexpr bool kForwardPrefetchL2 = FO_SHARED_PREFETCH_L2 == 2;
+// the copies of its dx pass find them there: on the H100 +1-8% at 16384 to
+// 65536 columns. The fp32 backward ran 5-8% slower with it and the forward
+// 2-23% slower; 16-bit x with an fp32 h spilled 8 bytes with it.
 template <typename T, typename H>
-constexpr bool kBackwardPrefetchL2 =
-    FO_SHARED_PREFETCH_L2 == 2 || (FO_SHARED_PREFETCH_L2 == 1 && sizeof(T) == 2 && std::is_same_v<H, T>);
+constexpr bool kBackwardPrefetchL2 = sizeof(T) == 2 && std::is_same_v<H, T>;
 
 // L2 priorities for a row's copies: the deferred rows (norm_shared_held_
-// partials.cuh) are read twice, so in fp32 their first copies ask L2 to keep
-// them (evict_last) and their second to let them go (evict_first). On the
-// H100 (bench/results/h100/tuning run 133) that ran fp32 backward 1-3%
-// faster (to 6.5% at 2048 x 131072), but 16-bit 1-2% slower at 16384
-// columns, where the next row's L2 prefetch (kBackwardPrefetchL2) competes
-// for the same L2 and the 16-bit rows are half the bytes; level at 65536
-// and 131072. Build-time knob, for tuning: FO_DEFERRED_L2_PRIORITY 0 copies
-// them as any row.
-#ifndef FO_DEFERRED_L2_PRIORITY
-#define FO_DEFERRED_L2_PRIORITY 1
-#endif
+// partials.cuh) are read twice, so in fp32 their first copies ask L2 to
+// keep them (evict_last) and their second to let them go (evict_first):
+// fp32 backward 1-6% faster on the H100; 16-bit 1-2% slower at 16384
+// columns, where the next row's L2 prefetch competes for the same L2.
 enum L2Priority { kL2Normal, kL2Keep, kL2Drop };
 template <typename T>
-constexpr bool kDeferredL2Priority = FO_DEFERRED_L2_PRIORITY && std::is_same_v<T, float>;
+constexpr bool kDeferredL2Priority = std::is_same_v<T, float>;
 
 // cp.async of 16 bytes into shared memory, with an L2 priority.
 __device__ __forceinline__ void copy16_async(void *to, const void *from, L2Priority priority) {
@@ -159,8 +139,6 @@ __global__ void __maxnreg__(kSharedForwardRegisters<T>)
     // the row loop is uniform across the block (row_sum holds barriers)
     for (int64_t r = blockIdx.x; r < a.rows; r += gridDim.x) {
         const int64_t next = r + gridDim.x;
-        if (kForwardPrefetchL2 && next < a.rows)
-            prefetch_l2_by_warps(x + next * a.x_row_stride, a.cols * int64_t(sizeof(T)));
         __pipeline_wait_prior(0);  // this thread's copies of row r have landed
         A sum = 0;
         for (int c = threadIdx.x; c < chunks; c += blockDim.x) {

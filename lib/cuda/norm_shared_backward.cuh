@@ -51,14 +51,7 @@ namespace {
 constexpr int kSharedBackwardThreads = kMaxRowThreads;
 constexpr int kSharedBackwardChunks = 4;  // a thread's: 16384 elements a block
 constexpr int64_t kSliceChunks = int64_t(kSharedBackwardThreads) * kSharedBackwardChunks;
-// the portable cluster size limit. Build-time knob, for tuning:
-// FO_MAX_CLUSTER (1: rows past 16384 elements stream).
-#ifndef FO_MAX_CLUSTER
-#define FO_MAX_CLUSTER 8
-#endif
-constexpr int kMaxCluster = FO_MAX_CLUSTER;
-static_assert(kMaxCluster == 1 || kMaxCluster == 2 || kMaxCluster == 4 || kMaxCluster == 8,
-              "FO_MAX_CLUSTER: 1, 2, 4 or 8");
+constexpr int kMaxCluster = 8;  // the portable cluster size limit
 // The most groups (clusters) for a cluster of 1, 2, 4 or 8 blocks: a
 // block on each of the 132 SMs of an H100 or H200. A cluster lives within
 // one GPC, so fewer SMs take part as clusters grow, and a group that does

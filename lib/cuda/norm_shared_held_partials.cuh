@@ -40,7 +40,7 @@
 
 #include <cooperative_groups.h>
 
-#include "norm_held_partials.cuh"  // its knob, FO_BACKWARD_HELD_PARTIALS, turns this off too
+#include "norm_held_partials.cuh"
 #include "norm_shared.cuh"
 
 namespace fo {
@@ -244,7 +244,7 @@ DeferArgs defer_plan(const fo_norm_backward_params &a, int cluster, int64_t grou
     DeferArgs d;
     const int64_t chunks = chunks_per_row(a.cols);
     const bool park_room = a.dx || (a.dresidual && a.h_dtype == a.dtype);
-    if (!FO_BACKWARD_HELD_PARTIALS || !park_room || !(a.dweight || a.dbias) ||
+    if (!park_room || !(a.dweight || a.dbias) ||
         a.cols % kChunk != 0 || chunks % (2 * cluster) != 0 || groups < 1)
         return d;
     const int64_t here = chunks / cluster, kinds = (a.dweight ? 1 : 0) + (a.dbias ? 1 : 0);
