@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import cffi
+import torch
 
 ENV_VAR = "FUSED_OPS_PY_LIBRARY"
 
@@ -97,27 +98,15 @@ _EXCEPTIONS = {
 SYNC = os.environ.get("FUSED_OPS_PY_SYNC", "0") not in ("", "0")
 
 
-def call(function, *args) -> None:
-    """Run an op entry point (device_type and device_index first) and raise
-    on failure; with FUSED_OPS_PY_SYNC=1 also wait for the GPU and name the
-    op if its kernels faulted. The ops' hot paths spell this out instead,
-    ``status = function(...)`` then ``if status or SYNC: finish(...)``: a
-    call through here costs 0.1 us more."""
-    status = function(*args)
-    if status or SYNC:
-        finish(function, status, args)
-
-
 def finish(function, status, device) -> None:
     """What follows a call of `function` (an entry point) that returned a
     non-zero status, or any call under FUSED_OPS_PY_SYNC=1: raise the
-    status's exception, else synchronize the GPU (device: device_type and
-    device_index, first of the call's arguments) and name the op if its
-    kernels faulted."""
+    status's exception, else synchronize the GPU (device: the call's
+    device_type and device_index) and name the op if its kernels faulted.
+    The calls spell out ``if status or SYNC: finish(...)``, so the common
+    case costs one test."""
     check(status)
     if SYNC and device[0] == lib.FO_DEVICE_CUDA:
-        import torch
-
         try:
             torch.cuda.synchronize(device[1])
         except Exception as error:  # torch >= 2.8 raises torch.AcceleratorError

@@ -37,10 +37,13 @@ def test_sync_names_the_op_whose_kernel_faulted():
     # fault asynchronously; with the variable set, the error names the op.
     code = (
         "import torch\n"
-        "from fused_ops_py._ffi import call, lib\n"
+        "from fused_ops_py._ffi import ffi, finish, lib\n"
         "dy = torch.ones(64, 64, device='cuda'); dx = torch.empty_like(dy)\n"
-        "call(lib.fo_bias_scale_relu_backward, lib.FO_DEVICE_CUDA, 0, 0, dx.data_ptr(), 0, 0, 0,\n"
-        "     dy.data_ptr(), 64, 16, 64, 64, lib.FO_DTYPE_F32, lib.FO_DTYPE_F32, 1.0)\n"
+        "a = ffi.new('fo_bias_scale_relu_backward_args *')\n"
+        "a.struct_size = ffi.sizeof('fo_bias_scale_relu_backward_args')\n"
+        "a.device_type, a.dx, a.dy, a.dy_row_stride, a.mask = lib.FO_DEVICE_CUDA, dx.data_ptr(), dy.data_ptr(), 64, 16\n"
+        "a.rows, a.cols, a.scale = 64, 64, 1.0\n"
+        "finish(lib.fo_bias_scale_relu_backward, lib.fo_bias_scale_relu_backward(a), (lib.FO_DEVICE_CUDA, 0))\n"
     )
     result = run(code, FUSED_OPS_PY_SYNC="1")
     assert result.returncode != 0
