@@ -28,8 +28,6 @@
 
 #include <cooperative_groups.h>
 
-#include <atomic>
-
 #include "norm_common.cuh"
 
 namespace fo {
@@ -208,11 +206,11 @@ struct HeldPlan {
 // most `blocks` blocks of `threads`, each owner holding the entries of the
 // chunks it owns (8 values each a thread at most). Whether the held rows
 // fit in shared memory beside the kernel's own, and every block at once on
-// the GPU, is resident_blocks' answer; that the register kernel runs, with
-// ty rows a block, the caller's to check.
+// the GPU, is the plan's to check (resident_blocks), as is that the
+// register kernel runs, with ty rows a block.
 template <typename T>
 HeldPlan held_plan(const fo_norm_backward_params &a, int ty, int threads, int64_t blocks,
-                   int device) {
+                   bool cooperative) {
     HeldPlan plan;
     const bool park = a.dx || (a.dresidual && a.h_dtype == a.dtype);
     if (!(a.dweight || a.dbias) || !park || a.cols % 16 != 0 ||
@@ -229,42 +227,12 @@ HeldPlan held_plan(const fo_norm_backward_params &a, int ty, int threads, int64_
     const int64_t slots = (owned * blocks * kChunk + per_slot - 1) / per_slot;
     const int64_t iterations = (slots + ty - 1) / ty;
     if (a.rows < iterations * ty) return plan;
-    int cooperative = 0;
-    if (cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device) != cudaSuccess) {
-        cudaGetLastError();  // a failed query is "no", not this op's error
-        return plan;
-    }
     const int64_t bytes = iterations * ty * a.cols * int64_t(sizeof(T));
     if (!cooperative || bytes >= (int64_t(1) << 24)) return plan;  // (past any GPU's shared memory)
     plan.iterations = int(iterations);
     plan.owned_shift = owned_shift;
     plan.shared_bytes = size_t(bytes);
     return plan;
-}
-
-// Blocks an SM of `kernel` at `threads` and `shared_bytes` of dynamic
-// shared memory (shared_bytes < 2^24), for the cooperative grid: 0 where
-// they do not fit beside its static shared memory. The last answer is
-// kept, one for each kernel (the occupancy query costs 0.3 us a call and
-// the attribute 0.5, tuning run 113, and a model asks the same again and
-// again).
-template <auto kernel>
-int resident_blocks(int device, int threads, size_t shared_bytes) {
-    static std::atomic<uint64_t> last{0};  // the key, then the answer
-    const uint64_t key = (uint64_t(device) << 40) | (uint64_t(threads) << 24) | shared_bytes;
-    const uint64_t seen = last.load(std::memory_order_relaxed);
-    if (seen >> 8 == key) return int(seen & 0xff);
-    int blocks = 0;
-    // (the static and dynamic shared memory together past 48 KB need this)
-    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             int(shared_bytes)) != cudaSuccess ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, shared_bytes) !=
-            cudaSuccess) {
-        cudaGetLastError();  // none resident: the workspace path runs
-        return 0;
-    }
-    last.store((key << 8) | uint64_t(blocks & 0xff), std::memory_order_relaxed);
-    return blocks;
 }
 
 }  // namespace

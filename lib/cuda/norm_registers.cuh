@@ -25,13 +25,6 @@
 namespace fo {
 namespace {
 
-// The launch shape of the register kernels for one row length.
-struct RegisterRows {
-    int tx = 0, ty = 0, cpt = 0;  // cpt = 0: the row does not fit
-    int64_t groups = 0;           // blocks: ceil(rows / ty), capped
-    int cluster = 1;              // blocks a row (forward_cluster_rows)
-};
-
 // Two 16-bit values packed in a word, lower first, widened to fp32 from the
 // word itself (bf16 by shifts, exact; fp16 by the paired conversion).
 // Converted one element at a time, each half went through a 16-bit register
@@ -198,46 +191,6 @@ constexpr int backward_held_bytes(int cpt, int h_size) {
     return cpt * kChunk *
            ((backward_prefetch<T>(cpt) ? 2 : 1) * (int(sizeof(T)) + h_size) + 2 * int(sizeof(acc_t<T>)));
 }
-// Backward's grid is persistent and depends on the shape and dtype alone
-// (it decides which rows each partial sums, and so the bits of dweight):
-// the threads that are resident at once on 128 SMs (an H100 or H200 has
-// 132) at the register budget of the 16-bit or fp32 instantiation with h
-// of the same type, 1024 a SM at 64 registers and 512 at 128, so no block waits for a
-// second wave, and the partials (2 x blocks x cols fp32, mostly still in
-// L2 when the finishing pass reads them) stay small.
-template <typename T>
-int64_t backward_threads(int cpt) {
-    const bool two_blocks =
-        !std::is_same_v<T, double> && backward_held_bytes<T>(cpt, sizeof(T)) <= 128;
-    return int64_t(128) * kMaxRowThreads * (two_blocks ? 2 : 1);
-}
-
-// Chunks a thread: as few threads as keep `target` chunks each (so every
-// thread has several 16-byte loads in flight), at least a warp and at most
-// `max_tx` a row, more (to kMaxRowThreads) only where the row would not fit
-// in max_chunks a thread; then the power-of-two chunks a thread that covers
-// the row. Narrow rows share a block of block_threads (TY rows).
-inline RegisterRows register_rows(int64_t rows, int64_t cols, int target, int max_tx,
-                                  int max_chunks, int64_t max_groups,
-                                  int block_threads = kThreads) {
-    RegisterRows g;
-    const int64_t chunks = chunks_per_row(cols);
-    if (target > max_chunks) target = max_chunks;  // fp64: fewer a thread
-    int tx = 32;
-    while (tx < max_tx && int64_t(tx) * target < chunks) tx *= 2;
-    while (tx < kMaxRowThreads && int64_t(tx) * max_chunks < chunks) tx *= 2;
-    int cpt = 1;
-    while (int64_t(tx) * cpt < chunks) cpt *= 2;
-    if (cpt > max_chunks) return g;
-    g.tx = tx;
-    g.cpt = cpt;
-    g.ty = tx >= block_threads ? 1 : block_threads / tx;
-    g.groups = (rows + g.ty - 1) / g.ty;
-    if (g.groups > max_groups) g.groups = max_groups;
-    if (g.groups < 1) g.groups = 1;
-    return g;
-}
-
 // Calls f(std::integral_constant<int, CPT>) for a chunks-a-thread count of
 // 1, 2, 4 .. MAX (the only ones instantiated).
 template <int MAX, typename F>
@@ -246,71 +199,6 @@ void dispatch_chunks(int cpt, F &&f) {
     if constexpr (MAX >= 2) if (cpt == 2) f(std::integral_constant<int, 2>{});
     if constexpr (MAX >= 4) if (cpt == 4) f(std::integral_constant<int, 4>{});
     if constexpr (MAX >= 8) if (cpt == 8) f(std::integral_constant<int, 8>{});
-}
-
-// Forward aims for 4 chunks a thread on at most 128 threads a row, then
-// more threads: once every load of a row is in flight together, more
-// elements a thread spread the row's fixed cost (two block reductions, the
-// statistics) over more bytes (4-9% faster than 2 chunks on 256 threads
-// from 16384 x 1024 up, 4% slower at 4096 x 1024). fp32 aims for 2 chunks
-// on up to 256 threads (4 on fewer threads at 1024-4096 elements was 0-5%
-// slower), and holds 4 on 256 threads where the row is longer (8192
-// elements: x held once, 80 registers, 3-9% faster than the shared-memory
-// kernel). Short rows share a block of kThreads (a warp a block, as
-// torch.compile launches them, ran 0.82-0.86x).
-template <typename T>
-RegisterRows forward_register_rows(int64_t rows, int64_t cols) {
-    constexpr bool kFloat = std::is_same_v<T, float>;
-    return register_rows(rows, cols, kFloat ? 2 : 4, kFloat ? 256 : 128, kForwardMaxChunks<T>,
-                         kMaxRowGroups, kThreads);
-}
-// RMSNorm rows longer than a block holds in registers (past 16384
-// elements): a thread block cluster of 2-8 blocks holds the row,
-// kForwardMaxChunks chunks a thread, and the blocks add their row sums
-// through each other's shared memory (cluster_row_sum; sm_90 and later).
-// Each element is read once and written once, as in one block: at 65536
-// columns RMSNorm +5-8% in 16-bit against the shared-memory kernel, +11%
-// in fp32 and fp32 add + RMSNorm +7% against the streaming kernel. Not
-// taken: LayerNorm (3-11% slower: its moments cross the cluster; fp32
-// 0.91-0.97x), add + RMSNorm with 16-bit x (6% slower than streaming),
-// fp64.
-constexpr int kForwardMaxCluster = 8;  // the portable cluster size
-template <typename T>
-RegisterRows forward_cluster_rows(int64_t rows, int64_t cols, int kind, bool residual) {
-    RegisterRows g;
-    if (std::is_same_v<T, double> || kind != FO_NORM_RMS ||
-        (residual && !std::is_same_v<T, float>))
-        return g;
-    constexpr int kCpt = kForwardMaxChunks<T>;
-    const int64_t chunks = chunks_per_row(cols);
-    int cluster = 2;
-    while (cluster < kForwardMaxCluster && int64_t(cluster) * kMaxRowThreads * kCpt < chunks)
-        cluster *= 2;
-    if (int64_t(cluster) * kMaxRowThreads * kCpt < chunks) return g;
-    int tx = 32;
-    while (int64_t(cluster) * tx * kCpt < chunks) tx *= 2;
-    g.tx = tx;
-    g.ty = 1;
-    g.cpt = kCpt;
-    g.cluster = cluster;
-    g.groups = rows < kMaxRowGroups ? (rows < 1 ? 1 : rows) : kMaxRowGroups;
-    return g;
-}
-
-// Backward aims for 2 chunks a thread in 16-bit types (256 threads a row
-// for 4096 elements, at 128 registers): 10-25% faster than 1 chunk on 512
-// threads within 64 registers. fp32 holds twice the bytes a chunk and
-// stays at 1 (2 measured 0-12% slower).
-template <typename T>
-constexpr int kBackwardTargetChunks = sizeof(T) == 2 ? 2 : 1;
-template <typename T>
-RegisterRows backward_register_rows(int64_t rows, int64_t cols) {
-    RegisterRows g = register_rows(rows, cols, kBackwardTargetChunks<T>, kMaxRowThreads,
-                                   kBackwardMaxChunks<T>, kMaxRowGroups);
-    if (g.cpt == 0) return g;
-    const int64_t blocks = backward_threads<T>(g.cpt) / (int64_t(g.tx) * g.ty);
-    if (g.groups > blocks) g.groups = blocks;
-    return g;
 }
 
 // Calls f(std::integral_constant<Access, ...>) for a register kernel's rows

@@ -179,39 +179,5 @@ __global__ void __maxnreg__(kSharedForwardRegisters<T>)
     }
 }
 
-// Lets `kernel` take `bytes` of dynamic shared memory, or false where this
-// GPU has less for a block (with 4096 to spare for the row sums' own).
-// A false leaves no error pending: the caller runs another kernel instead.
-template <typename Kernel>
-bool reserve_shared_memory(Kernel *kernel, int64_t bytes) {
-    int device = 0, optin = 0;
-    const bool reserved =
-        cudaGetDevice(&device) == cudaSuccess &&
-        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) ==
-            cudaSuccess &&
-        bytes + 4096 <= optin &&
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)) ==
-            cudaSuccess;
-    if (!reserved) cudaGetLastError();
-    return reserved;
-}
-
-// The grid of norm_forward_shared_kernel, or 0 where the row does not fit
-// in this GPU's shared memory: the blocks resident at once (each prefetches
-// its next row), at most one a row.
-template <typename T, typename P>
-int64_t shared_forward_blocks(int64_t rows, int64_t cols) {
-    int device = 0, multiprocessors = 0, resident = 0;
-    const int64_t bytes = shared_row_bytes<T>(cols);
-    auto kernel = norm_forward_shared_kernel<T, P>;
-    if (!reserve_shared_memory(kernel, bytes)) return 0;
-    cudaGetDevice(&device);
-    cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device);
-    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, shared_row_threads(cols),
-                                                  size_t(bytes));
-    const int64_t blocks = int64_t(multiprocessors) * resident;
-    return blocks < rows ? blocks : rows;
-}
-
 }  // namespace
 }  // namespace fo

@@ -51,36 +51,9 @@ namespace {
 constexpr int kSharedBackwardThreads = kMaxRowThreads;
 constexpr int kSharedBackwardChunks = 4;  // a thread's: 16384 elements a block
 constexpr int64_t kSliceChunks = int64_t(kSharedBackwardThreads) * kSharedBackwardChunks;
-constexpr int kMaxCluster = 8;  // the portable cluster size limit
-// The most groups (clusters) for a cluster of 1, 2, 4 or 8 blocks: a
-// block on each of the 132 SMs of an H100 or H200. A cluster lives within
-// one GPC, so fewer SMs take part as clusters grow, and a group that does
-// not fit runs in a second wave, at half the speed (bench/results/h100/
-// tuning, run 14): the launcher takes as many groups as
-// cudaOccupancyMaxActiveClusters says are resident at once (on the H100
-// 66, 31 and 15 of 2, 4 and 8 blocks: run 117's probe), at most these.
-// (Fixed counts that fit every H100 and H200, 64, 28 and 12, left 4, 20
-// and 36 SMs idle: 4-18% slower in bf16, run 127.)
-constexpr int64_t kClusterGroups[] = {132, 66, 33, 16};
-
-// The blocks a row is split across: 1, 2, 4 or 8, or 0 where it is too long.
-inline int shared_backward_cluster(int64_t cols) {
-    for (int cluster = 1; cluster <= kMaxCluster; cluster *= 2)
-        if (chunks_per_row(cols) <= cluster * kSliceChunks) return cluster;
-    return 0;
-}
 // The chunks of a row one block of the cluster holds.
 __host__ __device__ inline int64_t slice_chunks(int64_t cols, int cluster) {
     return (chunks_per_row(cols) + cluster - 1) / cluster;
-}
-// The most groups of blocks (clusters) of the grid, each summing its rows
-// into one weight and bias partial a column (the workspace holds groups x
-// cols for the weight, and as many again for the bias where dbias is
-// wanted); the launch takes fewer where fewer are resident at once.
-inline int64_t shared_backward_groups(int64_t rows, int64_t cols) {
-    const int cluster = shared_backward_cluster(cols);
-    const int64_t most = kClusterGroups[cluster == 8 ? 3 : cluster == 4 ? 2 : cluster == 2 ? 1 : 0];
-    return rows < 1 ? 1 : rows < most ? rows : most;
 }
 // The dynamic shared memory of a block: the weight's slots, dy's, h's.
 template <typename T, typename H, typename P>
@@ -288,90 +261,6 @@ __global__ void __launch_bounds__(kSharedBackwardThreads, 1)
         // ends with the weight's), in 16-byte stores (rows of whole chunks)
         if (a.dweight) store_chunk<A, true>(weight_partials + at, dw[k], kChunk);
         if (a.dbias) store_chunk<A, true>(bias_partials + at, db[k], kChunk);
-    }
-}
-
-// Runs the shared-memory backward (and the partials' fixed-order sum) where
-// it applies: aligned operands (the caller's test), 8193 to 131072 columns
-// (past 16384 on Hopper or newer only: clusters), not fp64 (its partials
-// would not fit in registers), a block's slice fits in this GPU's shared
-// memory, and its blocks or clusters are all resident at once. False where
-// it does not apply. (So which kernel runs, and the bits of dweight, may differ
-// between GPUs; on one GPU they are the same on every run.) With `launch`
-// false, only answers; `*held` then says whether the partials are parked in
-// dx (no workspace: the workspace query asks this).
-template <typename T, typename H>
-bool norm_backward_shared(const fo_norm_backward_params &a, cudaStream_t stream, bool launch = true,
-                          bool *held = nullptr) {
-    if constexpr (std::is_same_v<T, double>) {
-        return false;
-    } else {
-        const int cluster = shared_backward_cluster(a.cols);
-        if (cluster == 0) return false;
-        bool runs = false;
-        dispatch_companion<T>(a.param_dtype, [&](auto param_tag) {
-            using P = decltype(param_tag);
-            auto kernel = norm_backward_shared_kernel<T, H, P>;
-            // Clusters need the kernel compiled for sm_90 or newer: code
-            // from older PTX (a library built for sm_80 alone, run on an
-            // H100) compiles the cluster helpers out and would take the
-            // whole row for its slice.
-            cudaFuncAttributes compiled = {};
-            if (cluster > 1 && (cudaFuncGetAttributes(&compiled, kernel) != cudaSuccess ||
-                                compiled.ptxVersion < 90)) {
-                cudaGetLastError();
-                return;
-            }
-            const int64_t bytes = shared_backward_bytes<T, H, P>(a.cols, cluster);
-            if (!reserve_shared_memory(kernel, bytes)) return;
-            int device = 0;
-            if (cudaGetDevice(&device) != cudaSuccess) {
-                cudaGetLastError();
-                return;
-            }
-            int64_t groups = shared_backward_groups(a.rows, a.cols);
-            cudaLaunchAttribute attributes[2];
-            cudaLaunchConfig_t config =
-                clustered_config(dim3(unsigned(groups * cluster)), dim3(kSharedBackwardThreads),
-                                 size_t(bytes), stream, cluster, attributes[0]);
-            // every group resident at once: a second wave of even one group
-            // would double the time. As many as this GPU holds (its GPCs
-            // decide how many clusters), or stream where they would leave
-            // half its SMs idle.
-            int resident = 0, sms = 0;
-            const bool asked =
-                cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess &&
-                (cluster > 1
-                     ? cudaOccupancyMaxActiveClusters(&resident, kernel, &config) == cudaSuccess
-                     : cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-                           &resident, kernel, kSharedBackwardThreads, size_t(bytes)) == cudaSuccess);
-            if (cluster == 1) resident *= sms;
-            if (!asked || 2 * int64_t(resident) * cluster < sms) {
-                cudaGetLastError();
-                return;
-            }
-            if (resident < groups) groups = resident;
-            config.gridDim = dim3(unsigned(groups * cluster));
-            // the partials parked in dx where they can be (summed after one
-            // grid-wide barrier: every group resident)
-            const DeferArgs defer = defer_plan<T>(a, cluster, groups, device);
-            acc_t<T> *partials = static_cast<acc_t<T> *>(a.workspace);
-            runs = true;
-            if (held) *held = defer.deferred > 0;
-            if (!launch) return;
-            if (defer.deferred > 0) {
-                attributes[config.numAttrs] = {};
-                attributes[config.numAttrs].id = cudaLaunchAttributeCooperative;
-                attributes[config.numAttrs].val.cooperative = 1;
-                config.attrs = attributes;
-                config.numAttrs++;
-            }
-            cudaLaunchKernelEx(&config, kernel, a, partials, defer);  // an error stays for launch_on
-            if ((a.dweight || a.dbias) && defer.deferred == 0)
-                finish_column_partials(static_cast<P *>(a.dweight), static_cast<P *>(a.dbias),
-                                       partials, groups, a.cols, stream);
-        });
-        return runs;
     }
 }
 

@@ -240,7 +240,8 @@ __device__ __forceinline__ void sum_and_write_deferred(
 // condition is one the workspace query sees (an address's nullness, a
 // dtype), so the query and the launch agree.
 template <typename T>
-DeferArgs defer_plan(const fo_norm_backward_params &a, int cluster, int64_t groups, int device) {
+DeferArgs defer_plan(const fo_norm_backward_params &a, int cluster, int64_t groups,
+                     bool cooperative) {
     DeferArgs d;
     const int64_t chunks = chunks_per_row(a.cols);
     const bool park_room = a.dx || (a.dresidual && a.h_dtype == a.dtype);
@@ -252,11 +253,6 @@ DeferArgs defer_plan(const fo_norm_backward_params &a, int cluster, int64_t grou
     const int64_t per_slot = here * kChunk * int64_t(sizeof(T)) / int64_t(sizeof(acc_t<T>));
     const int64_t deferred = (groups * owned * kChunk + per_slot - 1) / per_slot;
     if (deferred > kMaxDeferred || a.rows / groups < deferred) return d;
-    int cooperative = 0;
-    if (cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device) != cudaSuccess) {
-        cudaGetLastError();  // a failed query is "no", not this op's error
-        return d;
-    }
     if (!cooperative) return d;
     d.deferred = int(deferred);
     d.owned = int(owned);
