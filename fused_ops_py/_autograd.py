@@ -97,24 +97,24 @@ def bias_scale_relu_grads(backward, ctx, dy):
     (mask,) = ctx.saved_tensors
     scale, bias_dtype = ctx.bias_scale_relu
     wants = ctx.needs_input_grad
-    want_bias = bias_dtype is not None and len(wants) > 1 and wants[1]
+    want_bias = bias_dtype is not None and wants[1]
     dx, dbias = backward(dy, mask, scale, wants[0], bias_dtype if want_bias else None)
     return dx if wants[0] else None, dbias if want_bias else None
 
 
 class BiasScaleReLUFunction(torch.autograd.Function):
-    """apply(x, bias, scale), or apply(x) for relu."""
+    """apply(x, bias, (fn, scale))."""
 
     @staticmethod
-    def forward(ctx, x, bias=None, scale=1.0):
-        y, mask = _calls.bias_scale_relu_forward(x, bias, scale, want_mask=True)
+    def forward(ctx, x, bias, config):
+        fn, scale = config
+        y, mask = _calls.bias_scale_relu_forward(fn, x, bias, scale, want_mask=True)
         bias_scale_relu_save(ctx, bias, scale, mask)
         return y
 
     @staticmethod
     def backward(ctx, dy):
-        dx, dbias = bias_scale_relu_grads(_calls.bias_scale_relu_backward, ctx, dy)
-        return (dx, dbias, None)[:len(ctx.needs_input_grad)]
+        return (*bias_scale_relu_grads(_calls.bias_scale_relu_backward, ctx, dy), None)
 
 
 # square ---------------------------------------------------------------------------

@@ -290,27 +290,59 @@ def check_bias_scale_relu(fn, x, bias, scale):
     return scale
 
 
-def bias_scale_relu_forward(x, bias, scale, want_mask):
-    """(y, mask or None)."""
-    x_view, rows, cols, x_stride = as_rows(x)
+def _bias_scale_relu_forward_plan(fn, x, bias, scale, want_mask):
+    """(template struct, rows, cols, x is used as it is) for a signature."""
+    scale = check_bias_scale_relu(fn, x, bias, scale)
+    _, rows, cols, x_stride = as_rows(x)
     code = DTYPE_CODES[x.dtype]
-    device = device_args(x)
-    y = dense_like(x)
-    a = ffi.new(_RELU_FORWARD)
-    a.struct_size = ffi.sizeof("fo_bias_scale_relu_forward_args")
-    a.device_type, a.device_index, a.stream = device
-    a.y, a.x, a.x_row_stride = y.data_ptr(), x_view.data_ptr(), x_stride
-    a.rows, a.cols, a.dtype, a.bias_dtype, a.scale = rows, cols, code, code, scale
+    template = _struct(
+        _RELU_FORWARD, (lib.FO_DEVICE_CUDA if x.is_cuda else lib.FO_DEVICE_CPU, max(x.get_device(), 0)),
+        x_row_stride=x_stride, rows=rows, cols=cols, dtype=code,
+        bias_dtype=DTYPE_CODES[bias.dtype] if bias is not None else code, scale=scale,
+    )
+    return template, rows, cols, x.is_contiguous()
+
+
+_bias_scale_relu_forward_plans = {}
+
+
+def bias_scale_relu_forward(fn, x, bias, scale, want_mask):
+    """(y, mask or None)."""
+    try:
+        if type(scale) is not float:  # True == 1 == 1.0 as keys
+            raise TypeError
+        key = (x.shape, x.stride(), x.dtype, x.device, scale,
+               None if bias is None else (bias.shape, bias.dtype, bias.device))
+        plan = _bias_scale_relu_forward_plans.get(key)
+    except (AttributeError, TypeError):  # not tensors, or scale not a float
+        key = plan = None
+    if plan is None:
+        plan = _bias_scale_relu_forward_plan(fn, x, bias, scale, want_mask)
+        if key is not None:
+            _remember(_bias_scale_relu_forward_plans, key, plan)
+    template, rows, cols, dense = plan
+    a = ffi.new(_RELU_FORWARD, template[0])
+    if x.is_cuda:
+        a.stream = _args.cuda_stream(template.device_index)
+    else:
+        _args.sync_cpu_threads()
+    if dense:
+        y = torch.empty_like(x)
+        x_rows = x
+    else:  # a view, or a copy where no view has dense rows: kept alive until the call returns
+        y = dense_like(x)
+        x_rows = as_rows(x)[0]
+    a.x, a.y = x_rows.data_ptr(), y.data_ptr()
     if bias is not None:
-        bias = bias.contiguous()
-        a.bias, a.bias_dtype = bias.data_ptr(), DTYPE_CODES[bias.dtype]
+        bias = bias.contiguous()  # the library reads cols dense elements
+        a.bias = bias.data_ptr()
     mask = None
     if want_mask:
         mask = x.new_empty(rows, (cols + 7) // 8, dtype=torch.uint8)
         a.mask = mask.data_ptr()
     status = lib.fo_bias_scale_relu_forward(a)
     if status or SYNC:
-        finish(lib.fo_bias_scale_relu_forward, status, device)
+        finish(lib.fo_bias_scale_relu_forward, status, (a.device_type, a.device_index))
     return y, mask
 
 

@@ -109,7 +109,7 @@ if AVAILABLE:
 
     @custom_op("fused_ops_py::bias_scale_relu", mutates_args=())
     def bias_scale_relu(x: Tensor, bias: Optional[Tensor], scale: float, want_mask: bool) -> Tuple[Tensor, Tensor]:
-        y, mask = _calls.bias_scale_relu_forward(x, bias, scale, want_mask)
+        y, mask = _calls.bias_scale_relu_forward("fused_ops_py::bias_scale_relu", x, bias, scale, want_mask)
         return y, mask if mask is not None else _empty(x).to(torch.uint8)
 
     @bias_scale_relu.register_fake

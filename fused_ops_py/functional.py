@@ -15,25 +15,28 @@ def _wants_grad(x, other=None):
     return torch.is_grad_enabled() and (x.requires_grad or (other is not None and other.requires_grad))
 
 
+def _bias_scale_relu(fn, x, bias, scale):
+    if compiling():
+        scale = _calls.check_bias_scale_relu(fn, x, bias, scale)
+        return torch.ops.fused_ops_py.bias_scale_relu(x, bias, scale, _wants_grad(x, bias))[0]
+    try:
+        wants_grad = _wants_grad(x, bias)
+    except AttributeError:  # not tensors: the raw call names what is wrong
+        wants_grad = False
+    if wants_grad:
+        return BiasScaleReLUFunction.apply(x, bias, (fn, scale))
+    return _calls.bias_scale_relu_forward(fn, x, bias, scale, want_mask=False)[0]
+
+
 def fused_bias_scale_relu(x, bias, scale=1.0):
     """relu(x * scale + bias), with bias of shape [N] broadcast over the last
     dimension N of x. Gradients flow to x and bias."""
-    scale = _calls.check_bias_scale_relu("fused_bias_scale_relu", x, bias, scale)
-    if compiling():
-        return torch.ops.fused_ops_py.bias_scale_relu(x, bias, scale, _wants_grad(x, bias))[0]
-    if _wants_grad(x, bias):
-        return BiasScaleReLUFunction.apply(x, bias, scale)
-    return _calls.bias_scale_relu_forward(x, bias, scale, want_mask=False)[0]
+    return _bias_scale_relu("fused_bias_scale_relu", x, bias, scale)
 
 
 def relu(x):
     """max(x, 0), elementwise; NaN stays NaN as in torch.relu."""
-    _args.check_tensor("relu", "x", x)
-    if compiling():
-        return torch.ops.fused_ops_py.bias_scale_relu(x, None, 1.0, _wants_grad(x))[0]
-    if _wants_grad(x):
-        return BiasScaleReLUFunction.apply(x)
-    return _calls.bias_scale_relu_forward(x, None, 1.0, want_mask=False)[0]
+    return _bias_scale_relu("relu", x, None, 1.0)
 
 
 def square(x):

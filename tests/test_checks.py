@@ -1,8 +1,8 @@
-"""The norms remember what they worked out for a call's signature; a call
-that hits that memory must be answered exactly as a fresh one: over good
-calls with some arguments swapped for bad or unusual ones, each call gives
-the same result (values, or the exception and its message) with the
-signatures of every earlier call remembered as with none."""
+"""The norms and relu(x * scale + bias) remember what they worked out for a
+call's signature; a call that hits that memory must be answered exactly as
+a fresh one: over good calls with some arguments swapped for bad or unusual
+ones, each call gives the same result (values, or the exception and its
+message) with the signatures of every earlier call remembered as with none."""
 
 import random as stdlib_random
 
@@ -117,3 +117,34 @@ def test_remembered_signatures_answer_as_fresh_calls(device):
             assert same(remembered[1], fresh[1]), (sample, remembered, fresh)
             ok += fresh[0] == "ok"
     assert ok > SAMPLES // 10  # the sample reaches good calls
+
+
+def relu_samples(device, count):
+    """(x, bias, scale): a good call with 0 to 2 of its arguments swapped."""
+    rng = stdlib_random.Random(1)
+    values = tensors(device)
+    x, b = torch.randn(4, 8, device=device), torch.randn(8, device=device)
+    goods = [[x, b, 0.5], [x, None, 1.0], [x.bfloat16(), b, 2.0], [x.bfloat16(), b.bfloat16(), -1.0]]
+    pools = [values, values, NUMBERS]
+    for _ in range(count):
+        call = list(rng.choice(goods))
+        for position in rng.sample(range(3), rng.randint(0, 2)):
+            call[position] = rng.choice(pools[position])
+        yield call
+
+
+def test_bias_scale_relu_remembers_as_fresh_calls(device):
+    ok = 0
+    with torch.no_grad():
+        for x, bias, scale in relu_samples(device, SAMPLES):
+            def call():
+                return fo.fused_bias_scale_relu(x, bias, scale)
+            remembered = outcome(call)
+            plans = dict(_calls._bias_scale_relu_forward_plans)
+            _calls._bias_scale_relu_forward_plans.clear()
+            fresh = outcome(call)
+            _calls._bias_scale_relu_forward_plans.update(plans)
+            assert remembered[0] == fresh[0], ((x, bias, scale), remembered, fresh)
+            assert same(remembered[1], fresh[1]), ((x, bias, scale), remembered, fresh)
+            ok += fresh[0] == "ok"
+    assert ok > SAMPLES // 10
