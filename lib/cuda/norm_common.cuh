@@ -215,14 +215,20 @@ __device__ __forceinline__ void apply_dropout_counters(A (&v)[kChunk], uint64_t 
     }
 }
 
+// The Philox counter of row `row`'s first four columns; columns c to c + 3
+// (c % 4 == 0) take the counter c / 4 after it.
+__device__ __forceinline__ uint64_t dropout_row_counter(int64_t row, int64_t cols,
+                                                       uint64_t offset) {
+    return offset + uint64_t(row) * fo_dropout_row_counters(cols);
+}
+
 // The chunk of 8 columns from col of row `row`.
 template <typename A>
 __device__ __forceinline__ void apply_dropout(A (&v)[kChunk], int64_t row,
                                               int64_t col, int64_t cols,
                                               double p, uint64_t seed,
                                               uint64_t offset) {
-    const uint64_t counter =
-        offset + uint64_t(row) * fo_dropout_row_counters(cols) + uint64_t(col) / 4;
+    const uint64_t counter = dropout_row_counter(row, cols, offset) + uint64_t(col) / 4;
     apply_dropout_counters(v, counter, counter + 1, p, seed);
 }
 
@@ -234,7 +240,7 @@ __device__ __forceinline__ void apply_dropout_chunk(A (&v)[kChunk], int64_t row,
                                                     uint64_t offset) {
     static_assert(ACCESS != kSpread || kVectorsPerChunk<T> == 2, "a vector is 4 columns");
     if constexpr (ACCESS == kSpread) {
-        const uint64_t counter = offset + uint64_t(row) * fo_dropout_row_counters(cols);
+        const uint64_t counter = dropout_row_counter(row, cols, offset);
         apply_dropout_counters(v, counter + uint64_t(element_offset<T, ACCESS>(c, 0)) / 4,
                                counter + uint64_t(element_offset<T, ACCESS>(c, 4)) / 4, p, seed);
     } else {
@@ -257,16 +263,27 @@ __device__ __forceinline__ void fill(A (&v)[kChunk], A value) {
     for (int i = 0; i < kChunk; i++) v[i] = value;
 }
 
+// The formulas of the norms, each written once and used by every kernel.
+//
+// A row's rstd = 1 / sqrt(variance + eps).
+template <typename A>
+__device__ __forceinline__ A row_rstd(A variance, double eps) {
+    return reciprocal_sqrt(variance + A(eps));
+}
+
+// xhat = (h - mean) * rstd: exactly 0 where h is the row's mean.
+template <typename A>
+__device__ __forceinline__ A normalized(A h, A mean, A rstd) {
+    return (h - mean) * rstd;
+}
+
 // The output of a chunk, y = (h - mean) * rstd * w + b, in two FFMAs an
-// element: h * rstd + shift (shift = -mean * rstd), then * w + b, where the
-// former (h - mean) * rstd, * w, + (bias ? b : 0) took five, a select among
-// them. The forward of a short row runs in one wave: every warp loads its
-// rows, then all compute at once, so the instructions after the loads are
-// time the memory waits (ncu, bf16 4096 x 1024: our schedulers issued 0.50
-// a cycle against torch.compile's 0.31, and took 5% more cycles). shift
-// rounds once more than h - mean would: an error of |mean| * rstd ulps, the
-// size of the mean's own. A missing weight is ones, a missing bias zeros
-// (+ 0: -0 becomes +0, as in the streaming kernel).
+// element: h * rstd + shift (shift = -mean * rstd), then * w + b (the
+// forward of a short row runs in one wave, every warp loading, then all
+// computing: the instructions after the loads are time the memory waits;
+// five an element took 5% more cycles). shift rounds once more than h -
+// mean would: an error of |mean| * rstd ulps, the size of the mean's own.
+// A missing weight is ones, a missing bias zeros (+ 0: -0 becomes +0).
 template <typename A>
 __device__ __forceinline__ void normalize_chunk(A (&v)[kChunk], A rstd, A shift,
                                                 const A (&w)[kChunk], const A (&b)[kChunk]) {
@@ -274,11 +291,44 @@ __device__ __forceinline__ void normalize_chunk(A (&v)[kChunk], A rstd, A shift,
     for (int i = 0; i < kChunk; i++) v[i] = fma(fma(v[i], rstd, shift), w[i], b[i]);
 }
 
-// The residual and gradient steps of one chunk, for the register kernels.
-// (The streaming backward in norm.cu spells the gradient step out: calling
-// store_dh_chunk there makes ptxas spill 16 bytes in its fp16 sm_90
-// instantiation, seen twice, the second time with the register kernels
-// verified on the GPU.)
+// wdy = dy * weight, rounded once: the row sums and dh take the same
+// value, so wdy - mean(wdy) is exactly 0 where they are equal (a row of one
+// element) instead of the product's rounding error that an FMA of the
+// product and the subtraction would leave (it is multiplied by rstd, up to
+// 1/sqrt(eps)). A product of two 16-bit values (T and P) is exact in fp32:
+// there the compiler may fuse it, with the same bits.
+template <typename T, typename P, typename A>
+__device__ __forceinline__ A weighted_dy(A dy, A w) {
+    if constexpr (sizeof(T) == 2 && sizeof(P) == 2) return dy * w;
+    else if constexpr (std::is_same_v<A, float>) return __fmul_rn(dy, w);
+    else return __dmul_rn(dy, w);
+}
+
+// What dh needs of a row beside its own values: from the row sums of wdy
+// and wdy * xhat (RMSNorm drops the mean(wdy) term).
+template <typename A>
+struct RowGradient {
+    A mean, rstd, mean_wdy, xhat_scale;  // xhat_scale: rstd * mean(wdy * xhat)
+};
+template <typename A>
+__device__ __forceinline__ RowGradient<A> row_gradient(A mean, A rstd, A sum_wdy,
+                                                       A sum_wdy_xhat, A inv_cols, bool rms) {
+    return {mean, rstd, rms ? A(0) : sum_wdy * inv_cols, rstd * (sum_wdy_xhat * inv_cols)};
+}
+
+// The gradient of h from the norm, one element: dh = rstd * (wdy -
+// mean(wdy) - xhat * mean(wdy * xhat)), as rstd * ((wdy - mean(wdy)) - (h
+// - mean) * xhat_scale): where h is the mean (a one-element row, a constant
+// one) the second term is exactly 0, and with wdy = mean(wdy) so is dh.
+template <typename A>
+__device__ __forceinline__ A norm_dh(const RowGradient<A> &row, A wdy, A h) {
+    return row.rstd * ((wdy - row.mean_wdy) - (h - row.mean) * row.xhat_scale);
+}
+
+// The residual and gradient steps of one chunk, for the register and
+// shared-memory kernels. (The streaming backward spells the gradient step
+// out: calling store_dh_chunk there made ptxas spill 16 bytes in its fp16
+// sm_90 instantiation.)
 //
 // Forward, chunk c of row r: h = dropout(x) + residual, written to
 // residual_out (where `store`) and returned in x's place as stored (rounded

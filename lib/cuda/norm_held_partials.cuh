@@ -19,11 +19,8 @@
 // The bytes moved are those of the workspace scheme (the partials are
 // written and read once, from L2), with no second launch. The price: the
 // held rows are written after the barrier and the sums, when nothing else
-// streams, so on the H100 (tuning run 109) the backward takes 3-4 us more
-// than with the workspace at 4096 x 512, 4-8 us at 4096 x 4096 (8-16%),
-// 2-5% at 16384 rows and 2% at 65536. (Run 104: with every block summing a
-// share of every block's rows and a second barrier before the held rows
-// were written, ~10 us more at any size.)
+// streams: on the H100 3-8 us more than with the workspace at 4096 rows
+// (8-16% at 4096 x 4096), 2-5% at 16384 rows and 2% at 65536.
 #pragma once
 
 #include <cooperative_groups.h>
@@ -117,10 +114,9 @@ __device__ __forceinline__ int64_t chunk_column(int64_t c, int i) {
 // warps in order: a fixed order, the same bits on every run. Once every
 // value is read, no other block reads this block's held rows: they are
 // written. Not inlined: the register kernel it ends is at its register cap,
-// and inlined, its state beside the row loop's made ptxas spill. (Tuning
-// runs 105-107: with the values read a chunk at a time, each load's place
-// found by divisions, the sums took 5-12 us at 4096 rows, against the
-// 2-3 us of the workspace's finishing kernel.)
+// and inlined, its state beside the row loop's made ptxas spill. (Read a
+// chunk at a time, each load's place found by divisions, the sums took
+// 5-12 us at 4096 rows, against the finishing kernel's 2-3 us.)
 template <typename T, typename P, Access ACCESS>
 __device__ __noinline__ void sum_owned_and_restore(const HeldRows<T> held, P *dweight, P *dbias,
                                                    const uint4 *staged) {

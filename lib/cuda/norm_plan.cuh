@@ -35,7 +35,7 @@ namespace fo {
 namespace {
 
 // The launch choices that differ by dtype, by element size. Measured on the
-// H100 against the alternatives (speedups, bench/tune.sh), one line each:
+// H100 against the alternatives, one line each:
 // - forward_target_chunks, forward_row_threads: the register forward aims
 //   for that many chunks a thread on at most that many threads a row (more
 //   threads only where the row would not fit kForwardMaxChunks a thread).

@@ -1,6 +1,6 @@
 // norm_registers.cuh: the fast path of LayerNorm and RMSNorm, for rows whose
 // operands are 16-byte aligned with cols a multiple of 8, and short enough to
-// live in registers (RegisterRows says how short).
+// live in registers (norm_plan.cuh says how short).
 //
 // Why: the norms are memory-bound, so the least traffic wins. Each element
 // is read from memory once and written once: forward keeps the row (h =
@@ -28,8 +28,7 @@ namespace {
 // Two 16-bit values packed in a word, lower first, widened to fp32 from the
 // word itself (bf16 by shifts, exact; fp16 by the paired conversion).
 // Converted one element at a time, each half went through a 16-bit register
-// first, and ptxas spilled 8-28 bytes of the 64-register forward (4 chunks
-// a thread without a residual, on sm_80 and sm_90; ptxas -v, tuning run 21).
+// first, and ptxas spilled 8-28 bytes of the 64-register forward.
 template <typename S>
 __device__ __forceinline__ float2 widen_pair(uint32_t word) {
     if constexpr (std::is_same_v<S, __nv_bfloat16>) {
@@ -46,8 +45,8 @@ __device__ __forceinline__ float2 widen_pair(uint32_t word) {
 // the registers of fp32. Exact: every value held is an S already (x, or h
 // as rounded to residual_out's dtype, or dy and h as loaded).
 // PAIRS: 16-bit values are widened a word at a time (widen_pair), as the
-// forward does; the backward widens them one by one, as it was tuned: paired,
-// it measured up to 2.4% slower at 1024-2048 elements (tuning run 24).
+// forward does; the backward widens them one by one (paired, up to 2.4%
+// slower at 1024-2048 elements).
 template <typename S, bool PAIRS = false>
 struct Held {
     uint32_t words[kChunk * sizeof(S) / 4];
@@ -137,11 +136,10 @@ constexpr int kBackwardMinBlocks = !std::is_same_v<A, double> && HELD_BYTES <= 1
 // them from the start (their latency hidden behind the row sums) measured
 // no faster on the H100 and made ptxas spill. Without a residual x is
 // loaded straight into h, and 16-bit rows count that one copy: 4 chunks a
-// thread take 64 registers, four 256-thread blocks an SM or two of 512:
-// against 80 registers on the H100, 6-10% faster at 16384 elements, 10-21%
-// at 4096 x 1024, elsewhere within -1% and +6% (tuning run 21). fp32 still
-// counts x twice at 2 chunks (80 registers): at 64 it ran 1-10% slower; at
-// 4 chunks (rows of 8192) it counts one copy, 80 registers, no spills.
+// thread take 64 registers, four 256-thread blocks an SM or two of 512
+// (against 80 registers: 6-21% faster at 4096 x 1024 and 16384 elements).
+// fp32 still counts x twice at 2 chunks (80 registers; 64 ran 1-10%
+// slower); at 4 chunks (rows of 8192) it counts one copy, 80 registers.
 template <typename T, typename R, int CPT, bool RESIDUAL, bool DROPOUT = false>
 struct ForwardHeld {
     static constexpr bool kOneCopy = !RESIDUAL && (sizeof(T) == 2 || (sizeof(T) == 4 && CPT >= 4));
@@ -151,16 +149,11 @@ struct ForwardHeld {
     // (a residual also costs its pointers and the residual_out stores)
     static constexpr int kBytes =
         (CPT - kBatch) * kChunk * int(sizeof(R)) + kBatch * kChunkBytes + (RESIDUAL ? 64 : 0);
-    // 16-bit x and residual without dropout fit 64 registers at any CPT
-    // (ptxas -v: no spills, sm_80 and sm_90), below the budget of their
-    // held bytes (80 at 2 chunks, 128 at 4): add + RMSNorm 4096 x 1024
-    // +12-14%, 4096 x 2048 +6-8%, 16384 x 1024 +2%, elsewhere within
-    // -0.5% and +2% (tuning run 77). With dropout it spilled 4-20 bytes.
-    // So do fp32 x and residual without dropout at up to 2 chunks a thread
-    // (54-64 used on sm_90, no spills; at 4 chunks it spilled 100 bytes),
-    // where the budget was 128 (ptxas used 64-72, three blocks an SM): add
-    // + RMSNorm 4096 x 512 +10%, 4096 x 1024 +2%, elsewhere within 0.2%
-    // (tuning run 89).
+    // 16-bit x and residual without dropout fit 64 registers at any CPT (no
+    // spills), below the budget of their held bytes: add + RMSNorm 2-14%
+    // faster up to 4096 x 2048 (with dropout it spilled 4-20 bytes). So do
+    // fp32 x and residual without dropout at up to 2 chunks a thread (at 4
+    // it spilled 100 bytes): +2-10% at 4096 x 512-1024.
     static constexpr bool kHalfResidual = RESIDUAL && !DROPOUT && sizeof(T) == 2 && sizeof(R) == 2;
     static constexpr bool kFloatResidual =
         RESIDUAL && !DROPOUT && sizeof(T) == 4 && sizeof(R) == 4 && CPT <= 2;
@@ -333,7 +326,7 @@ __maxnreg__((ForwardHeld<T, R, CPT, INPUT != kX, INPUT == kDropoutXPlusResidual>
                                      parity) *
             inv_cols;
         if (!active) continue;
-        const A rstd = reciprocal_sqrt(variance + A(a.eps));
+        const A rstd = row_rstd(variance, a.eps);
         if (lane == 0) {
             if (a.mean) static_cast<A *>(a.mean)[r] = mean;
             if (a.rstd) static_cast<A *>(a.rstd)[r] = rstd;
@@ -443,12 +436,12 @@ __global__ void __launch_bounds__(kMaxRowThreads,
         }
         const A mean = mean_next, rstd = rstd_next;
         if (kPrefetch && base + step < a.rows) load_row(r + step);
-        // the chunk's dy, xhat and weight * dy, from the held dy and h (and
+        // the chunk's dy, h and weight * dy, from the held dy and h (and
         // the weight: from shared memory, or an L1 hit after the first row)
         auto expand = [&](int k, const Held<T> &dy_k, const Held<H> &h_k, int64_t c,
-                          A(&g)[kChunk], A(&xhat)[kChunk], A(&wdy)[kChunk]) {
+                          A(&g)[kChunk], A(&hv)[kChunk], A(&wdy)[kChunk]) {
             dy_k.get(g);
-            h_k.get(xhat);
+            h_k.get(hv);
             acc_t<P> w[kChunk];
             if (kWeightShared && weight) {
                 alignas(16) P raw[kChunk];
@@ -462,8 +455,7 @@ __global__ void __launch_bounds__(kMaxRowThreads,
             }
 #pragma unroll
             for (int i = 0; i < kChunk; i++) {
-                xhat[i] = (xhat[i] - mean) * rstd;
-                wdy[i] = weight ? g[i] * A(w[i]) : g[i];
+                wdy[i] = weight ? weighted_dy<T, P>(g[i], A(w[i])) : g[i];
             }
         };
         A sum_wdy = 0, sum_wdy_xhat = 0;
@@ -471,31 +463,28 @@ __global__ void __launch_bounds__(kMaxRowThreads,
         for (int k = 0; k < CPT; k++) {
             const int64_t c = threadIdx.x + int64_t(k) * blockDim.x;
             if (!active || c >= chunks) continue;  // dy and h held as zeros
-            A g[kChunk], xhat[kChunk], wdy[kChunk];
-            expand(k, dy_held[k], h_held[k], c, g, xhat, wdy);
+            A g[kChunk], hv[kChunk], wdy[kChunk];
+            expand(k, dy_held[k], h_held[k], c, g, hv, wdy);
 #pragma unroll
             for (int i = 0; i < kChunk; i++) {
-                dw[k][i] += g[i] * xhat[i];
+                const A xhat = normalized(hv[i], mean, rstd);
+                dw[k][i] += g[i] * xhat;
                 db[k][i] += g[i];
                 sum_wdy += wdy[i];
-                sum_wdy_xhat += wdy[i] * xhat[i];
+                sum_wdy_xhat += wdy[i] * xhat;
             }
         }
-        // dh = rstd * (wdy - mean(wdy) - xhat * mean(wdy * xhat)); RMSNorm
-        // drops the mean(wdy) term
         row_sum2(sum_wdy, sum_wdy_xhat);
-        const A mean_wdy = rms ? A(0) : sum_wdy * inv_cols;
-        const A mean_wdy_xhat = sum_wdy_xhat * inv_cols;
+        const RowGradient<A> row = row_gradient(mean, rstd, sum_wdy, sum_wdy_xhat, inv_cols, rms);
         if (!active) continue;
 #pragma unroll
         for (int k = 0; k < CPT; k++) {
             const int64_t c = threadIdx.x + int64_t(k) * blockDim.x;
             if (c >= chunks) continue;
-            A g[kChunk], xhat[kChunk], dh[kChunk];
-            expand(k, dy_held[k], h_held[k], c, g, xhat, dh);
+            A g[kChunk], hv[kChunk], dh[kChunk];
+            expand(k, dy_held[k], h_held[k], c, g, hv, dh);
 #pragma unroll
-            for (int i = 0; i < kChunk; i++)
-                dh[i] = rstd * (dh[i] - mean_wdy - xhat[i] * mean_wdy_xhat);
+            for (int i = 0; i < kChunk; i++) dh[i] = norm_dh(row, dh[i], hv[i]);
             // a held row goes to shared memory in place of its dx (or of
             // dresidual, of T then, where there is no dx)
             T *dx_row = a.dx ? static_cast<T *>(a.dx) + r * cols : nullptr;
@@ -549,11 +538,9 @@ __global__ void __launch_bounds__(kMaxRowThreads,
         // Only the partials asked for (the workspace of a call without dbias
         // ends with the weight's), in 16-byte stores: an fp32 row holds the
         // chunk's values where T's row does (kSpread's vectors included),
-        // and cols % 8 == 0 keeps every row 32-byte aligned. On the H100
-        // (tuning runs 94-95) the bias partials RMSNorm did not need had
-        // cost it 7-23% at 4096-16384 rows, and the 4-byte stores, a warp's
-        // 32 sectors apart, 10-36% in 16-bit (LayerNorm bf16 4096 x 4096
-        // 1523 -> 2066 GB/s).
+        // and cols % 8 == 0 keeps every row 32-byte aligned (the bias
+        // partials RMSNorm did not need had cost it 7-23%, and 4-byte
+        // stores, a warp's 32 sectors apart, 10-36% in 16-bit).
         constexpr Access kPartialAccess = ACCESS == kSpread ? kSpread : kVector;
         if (a.dweight) store_row_chunk<A, kPartialAccess>(weight_partials, dw[k], c, cols);
         if (a.dbias) store_row_chunk<A, kPartialAccess>(bias_partials, db[k], c, cols);

@@ -5,8 +5,8 @@
 // and fp64 rows of 2049 to about 25000.
 //
 // Why: the streaming kernel reads such a row twice, and at 65536 columns
-// the second read mostly misses L2 (bench/results/h100/tuning, ncu: 1.4x
-// the minimum bytes from memory). Here a block copies its row into shared
+// the second read mostly misses L2 (ncu: 1.4x the minimum bytes from
+// memory). Here a block copies its row into shared
 // memory once (cp.async: global to shared without registers, a thread's 16
 // or more 16-byte copies all in flight), takes the statistics from there
 // (the two-pass form of the register kernels: the mean, then the
@@ -100,12 +100,9 @@ __device__ __forceinline__ void prefetch_l2_by_warps(const void *p, int64_t byte
 
 // Registers: 40 for 16-bit types, so that six blocks of a 16384-element row
 // (the most its 32 KiB of shared memory allow) fit an SM, not the four of
-// the 58 ptxas picks: on the H100 +3-9% at 16384 columns, bf16
-// (tuning run 17; 0 spills). fp32 rows of 16384 (64 KiB, three blocks an
-// SM; they now take the register kernel) ran 8-13% slower at 40 registers,
-// so fp32 keeps what ptxas picks; fp64
-// takes 128, not the 64 that ptxas picked on sm_80, where the slow path of
-// its division spilled (one 512-thread block still fits).
+// the 58 ptxas picks (+3-9% at 16384 columns, no spills); fp32 ran 8-13%
+// slower at 40 and takes 128, as does fp64 (at ptxas's 64 on sm_80 the
+// slow path of its division spilled; one 512-thread block still fits).
 template <typename T>
 constexpr int kSharedForwardRegisters = sizeof(T) == 2 ? 40 : 128;
 // T: x and y; P: weight, bias. One row a block at a time, grid-stride.
@@ -156,7 +153,7 @@ __global__ void __maxnreg__(kSharedForwardRegisters<T>)
             for (int i = 0; i < kChunk; i++) deviations += (v[i] - mean) * (v[i] - mean);
         }
         const A variance = row_sum(deviations) * inv_cols;
-        const A rstd = reciprocal_sqrt(variance + A(a.eps));
+        const A rstd = row_rstd(variance, a.eps);
         if (threadIdx.x == 0) {
             if (a.mean) static_cast<A *>(a.mean)[r] = mean;
             if (a.rstd) static_cast<A *>(a.rstd)[r] = rstd;

@@ -6,18 +6,17 @@
 //
 // Why: the streaming backward reads dy and h three times (the row sums, dx,
 // then the weight and bias column kernel); at 16384 and 65536 columns it
-// ran at 1050-1650 GB/s on the H100, behind torch.compile and Liger-Kernel
-// (bench/results/h100). Here a block copies its slice of a row's dy and h
+// ran at 1050-1650 GB/s on the H100, behind torch.compile and Liger-Kernel.
+// Here a block copies its slice of a row's dy and h
 // into shared memory once (cp.async, every copy of a thread in flight
 // together), takes the row sums and the weight and bias partials from
 // there, and writes dx: each element of dy and h crosses the memory bus
 // once, as in the register kernel. Each thread reads back only the chunks
 // it copied itself, so no barrier guards the row; and as it finishes a
 // chunk of dx it copies the same chunk of the block's next row into the
-// freed slot, so the next row is in flight while this one is written. (A
-// second buffer, the next row in flight during all of this one, measured
-// 1-4% faster for LayerNorm but 2-9% slower for RMSNorm and add + RMSNorm
-// at 16384 columns, bench/results/h100/tuning run 13.) In 16-bit types,
+// freed slot, so the next row is in flight while this one is written (a
+// second buffer, the next row in flight during all of this one, was 1-4%
+// faster for LayerNorm but 2-9% slower for RMSNorm). In 16-bit types,
 // with h of the same type, the next row is also prefetched into L2 as a
 // row begins (kBackwardPrefetchL2). The weight is copied in once a block.
 //
@@ -26,7 +25,7 @@
 // partials of a thread's columns live in registers (4 chunks x 8 columns x
 // 2: 64 fp32 registers at 512 threads), so a block runs at 128 registers,
 // one an SM. The grid is as many groups as this GPU holds at once, up to
-// one block an SM of an H100 or H200 (kClusterGroups): it decides which
+// one block an SM of an H100 or H200 (norm_plan.cuh): it decides which
 // rows each partial sums, and so the bits of dweight, which are the same
 // on every run on one GPU (DESIGN: determinism). A GPU that holds groups
 // on fewer than half its SMs streams instead.
@@ -143,7 +142,7 @@ __global__ void __launch_bounds__(kSharedBackwardThreads, 1)
     const P *weight = a.weight ? static_cast<const P *>(a.weight) + col0 : nullptr;
     const bool rms = a.kind == FO_NORM_RMS;
     const A inv_cols = A(1) / A(a.cols);
-    // an owner's deferred rows: their row means kept, their dx later
+    // an owner's deferred rows: their mean(wdy) and xhat_scale kept, their dx later
     __shared__ A row_means[kMaxDeferred][2];
     const int first_deferred =
         d.deferred > 0 && group < d.owners ? int(d.full + (group < d.extra)) - d.deferred : INT_MAX;
@@ -176,16 +175,15 @@ __global__ void __launch_bounds__(kSharedBackwardThreads, 1)
         const A mean = rms ? A(0) : static_cast<const A *>(a.mean)[r];
         const A rstd = static_cast<const A *>(a.rstd)[r];
         __pipeline_wait_prior(0);  // this thread's copies of row r have landed
-        // the chunk's dy, xhat and weight * dy, from shared memory
-        auto expand = [&](int c, A(&g)[kChunk], A(&xhat)[kChunk], A(&wdy)[kChunk]) {
+        // the chunk's dy, h and weight * dy, from shared memory
+        auto expand = [&](int c, A(&g)[kChunk], A(&hv)[kChunk], A(&wdy)[kChunk]) {
             dy_row.get(c, g);
-            h_row.get(c, xhat);
+            h_row.get(c, hv);
             A w[kChunk];
             if (weight) weight_row.get(c, w);
 #pragma unroll
             for (int i = 0; i < kChunk; i++) {
-                xhat[i] = (xhat[i] - mean) * rstd;
-                wdy[i] = weight ? g[i] * w[i] : g[i];
+                wdy[i] = weight ? weighted_dy<T, P>(g[i], w[i]) : g[i];
             }
         };
         A sum_wdy = 0, sum_wdy_xhat = 0;
@@ -193,26 +191,24 @@ __global__ void __launch_bounds__(kSharedBackwardThreads, 1)
         for (int k = 0; k < CPT; k++) {
             const int c = threadIdx.x + k * blockDim.x;
             if (c >= here) continue;
-            A g[kChunk], xhat[kChunk], wdy[kChunk];
-            expand(c, g, xhat, wdy);
+            A g[kChunk], hv[kChunk], wdy[kChunk];
+            expand(c, g, hv, wdy);
 #pragma unroll
             for (int i = 0; i < kChunk; i++) {
-                dw[k][i] += g[i] * xhat[i];
+                const A xhat = normalized(hv[i], mean, rstd);
+                dw[k][i] += g[i] * xhat;
                 db[k][i] += g[i];
                 sum_wdy += wdy[i];
-                sum_wdy_xhat += wdy[i] * xhat[i];
+                sum_wdy_xhat += wdy[i] * xhat;
             }
         }
-        // dh = rstd * (wdy - mean(wdy) - xhat * mean(wdy * xhat)); RMSNorm
-        // drops the mean(wdy) term
         row_sum2(sum_wdy, sum_wdy_xhat);
         if (cluster > 1) cluster_sum2(sum_wdy, sum_wdy_xhat, iteration % 2);
-        const A mean_wdy = rms ? A(0) : sum_wdy * inv_cols;
-        const A mean_wdy_xhat = sum_wdy_xhat * inv_cols;
+        const RowGradient<A> row = row_gradient(mean, rstd, sum_wdy, sum_wdy_xhat, inv_cols, rms);
         if (iteration >= first_deferred) {  // no dx yet: the next row's copies alone
             if (threadIdx.x == 0) {
-                row_means[iteration - first_deferred][0] = mean_wdy;
-                row_means[iteration - first_deferred][1] = mean_wdy_xhat;
+                row_means[iteration - first_deferred][0] = row.mean_wdy;
+                row_means[iteration - first_deferred][1] = row.xhat_scale;
             }
 #pragma unroll
             for (int k = 0; k < CPT; k++) {
@@ -226,13 +222,13 @@ __global__ void __launch_bounds__(kSharedBackwardThreads, 1)
         for (int k = 0; k < CPT; k++) {
             const int c = threadIdx.x + k * blockDim.x;
             if (c >= here) continue;
-            A g[kChunk], xhat[kChunk], dh[kChunk];
-            expand(c, g, xhat, dh);
+            A g[kChunk], hv[kChunk], dh[kChunk];
+            expand(c, g, hv, dh);
             // the slots are free (read above): the next row's chunk goes in
             if (next < a.rows) copy_row(next, c, first_copy(iteration + 1));
 #pragma unroll
             for (int i = 0; i < kChunk; i++)
-                dh[i] = rstd * (dh[i] - mean_wdy - xhat[i] * mean_wdy_xhat);
+                dh[i] = norm_dh(row, dh[i], hv[i]);
             store_dh_chunk<T, H, kVector>(
                 dh, a, r, col0 / kChunk + c, a.dx ? static_cast<T *>(a.dx) + r * a.cols : nullptr,
                 a.dresidual ? static_cast<H *>(a.dresidual) + r * a.cols : nullptr);

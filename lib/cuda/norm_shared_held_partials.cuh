@@ -28,14 +28,9 @@
 // block in bf16 LayerNorm (its partials, 8 bytes a column, fill 4.1 rows of
 // 2 bytes a column at 132 groups), 3 in RMSNorm. The price is time, the
 // deferred rows being read and written after the barrier, when nothing else
-// streams: on the H100 (tuning runs 118-119 and 132-133, against the
-// workspace path) backward at 4096 x 16384 bf16 0.89x (LayerNorm) and
-// 0.93-0.95x (RMSNorm, add + RMSNorm), 16384 x 16384 0.96-0.99x, 4096 x
-// 65536 0.96-1.01x; fp32 0.97-1.03x.
-// (Moving the deferred rows into L2 as the barrier began gained 0-1% and
-// made ptxas spill; 128 groups, not 132, for whole rows of partials ran
-// 2-6% slower at 16384 rows; pipelining the second reads through the row
-// slots, instead of two chunks at a time from global memory, ran level.)
+// streams: on the H100, against the workspace path, 0.89-0.95x at 4096 x
+// 16384 bf16, 0.96-1.01x at 16384 x 16384 and 4096 x 65536, fp32
+// 0.97-1.03x.
 #pragma once
 
 #include <cooperative_groups.h>
@@ -170,13 +165,12 @@ __device__ __noinline__ void sum_owned_partials(const DeferredRows<T> held, int6
 
 // Steps 3-4, every thread of the grid: the barrier, an owner's sums, then
 // the dx of its deferred rows from dy and h in the block's row slots and
-// the row means kept (row_means). The slots still hold the last deferred
-// row (the block's last): it goes first, and, as in the row loop, each
-// chunk a thread frees takes the same chunk of the next deferred row
+// the RowGradient terms kept (row_means). The slots still hold the last
+// deferred row (the block's last): it goes first, and, as in the row loop,
+// each chunk a thread frees takes the same chunk of the next deferred row
 // (copy_row(r, c), the kernel's), so the next row is in flight while this
-// one is written. (Reading the rows again from global memory, two chunks at
-// a time, cost 0.88x at bf16 LayerNorm 4096 x 16384 against the workspace
-// path, bench/results/h100/tuning run 118; this order, run 132.)
+// one is written (read again from global memory instead, two chunks at a
+// time, it was 0.88x the workspace path).
 template <typename T, typename H, int CPT, typename WeightRow, typename DyRow, typename HRow,
           typename CopyRow>
 __device__ __forceinline__ void sum_and_write_deferred(
@@ -201,7 +195,7 @@ __device__ __forceinline__ void sum_and_write_deferred(
         const int64_t r = held.row(group, k), next = i < last ? held.row(group, i) : -1;
         const A mean = rms ? A(0) : static_cast<const A *>(a.mean)[r];
         const A rstd = static_cast<const A *>(a.rstd)[r];
-        const A mean_wdy = row_means[k][0], mean_wdy_xhat = row_means[k][1];
+        const RowGradient<A> row = {mean, rstd, row_means[k][0], row_means[k][1]};
         __pipeline_wait_prior(0);  // this thread's copies of row r have landed
 #pragma unroll 1
         for (int j = 0; j < CPT; j++) {  // (unrolled, ptxas spilled 8-24 bytes)
@@ -215,9 +209,8 @@ __device__ __forceinline__ void sum_and_write_deferred(
                 copy_row(next, c, kDeferredL2Priority<T> ? kL2Drop : kL2Normal);
 #pragma unroll
             for (int e = 0; e < kChunk; e++) {
-                const A xhat = (x[e] - mean) * rstd;
-                const A wdy = a.weight ? g[e] * w[e] : g[e];
-                dh[e] = rstd * (wdy - mean_wdy - xhat * mean_wdy_xhat);
+                const A wdy = a.weight ? weighted_dy<T, P>(g[e], w[e]) : g[e];
+                dh[e] = norm_dh(row, wdy, x[e]);
             }
             store_dh_chunk<T, H, kVector>(
                 dh, a, r, first_chunk + c, a.dx ? static_cast<T *>(a.dx) + r * a.cols : nullptr,

@@ -102,11 +102,12 @@ __global__ void __launch_bounds__(kMaxRowThreads) norm_forward_kernel(fo_norm_fo
             }
         };
         if (!active) continue;
-        const A rstd = A(1) / sqrt(variance + A(a.eps));
+        const A rstd = row_rstd(variance, a.eps);
         if (threadIdx.x == 0) {
             if (a.mean) static_cast<A *>(a.mean)[r] = mean;
             if (a.rstd) static_cast<A *>(a.rstd)[r] = rstd;
         }
+        const A shift = -mean * rstd;
         for (int64_t c = threadIdx.x; c < chunks; c += blockDim.x) {
             const int64_t col = c * kChunk;
             const int n = int(cols - col < kChunk ? cols - col : kChunk);
@@ -114,8 +115,7 @@ __global__ void __launch_bounds__(kMaxRowThreads) norm_forward_kernel(fo_norm_fo
             load_h(h, col, n);
             load_params(w, weight ? weight + col : nullptr, n, A(1));
             load_params(b, bias ? bias + col : nullptr, n, A(0));
-#pragma unroll
-            for (int i = 0; i < kChunk; i++) h[i] = (h[i] - mean) * rstd * w[i] + b[i];
+            normalize_chunk(h, rstd, shift, w, b);
             store_chunk<T, VEC, kForwardHints<T>>(static_cast<T *>(a.y) + r * cols + col, h, n);
         }
     }
@@ -131,49 +131,49 @@ __global__ void __launch_bounds__(kMaxRowThreads) norm_backward_rows_kernel(fo_n
     const P *weight = static_cast<const P *>(a.weight);
     const int64_t cols = a.cols, chunks = chunks_per_row(cols);
     const bool rms = a.kind == FO_NORM_RMS;
+    const A inv_cols = A(1) / A(cols);
     for (int64_t base = blockIdx.x * int64_t(blockDim.y); base < a.rows;
          base += int64_t(gridDim.x) * blockDim.y) {
         const int64_t r = base + threadIdx.y;
         const bool active = r < a.rows;
         const A mean = !active || rms ? A(0) : static_cast<const A *>(a.mean)[r];
         const A rstd = active ? static_cast<const A *>(a.rstd)[r] : A(0);
-        // w * dy and the normalized input xhat of one chunk (last: the
-        // row's last read of them, the dx pass)
-        auto load = [&](auto last, A(&wdy)[kChunk], A(&xhat)[kChunk], int64_t col, int n) {
+        // w * dy and h of one chunk (last: the row's last read of them,
+        // the dx pass)
+        auto load = [&](auto last, A(&wdy)[kChunk], A(&hv)[kChunk], int64_t col, int n) {
             constexpr bool kLast = decltype(last)::value && kBackwardHints;
             A w[kChunk];
-            acc_t<H> hv[kChunk];
+            acc_t<H> hs[kChunk];
             load_chunk<T, VEC, true, kLast>(wdy, dy + r * a.dy_row_stride + col, n);
-            load_chunk<H, VEC, true, kLast>(hv, h + r * a.h_row_stride + col, n);
+            load_chunk<H, VEC, true, kLast>(hs, h + r * a.h_row_stride + col, n);
             load_params(w, weight ? weight + col : nullptr, n, A(1));
 #pragma unroll
             for (int i = 0; i < kChunk; i++) {
-                wdy[i] *= w[i];
-                xhat[i] = (A(hv[i]) - mean) * rstd;
+                wdy[i] = weighted_dy<T, P>(wdy[i], w[i]);
+                hv[i] = A(hs[i]);
             }
         };
         A sum_wdy = 0, sum_wdy_xhat = 0;
         for (int64_t c = threadIdx.x; active && c < chunks; c += blockDim.x) {
             const int64_t col = c * kChunk;
             const int n = int(cols - col < kChunk ? cols - col : kChunk);
-            A wdy[kChunk], xhat[kChunk];
-            load(std::false_type{}, wdy, xhat, col, n);
+            A wdy[kChunk], hv[kChunk];
+            load(std::false_type{}, wdy, hv, col, n);
 #pragma unroll
             for (int i = 0; i < kChunk; i++) {
                 sum_wdy += wdy[i];  // zero past n: load_chunk pads with 0
-                sum_wdy_xhat += wdy[i] * xhat[i];
+                sum_wdy_xhat += wdy[i] * normalized(hv[i], mean, rstd);
             }
         }
-        const A mean_wdy = rms ? A(0) : row_sum(sum_wdy) / A(cols);
-        const A mean_wdy_xhat = row_sum(sum_wdy_xhat) / A(cols);
+        const RowGradient<A> row = row_gradient(mean, rstd, rms ? A(0) : row_sum(sum_wdy),
+                                                row_sum(sum_wdy_xhat), inv_cols, rms);
         for (int64_t c = threadIdx.x; active && c < chunks; c += blockDim.x) {
             const int64_t col = c * kChunk;
             const int n = int(cols - col < kChunk ? cols - col : kChunk);
-            A dh[kChunk], xhat[kChunk];
-            load(std::true_type{}, dh, xhat, col, n);
+            A dh[kChunk], hv[kChunk];
+            load(std::true_type{}, dh, hv, col, n);
 #pragma unroll
-            for (int i = 0; i < kChunk; i++)
-                dh[i] = rstd * (dh[i] - mean_wdy - xhat[i] * mean_wdy_xhat);
+            for (int i = 0; i < kChunk; i++) dh[i] = norm_dh(row, dh[i], hv[i]);
             if (dresidual_out) {
                 acc_t<H> g[kChunk];
                 load_chunk<H, VEC>(g, dresidual_out + r * a.dresidual_out_row_stride + col, n);
@@ -243,7 +243,7 @@ __global__ void norm_backward_columns_kernel(fo_norm_backward_params a,
             for (int b = 0; b < kColumnBatch; b++)
 #pragma unroll
                 for (int i = 0; i < kChunk; i++) {
-                    dw[i] += g[b][i] * (A(hv[b][i]) - m[b]) * s[b];
+                    dw[i] += g[b][i] * normalized(A(hv[b][i]), m[b], s[b]);
                     db[i] += g[b][i];
                 }
         }
