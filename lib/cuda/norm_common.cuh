@@ -161,6 +161,7 @@ __device__ __forceinline__ double reciprocal(double n) {
 
 template <typename A>
 __device__ __forceinline__ Moments<A> merge(const Moments<A> &a, const Moments<A> &b) {
+    if (a.n == A(0)) return b;  // exactly b's mean: a constant row's stays exact
     const A n = a.n + b.n;
     const A share = n > A(0) ? b.n * reciprocal(n) : A(0);  // an empty side changes nothing
     const A delta = b.mean - a.mean;
@@ -277,18 +278,41 @@ __device__ __forceinline__ A normalized(A h, A mean, A rstd) {
     return (h - mean) * rstd;
 }
 
-// The output of a chunk, y = (h - mean) * rstd * w + b, in two FFMAs an
-// element: h * rstd + shift (shift = -mean * rstd), then * w + b (the
-// forward of a short row runs in one wave, every warp loading, then all
-// computing: the instructions after the loads are time the memory waits;
-// five an element took 5% more cycles). shift rounds once more than h -
-// mean would: an error of |mean| * rstd ulps, the size of the mean's own.
-// A missing weight is ones, a missing bias zeros (+ 0: -0 becomes +0).
-template <typename A>
-__device__ __forceinline__ void normalize_chunk(A (&v)[kChunk], A rstd, A shift,
+// The output of a chunk, y = (h - mean) * rstd * w + b. EXACT: as
+// written, the subtraction first, so that y is exactly b where h is the
+// mean (a constant row, whose mean the kernels take exactly). Else in two
+// FFMAs an element, h * rstd + shift (shift = -mean * rstd, the caller's,
+// once a row), then * w + b:
+// the 16-bit forward of a short row runs in one wave, every warp loading,
+// then all computing, so the instructions after the loads are time the
+// memory waits (five an element took 5% more cycles); shift rounds once
+// more than h - mean would, an error of |mean| * rstd ulps of fp32, below
+// a 16-bit output's. A missing weight is ones, a missing bias zeros (+ 0:
+// -0 becomes +0).
+template <bool EXACT, typename A>
+__device__ __forceinline__ void normalize_chunk(A (&v)[kChunk], A mean, A rstd, A shift,
                                                 const A (&w)[kChunk], const A (&b)[kChunk]) {
 #pragma unroll
-    for (int i = 0; i < kChunk; i++) v[i] = fma(fma(v[i], rstd, shift), w[i], b[i]);
+    for (int i = 0; i < kChunk; i++)
+        v[i] = EXACT ? fma(normalized(v[i], mean, rstd), w[i], b[i])
+                     : fma(fma(v[i], rstd, shift), w[i], b[i]);
+}
+// The register and shared-memory forward of fp64 take the exact order and
+// mean (corrected_mean); fp32 and 16-bit the FFMAs and the first mean:
+// exact, fp32 took two instructions an element more and 64 -> 72
+// registers at 2 chunks a thread (3 blocks an SM, not 4). The streaming
+// forward is exact in every dtype.
+template <typename T>
+constexpr bool kExactNormalize = std::is_same_v<T, double>;
+
+// A row's mean made exact where the row is constant: mean + sum(h - mean)
+// / cols, from the deviations of the variance pass. In a constant row every
+// deviation is the same small multiple of an ulp, their sum and its share
+// are exact, and so is the corrected mean; the sum of n copies of a value
+// and its product with 1/n, the first mean, round.
+template <typename A>
+__device__ __forceinline__ A corrected_mean(A mean, A deviations, A inv_cols) {
+    return mean + deviations * inv_cols;
 }
 
 // wdy = dy * weight, rounded once: the row sums and dh take the same

@@ -226,6 +226,30 @@ __device__ __forceinline__ A sum_squares(const Held<S, true> (&h)[CPT], int lane
     return (squares[0] + squares[1]) + (squares[2] + squares[3]);
 }
 
+// The sums of the deviations of a thread's held values from `mean` and of
+// their squares (corrected_mean's and the variance's; four sums of the
+// squares, one of the deviations: more spilled past 64 registers).
+template <int CPT, typename S, typename A>
+__device__ __forceinline__ void sum_deviations(const Held<S, true> (&h)[CPT], int lane,
+                                               int row_threads, int chunks, A mean, A &offsets,
+                                               A &squares) {
+    A sum = 0, squared[4] = {};
+#pragma unroll
+    for (int k = 0; k < CPT; k++) {
+        if (lane + k * row_threads >= chunks) continue;
+        A v[kChunk];
+        h[k].get(v);
+#pragma unroll
+        for (int i = 0; i < kChunk; i++) {
+            const A d = v[i] - mean;
+            sum += d;
+            squared[i % 4] = fma(d, d, squared[i % 4]);
+        }
+    }
+    offsets = sum;
+    squares = (squared[0] + squared[1]) + (squared[2] + squared[3]);
+}
+
 // What the forward adds to x before the norm. A template parameter, not a
 // runtime test: branches on it between the chunks made ptxas merge the
 // held row through local memory (spills of 100-400 bytes).
@@ -317,14 +341,23 @@ __maxnreg__((ForwardHeld<T, R, CPT, INPUT != kX, INPUT == kDropoutXPlusResidual>
             }
         }
         // the variance about the mean: no cancellation
-        const A mean =
+        A mean =
             rms ? A(0)
                 : cluster_row_sum<CLUSTER>((sums[0] + sums[1]) + (sums[2] + sums[3]), parity) * inv_cols;
-        const A variance =
-            cluster_row_sum<CLUSTER>(rms ? sum_squares<false>(h, lane, row_threads, chunks, mean)
-                                         : sum_squares<true>(h, lane, row_threads, chunks, mean),
-                                     parity) *
-            inv_cols;
+        A variance;
+        if constexpr (kExactNormalize<T> && CLUSTER == 1) {  // (LayerNorm takes no cluster)
+            A offsets = 0, squares;
+            if (rms) squares = sum_squares<false>(h, lane, row_threads, chunks, mean);
+            else sum_deviations(h, lane, row_threads, chunks, mean, offsets, squares);
+            row_sum2(offsets, squares);
+            if (!rms) mean = corrected_mean(mean, offsets, inv_cols);
+            variance = squares * inv_cols;
+        } else {
+            variance = cluster_row_sum<CLUSTER>(rms ? sum_squares<false>(h, lane, row_threads, chunks, mean)
+                                                    : sum_squares<true>(h, lane, row_threads, chunks, mean),
+                                                parity) *
+                       inv_cols;
+        }
         if (!active) continue;
         const A rstd = row_rstd(variance, a.eps);
         if (lane == 0) {
@@ -344,7 +377,7 @@ __maxnreg__((ForwardHeld<T, R, CPT, INPUT != kX, INPUT == kDropoutXPlusResidual>
             bias_chunk.template load_or_fill<ACCESS>(bias, c, from_acc<P>(0.0f));
             weight_chunk.get(w);
             bias_chunk.get(b);
-            normalize_chunk(v, rstd, shift, w, b);
+            normalize_chunk<kExactNormalize<T>>(v, mean, rstd, shift, w, b);
             store_row_chunk<T, ACCESS>(static_cast<T *>(a.y) + r * cols, v, c, cols);
         }
     }

@@ -144,15 +144,24 @@ __global__ void __maxnreg__(kSharedForwardRegisters<T>)
 #pragma unroll
             for (int i = 0; i < kChunk; i++) sum += v[i];
         }
-        const A mean = rms ? A(0) : row_sum(sum) * inv_cols;
-        A deviations = 0;
+        A mean = rms ? A(0) : row_sum(sum) * inv_cols;
+        A deviations = 0, offsets = 0;
         for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
             A v[kChunk];
             held(c, v);
 #pragma unroll
-            for (int i = 0; i < kChunk; i++) deviations += (v[i] - mean) * (v[i] - mean);
+            for (int i = 0; i < kChunk; i++) {
+                deviations += (v[i] - mean) * (v[i] - mean);
+                if constexpr (kExactNormalize<T>) offsets += v[i] - mean;
+            }
         }
-        const A variance = row_sum(deviations) * inv_cols;
+        if constexpr (kExactNormalize<T>) {
+            row_sum2(offsets, deviations);
+            if (!rms) mean = corrected_mean(mean, offsets, inv_cols);
+        } else {
+            deviations = row_sum(deviations);
+        }
+        const A variance = deviations * inv_cols;
         const A rstd = row_rstd(variance, a.eps);
         if (threadIdx.x == 0) {
             if (a.mean) static_cast<A *>(a.mean)[r] = mean;
@@ -167,7 +176,7 @@ __global__ void __maxnreg__(kSharedForwardRegisters<T>)
             else fill(w, A(1));
             if (bias) load_chunk<P, true>(b, bias + col, kChunk);
             else fill(b, A(0));
-            normalize_chunk(v, rstd, shift, w, b);
+            normalize_chunk<kExactNormalize<T>>(v, mean, rstd, shift, w, b);
             store_chunk<T, true, true>(static_cast<T *>(a.y) + r * a.cols + col, v, kChunk);
             // the slot is free: its values were read (and used) above
             if (next < a.rows) copy_chunk(next, c);

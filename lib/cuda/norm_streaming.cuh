@@ -71,11 +71,14 @@ __global__ void __launch_bounds__(kMaxRowThreads) norm_forward_kernel(fo_norm_fo
                 for (int i = 0; i < kChunk; i++) sum_squares += h[i] * h[i];  // 0 past n
                 continue;
             }
-            // the chunk's moments (about its own mean, from registers), merged in
+            // the chunk's moments (about its own mean, from registers), merged
+            // in; its mean as h[0] + mean(h - h[0]), exactly h[0] where the
+            // chunk is constant
             A sum = 0;
 #pragma unroll
-            for (int i = 0; i < kChunk; i++) sum += h[i];
-            Moments<A> chunk = {A(n), sum * reciprocal(A(n)), 0};
+            for (int i = 0; i < kChunk; i++)
+                if (i < n) sum += h[i] - h[0];
+            Moments<A> chunk = {A(n), h[0] + sum * reciprocal(A(n)), 0};
 #pragma unroll
             for (int i = 0; i < kChunk; i++)
                 if (i < n) chunk.m2 += (h[i] - chunk.mean) * (h[i] - chunk.mean);
@@ -107,7 +110,6 @@ __global__ void __launch_bounds__(kMaxRowThreads) norm_forward_kernel(fo_norm_fo
             if (a.mean) static_cast<A *>(a.mean)[r] = mean;
             if (a.rstd) static_cast<A *>(a.rstd)[r] = rstd;
         }
-        const A shift = -mean * rstd;
         for (int64_t c = threadIdx.x; c < chunks; c += blockDim.x) {
             const int64_t col = c * kChunk;
             const int n = int(cols - col < kChunk ? cols - col : kChunk);
@@ -115,7 +117,7 @@ __global__ void __launch_bounds__(kMaxRowThreads) norm_forward_kernel(fo_norm_fo
             load_h(h, col, n);
             load_params(w, weight ? weight + col : nullptr, n, A(1));
             load_params(b, bias ? bias + col : nullptr, n, A(0));
-            normalize_chunk(h, rstd, shift, w, b);
+            normalize_chunk<true>(h, mean, rstd, A(0), w, b);
             store_chunk<T, VEC, kForwardHints<T>>(static_cast<T *>(a.y) + r * cols + col, h, n);
         }
     }
