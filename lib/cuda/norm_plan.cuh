@@ -306,10 +306,12 @@ BackwardPlan norm_backward_plan(const fo_norm_backward_params &a, int device,
                            : stride_aligned16<T>(a.h_row_stride, a.rows) &&
                                  stride_aligned16<T>(a.dresidual_out_row_stride, a.rows));
     const bool aligned = plan.vec && aligned16(a.weight);
-    const int64_t kinds = (a.dweight ? 1 : 0) + (a.dbias ? 1 : 0);
-    // the weight partials, then the bias partials (each only where asked for)
+    // the weight partials, then the bias partials: the kernels write the
+    // bias set after the weight's place, so dbias takes two sets even
+    // without dweight (RMSNorm, with no dbias, needs one)
+    const int64_t sets = a.dbias ? 2 : a.dweight ? 1 : 0;
     auto partials_bytes = [&](int64_t groups) {
-        return kinds * groups * a.cols * int64_t(sizeof(acc_t<T>));
+        return sets * groups * a.cols * int64_t(sizeof(acc_t<T>));
     };
     const RegisterRows fast = backward_register_rows<T>(a.rows, a.cols);
     if (aligned && fast.cpt > 0) {
