@@ -401,17 +401,31 @@ def square_backward(dy, x):
 # reduce_sum ------------------------------------------------------------------------
 
 
+_reduce_sum_workspaces = {}
+
+
+def _reduce_sum_workspace_bytes(device, numel, code):
+    """The library's answer for (device type, numel, dtype), which is all it
+    depends on: asked once a signature."""
+    key = (device[0], numel, code)
+    nbytes = _reduce_sum_workspaces.get(key)
+    if nbytes is None:
+        answer = ffi.new(_BYTES)
+        status = lib.fo_reduce_sum_workspace_bytes(device[0], numel, code, answer)
+        if status:
+            finish(lib.fo_reduce_sum_workspace_bytes, status, device)
+        nbytes = _remember(_reduce_sum_workspaces, key, answer[0])
+    return nbytes
+
+
 def reduce_sum(x):
     dense = x.contiguous()
     out = x.new_empty(())
     device = device_args(x)
     code, numel = DTYPE_CODES[x.dtype], x.numel()
-    nbytes = ffi.new(_BYTES)
-    status = lib.fo_reduce_sum_workspace_bytes(device[0], numel, code, nbytes)
-    if status:
-        finish(lib.fo_reduce_sum_workspace_bytes, status, device)
-    workspace = x.new_empty(nbytes[0], dtype=torch.uint8) if nbytes[0] else None
-    status = lib.fo_reduce_sum(*device, out.data_ptr(), _address(workspace), nbytes[0],
+    nbytes = _reduce_sum_workspace_bytes(device, numel, code)
+    workspace = x.new_empty(nbytes, dtype=torch.uint8) if nbytes else None
+    status = lib.fo_reduce_sum(*device, out.data_ptr(), _address(workspace), nbytes,
                                dense.data_ptr(), numel, code)
     if status or SYNC:
         finish(lib.fo_reduce_sum, status, device)
