@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Kernel tuning on the GPU machine: builds the library once for each
-# variant (NAME=compiler flags, e.g. the knobs FO_STREAM_BATCH,
-# FO_FORWARD_TARGET_CHUNKS), side by side, sm_90 only; then for each: the
+# variant (NAME=compiler flags, e.g. -D of a temporary macro around the
+# change under test; the winner becomes the code, the macro goes), side by
+# side, sm_90 only; then for each: the
 # CUDA tests of TEST_TARGETS (default the norms; the first variant's: the
 # one chosen gets the full gpu_check.sh test), and the benchmark of the
 # fused norms alone.
-#   bench/tune.sh "b4=-DFO_STREAM_BATCH=4" "b1=-DFO_STREAM_BATCH=1"
+#   bench/tune.sh "base=" "try=-DFO_TRY=1"
 # BENCH_ARGS replaces the benchmark's flags (default below); results go to
 # $OUT/tune_<NAME>/.
 set -uo pipefail
