@@ -63,7 +63,7 @@ def _norm_backward_sharing_dx(*args):
 class NormFunction(torch.autograd.Function):
     """apply(x, residual, weight, bias, config), config = (fn, kind, eps,
     dropout_p, normalized_shape): the fewest arguments, since apply costs
-    0.2 us an argument. Returns (y, residual_out)."""
+    0.2 us an argument. Returns y, or (y, residual_out) with a residual."""
 
     @staticmethod
     def forward(ctx, x, residual, weight, bias, config):

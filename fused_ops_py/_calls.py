@@ -216,8 +216,6 @@ def norm_backward(dy, dresidual_out, h, stats, weight, bias, kind, dropout_p, co
     """(dx, dresidual, dweight, dbias), None where not wanted. share_dx lets
     dx be the very tensor dresidual is when their values agree (no
     dropout, one dtype)."""
-    if dy is None:  # only residual_out was used
-        dy = torch.zeros(h.shape, dtype=x_dtype, device=h.device)
     dy_view, rows, cols, dy_stride = as_rows(dy, cols)
     h_view, _, _, h_stride = as_rows(h, cols)
     device = device_args(dy)

