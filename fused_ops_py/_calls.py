@@ -35,6 +35,32 @@ def _remember(cache, key, value):
     return value
 
 
+def _prepared(plans, key, make, *args):
+    """The prepared call of a signature: remembered under key (None: not to
+    be remembered), else made by make(*args), which checks the arguments
+    and raises on what is wrong."""
+    try:
+        plan = plans.get(key)
+    except TypeError:  # unhashable (a list for a tuple): not remembered
+        key = plan = None
+    if plan is None:
+        plan = make(*args)
+        if key is not None:
+            _remember(plans, key, plan)
+    return plan
+
+
+def _call_struct(ctype, template, x):
+    """A copy of a prepared struct for a call on x's device, with its current
+    stream on CUDA (on the CPU, the thread count told to the library)."""
+    a = ffi.new(ctype, template[0])
+    if x.is_cuda:
+        a.stream = _args.cuda_stream(template.device_index)
+    else:
+        _args.sync_cpu_threads()
+    return a
+
+
 def _struct(ctype, device, **fields):
     """A struct of `ctype` with its size, device and the given fields."""
     s = ffi.new(ctype)
@@ -126,19 +152,13 @@ def norm_forward(fn, kind, x, residual, weight, bias, eps, dropout_p, normalized
                None if bias is None else (bias.shape, bias.dtype, bias.device),
                None if residual is None else (residual.shape, residual.stride(), residual.dtype,
                                               residual.device))
-        plan = _norm_forward_plans.get(key)
-    except (AttributeError, TypeError):  # not tensors, or unhashable arguments
-        key = plan = None
-    if plan is None:
-        plan = _norm_forward_plan(fn, kind, x, residual, weight, bias, eps, dropout_p, normalized_shape)
-        if key is not None:
-            _remember(_norm_forward_plans, key, plan)
-    template, rows, cols, dense = plan
-    a = ffi.new(_NORM_FORWARD, template[0])
-    if x.is_cuda:
-        a.stream = _args.cuda_stream(template.device_index)
-    else:
-        _args.sync_cpu_threads()
+    except (AttributeError, TypeError):  # not tensors, or eps and dropout_p not floats
+        key = None
+    template, rows, cols, dense = _prepared(
+        _norm_forward_plans, key, _norm_forward_plan,
+        fn, kind, x, residual, weight, bias, eps, dropout_p, normalized_shape,
+    )
+    a = _call_struct(_NORM_FORWARD, template, x)
     if dense:
         y = torch.empty_like(x)
         x_rows, residual_rows = x, residual
@@ -288,7 +308,7 @@ def check_bias_scale_relu(fn, x, bias, scale):
     return scale
 
 
-def _bias_scale_relu_forward_plan(fn, x, bias, scale, want_mask):
+def _bias_scale_relu_forward_plan(fn, x, bias, scale):
     """(template struct, rows, cols, x is used as it is) for a signature."""
     scale = check_bias_scale_relu(fn, x, bias, scale)
     _, rows, cols, x_stride = as_rows(x)
@@ -311,19 +331,12 @@ def bias_scale_relu_forward(fn, x, bias, scale, want_mask):
             raise TypeError
         key = (x.shape, x.stride(), x.dtype, x.device, scale,
                None if bias is None else (bias.shape, bias.dtype, bias.device))
-        plan = _bias_scale_relu_forward_plans.get(key)
     except (AttributeError, TypeError):  # not tensors, or scale not a float
-        key = plan = None
-    if plan is None:
-        plan = _bias_scale_relu_forward_plan(fn, x, bias, scale, want_mask)
-        if key is not None:
-            _remember(_bias_scale_relu_forward_plans, key, plan)
-    template, rows, cols, dense = plan
-    a = ffi.new(_RELU_FORWARD, template[0])
-    if x.is_cuda:
-        a.stream = _args.cuda_stream(template.device_index)
-    else:
-        _args.sync_cpu_threads()
+        key = None
+    template, rows, cols, dense = _prepared(
+        _bias_scale_relu_forward_plans, key, _bias_scale_relu_forward_plan, fn, x, bias, scale,
+    )
+    a = _call_struct(_RELU_FORWARD, template, x)
     if dense:
         y = torch.empty_like(x)
         x_rows = x
