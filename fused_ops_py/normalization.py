@@ -18,8 +18,8 @@ _DEFAULT_EPS = {dtype: torch.finfo(dtype).eps for dtype in DTYPE_CODES}
 
 def _norm(fn, kind, x, residual, weight, bias, eps, dropout_p, normalized_shape):
     """(y, residual_out or None)."""
-    if eps is None:
-        eps = _DEFAULT_EPS.get(getattr(x, "dtype", None))
+    if eps is None:  # a non-tensor x or an unsupported dtype: the checks name it
+        eps = _DEFAULT_EPS[x.dtype] if isinstance(x, torch.Tensor) and x.dtype in _DEFAULT_EPS else None
     if compiling():
         shape = _calls.check_norm(fn, x, residual, weight, bias, normalized_shape)
         y, residual_out, _ = torch.ops.fused_ops_py.norm(
