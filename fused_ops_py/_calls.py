@@ -22,6 +22,9 @@ _NORM_BACKWARD = ffi.typeof("fo_norm_backward_args *")
 _RELU_FORWARD = ffi.typeof("fo_bias_scale_relu_forward_args *")
 _RELU_BACKWARD = ffi.typeof("fo_bias_scale_relu_backward_args *")
 _BYTES = ffi.typeof("int64_t *")
+# the structs built field by field each call (the forwards copy a prepared one)
+_NORM_BACKWARD_SIZE = ffi.sizeof(_NORM_BACKWARD.item)
+_RELU_BACKWARD_SIZE = ffi.sizeof(_RELU_BACKWARD.item)
 
 # signatures seen, each with its prepared call; a bound keeps a process that
 # sees endless shapes (dynamic batch sizes) from growing without end
@@ -249,8 +252,7 @@ def norm_backward(dy, dresidual_out, h, stats, weight, bias, kind, dropout_p, co
     weight = weight.contiguous() if weight is not None else None
     rstd = stats.data_ptr()
     a = ffi.new(_NORM_BACKWARD)
-    a.struct_size = ffi.sizeof("fo_norm_backward_args")
-    a.device_type, a.device_index, a.stream = device
+    a.struct_size, (a.device_type, a.device_index, a.stream) = _NORM_BACKWARD_SIZE, device
     a.dx, a.dresidual, a.dweight, a.dbias = map(_address, (dx, dresidual, dweight, dbias))
     a.dy, a.dy_row_stride = dy_view.data_ptr(), dy_stride
     if dresidual_out is not None:
@@ -363,8 +365,7 @@ def bias_scale_relu_backward(dy, mask, scale, want_dx, bias_dtype):
     code = DTYPE_CODES[dy.dtype]
     device = device_args(dy)
     a = ffi.new(_RELU_BACKWARD)
-    a.struct_size = ffi.sizeof("fo_bias_scale_relu_backward_args")
-    a.device_type, a.device_index, a.stream = device
+    a.struct_size, (a.device_type, a.device_index, a.stream) = _RELU_BACKWARD_SIZE, device
     a.dy, a.dy_row_stride, a.mask = dy_view.data_ptr(), dy_stride, mask.data_ptr()
     a.rows, a.cols, a.dtype, a.bias_dtype, a.scale = rows, cols, code, code, scale
     dx = dbias = None

@@ -159,8 +159,7 @@ __global__ void bias_scale_relu_backward_kernel(
                 // 16-byte stores, where the chunk's values lie in T's row
                 // (kSpread's vectors included; cols % 8 == 0 keeps rows
                 // 32-byte aligned). 4-byte stores, a warp's 32 sectors
-                // apart, cost the norm backward 10-36% at 4096 rows (tuning
-                // run 95).
+                // apart, cost the norm backward 10-36% at 4096 rows.
                 store_row_chunk<A, ACCESS == kSpread ? kSpread : kVector>(out, sum, c, cols);
             }
         }
@@ -180,7 +179,7 @@ inline bool flattenable(int64_t rows, int64_t cols, int64_t row_stride) {
 // H100 (bf16, fp32) that ran 4-26% faster than row_geometry's grid-stride
 // walk down the rows (65536 x 1024 bf16: 2088 -> 2625 GB/s), which kept too
 // few loads in flight; loading 2 or 4 rows a thread before using any was
-// 1-11% slower than 1 in this grid (bench/results/h100/tuning, run 10).
+// 1-11% slower than 1 in this grid.
 inline RowGeometry forward_geometry(int64_t rows, int64_t cols) {
     RowGeometry g = row_geometry(rows, cols);
     int64_t gy = (rows + g.block.y - 1) / g.block.y;

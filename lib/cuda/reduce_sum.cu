@@ -14,7 +14,7 @@ static_assert(kMaxBlocks <= 4 * kThreads, "final_sum_kernel loads 4 partials a t
 
 // A thread loads 64 bytes before it adds any (4 chunks of a 16-bit type, 2
 // of fp32, 1 of fp64), all in flight at once: on the H100 +1-3% over one
-// chunk at a time (tuning run 37). One contiguous range of chunks a block
+// chunk at a time. One contiguous range of chunks a block
 // instead of the grid stride measured 0-8% slower there.
 template <typename T>
 constexpr int kStepChunks = 64 / (kChunk * int(sizeof(T))) > 0 ? 64 / (kChunk * int(sizeof(T))) : 1;
@@ -22,7 +22,7 @@ constexpr int kStepChunks = 64 / (kChunk * int(sizeof(T))) > 0 ? 64 / (kChunk * 
 // Tensors up to 128 MiB are loaded evict-first (__ldcs): each byte is read
 // once, and L2 keeps the lines others wrote (in the benchmark, do_bench's
 // flush; in a model, the previous kernel's outputs) instead of writing them
-// back to make room. H100, tuning run 38: +9-16% from 16 to 128 MiB, where
+// back to make room. H100: +9-16% from 16 to 128 MiB, where
 // it caught up with torch.compile; level at 256 MiB and 3-4% slower from
 // 512 MiB, so larger tensors are loaded as usual.
 constexpr int64_t kEvictFirstMaxBytes = int64_t(128) << 20;

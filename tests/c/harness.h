@@ -127,43 +127,4 @@ int norm_backward_call(int device_type, int device_index, uintptr_t stream,
                        int64_t rows, int64_t cols, int dtype, int kind,
                        double dropout_p, uint64_t seed, uint64_t offset);
 
-/* ---- the struct entry points with their fields as parameters --------------
- * The norm and bias/relu entry points take one argument struct; these fill
- * it (struct_size = its sizeof, every field from the parameter of the same
- * name, in the struct's order) and make the call, so a test's table lists a
- * call on one line. The struct_size rules are tested on the structs
- * themselves (test_api.c). */
-int relu_forward_call(int device_type, int device_index, uintptr_t stream,
-                      uintptr_t y, uintptr_t mask, uintptr_t x,
-                      int64_t x_row_stride, uintptr_t bias, int64_t rows,
-                      int64_t cols, int dtype, int bias_dtype, double scale);
-fo_bias_scale_relu_backward_args relu_backward_args(
-    int device_type, int device_index, uintptr_t stream, uintptr_t dx,
-    uintptr_t dbias, uintptr_t workspace, int64_t workspace_bytes,
-    uintptr_t dy, int64_t dy_row_stride, uintptr_t mask, int64_t rows,
-    int64_t cols, int dtype, int bias_dtype, double scale);
-int relu_backward_call(int device_type, int device_index, uintptr_t stream,
-                       uintptr_t dx, uintptr_t dbias, uintptr_t workspace,
-                       int64_t workspace_bytes, uintptr_t dy,
-                       int64_t dy_row_stride, uintptr_t mask, int64_t rows,
-                       int64_t cols, int dtype, int bias_dtype, double scale);
-int norm_forward_call(int device_type, int device_index, uintptr_t stream,
-                      uintptr_t y, uintptr_t residual_out, uintptr_t mean,
-                      uintptr_t rstd, uintptr_t x, int64_t x_row_stride,
-                      uintptr_t residual, int64_t residual_row_stride,
-                      int residual_dtype, uintptr_t weight, uintptr_t bias,
-                      int param_dtype, int64_t rows, int64_t cols, int dtype,
-                      int kind, double eps, double dropout_p, uint64_t seed,
-                      uint64_t offset);
-int norm_backward_call(int device_type, int device_index, uintptr_t stream,
-                       uintptr_t dx, uintptr_t dresidual, uintptr_t dweight,
-                       uintptr_t dbias, uintptr_t workspace,
-                       int64_t workspace_bytes, uintptr_t dy,
-                       int64_t dy_row_stride, uintptr_t dresidual_out,
-                       int64_t dresidual_out_row_stride, uintptr_t h,
-                       int64_t h_row_stride, int h_dtype, uintptr_t mean,
-                       uintptr_t rstd, uintptr_t weight, int param_dtype,
-                       int64_t rows, int64_t cols, int dtype, int kind,
-                       double dropout_p, uint64_t seed, uint64_t offset);
-
 #endif
