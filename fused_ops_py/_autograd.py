@@ -7,9 +7,35 @@ registered backward op, so both paths save the same state.
 Everything goes through save_for_backward, so saved-tensor hooks
 (offloading, checkpointing) see all of it."""
 
+import inspect
+
 import torch
 
 from . import _calls
+
+
+# torch before 2.12 wraps Function.apply in Python: it looks for functorch
+# transforms and setup_context and maps over every argument, which costs more
+# than the C apply it then calls. eager_apply(F) calls the C apply itself
+# when no transform is active, unwrapping dead functorch wrappers as torch does.
+_PYTHON_APPLY = inspect.isfunction(getattr(torch.autograd.Function.apply, "__func__", None))
+
+
+def eager_apply(function):
+    """function.apply, or a cheaper equivalent on torches that wrap it in Python."""
+    if not _PYTHON_APPLY:
+        return function.apply
+    c_apply = super(torch.autograd.Function, function).apply
+    transforms_active = torch._C._are_functorch_transforms_active
+    unwrap_if_dead = torch._C._functorch.unwrap_if_dead
+    tensor = torch.Tensor
+
+    def apply(*args):
+        if transforms_active():
+            return function.apply(*args)
+        return c_apply(*[unwrap_if_dead(a) if isinstance(a, tensor) else a for a in args])
+
+    return apply
 
 
 # the norm family ------------------------------------------------------------------
@@ -187,3 +213,10 @@ class SwiGLUFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         return swiglu_grads(_calls.swiglu_backward, ctx, dy)
+
+
+apply_norm = eager_apply(NormFunction)
+apply_bias_scale_relu = eager_apply(BiasScaleReLUFunction)
+apply_square = eager_apply(SquareFunction)
+apply_reduce_sum = eager_apply(ReduceSumFunction)
+apply_swiglu = eager_apply(SwiGLUFunction)

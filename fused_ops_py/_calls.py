@@ -22,9 +22,6 @@ _NORM_BACKWARD = ffi.typeof("fo_norm_backward_args *")
 _RELU_FORWARD = ffi.typeof("fo_bias_scale_relu_forward_args *")
 _RELU_BACKWARD = ffi.typeof("fo_bias_scale_relu_backward_args *")
 _BYTES = ffi.typeof("int64_t *")
-# the structs built field by field each call (the forwards copy a prepared one)
-_NORM_BACKWARD_SIZE = ffi.sizeof(_NORM_BACKWARD.item)
-_RELU_BACKWARD_SIZE = ffi.sizeof(_RELU_BACKWARD.item)
 
 # signatures seen, each with its prepared call; a bound keeps a process that
 # sees endless shapes (dynamic batch sizes) from growing without end
@@ -234,45 +231,68 @@ def _address(tensor):
     return tensor.data_ptr() if tensor is not None else 0
 
 
+def _norm_backward_plan(dy, dresidual_out, h, stats, weight, bias, kind, dropout_p, cols, x_dtype):
+    """(template struct, rows) for a backward signature: everything but the
+    addresses, the stream and the workspace."""
+    _, rows, _, dy_stride = as_rows(dy, cols)
+    code = DTYPE_CODES[x_dtype]
+    param = weight if weight is not None else bias
+    template = _struct(
+        _NORM_BACKWARD, device_args(dy)[:2],
+        dy_row_stride=dy_stride, h_row_stride=as_rows(h, cols)[3], h_dtype=DTYPE_CODES[h.dtype],
+        dresidual_out_row_stride=as_rows(dresidual_out, cols)[3] if dresidual_out is not None else 0,
+        param_dtype=DTYPE_CODES[param.dtype] if param is not None else code,
+        rows=rows, cols=cols, dtype=code, kind=kind, dropout_p=dropout_p,
+    )
+    return template, rows
+
+
+_norm_backward_plans = {}
+
+
 def norm_backward(dy, dresidual_out, h, stats, weight, bias, kind, dropout_p, cols, seed_offset,
                   x_dtype, has_residual, want_x, want_residual, want_weight, want_bias, share_dx=False):
     """(dx, dresidual, dweight, dbias), None where not wanted. share_dx lets
     dx be the very tensor dresidual is when their values agree (no
     dropout, one dtype)."""
-    dy_view, rows, cols, dy_stride = as_rows(dy, cols)
-    h_view, _, _, h_stride = as_rows(h, cols)
-    device = device_args(dy)
-    param = weight if weight is not None else bias
-    code = DTYPE_CODES[x_dtype]
+    key = (dy.shape, dy.stride(), dy.dtype, dy.device, h.stride(), h.dtype,
+           None if dresidual_out is None else dresidual_out.stride(),
+           None if weight is None else weight.dtype, None if bias is None else bias.dtype,
+           kind, dropout_p, cols, x_dtype)
+    template, rows = _prepared(_norm_backward_plans, key, _norm_backward_plan,
+                               dy, dresidual_out, h, stats, weight, bias, kind, dropout_p, cols, x_dtype)
+    a = _call_struct(_NORM_BACKWARD, template, dy)
     shared = share_dx and has_residual and dropout_p == 0 and h.dtype is x_dtype and want_x
     dx = dense_like(h, x_dtype) if want_x and not shared else None
     dresidual = dense_like(h) if has_residual and (want_residual or shared) else None
     dweight = dense_like(weight) if weight is not None and want_weight else None
     dbias = dense_like(bias) if bias is not None and want_bias else None
-    weight = weight.contiguous() if weight is not None else None
-    rstd = stats.data_ptr()
-    a = ffi.new(_NORM_BACKWARD)
-    a.struct_size, (a.device_type, a.device_index, a.stream) = _NORM_BACKWARD_SIZE, device
-    a.dx, a.dresidual, a.dweight, a.dbias = map(_address, (dx, dresidual, dweight, dbias))
-    a.dy, a.dy_row_stride = dy_view.data_ptr(), dy_stride
+    # views (or dense copies) kept alive until the call returns
+    dy_rows, h_rows = as_rows(dy, cols)[0], as_rows(h, cols)[0]
+    a.dy, a.h = dy_rows.data_ptr(), h_rows.data_ptr()
     if dresidual_out is not None:
-        dro_view, _, _, a.dresidual_out_row_stride = as_rows(dresidual_out, cols)
-        a.dresidual_out = dro_view.data_ptr()
-    a.h, a.h_row_stride, a.h_dtype = h_view.data_ptr(), h_stride, DTYPE_CODES[h.dtype]
-    a.rstd = rstd
-    a.mean = rstd + rows * stats.itemsize if kind == LAYER else 0
-    a.weight = _address(weight)
-    a.param_dtype = DTYPE_CODES[param.dtype] if param is not None else code
-    a.rows, a.cols, a.dtype, a.kind, a.dropout_p = rows, cols, code, kind, dropout_p
+        dro_rows = as_rows(dresidual_out, cols)[0]
+        a.dresidual_out = dro_rows.data_ptr()
+    if dx is not None:
+        a.dx = dx.data_ptr()
+    if dresidual is not None:
+        a.dresidual = dresidual.data_ptr()
+    a.rstd = rstd = stats.data_ptr()
+    if kind == LAYER:
+        a.mean = rstd + rows * stats.itemsize
+    if weight is not None:
+        weight = weight.contiguous()
+        a.weight = weight.data_ptr()
     if dropout_p > 0:
         a.seed, a.offset = seed_offset_values(seed_offset)
     if dweight is not None or dbias is not None:
+        a.dweight, a.dbias = _address(dweight), _address(dbias)
         workspace = _workspace(lib.fo_norm_backward_workspace_bytes, a, h)
         if workspace is not None:
             a.workspace, a.workspace_bytes = workspace.data_ptr(), workspace.numel()
     status = lib.fo_norm_backward(a)
     if status or SYNC:
-        finish(lib.fo_norm_backward, status, device)
+        finish(lib.fo_norm_backward, status, (a.device_type, a.device_index))
     if shared:
         dx = dresidual
     return dx, dresidual if want_residual else None, dweight, dbias
@@ -359,28 +379,41 @@ def bias_scale_relu_forward(fn, x, bias, scale, want_mask):
     return y, mask
 
 
+def _bias_scale_relu_backward_plan(dy, scale, bias_dtype):
+    """(template struct, cols) for a backward signature."""
+    _, rows, cols, dy_stride = as_rows(dy)
+    code = DTYPE_CODES[dy.dtype]
+    template = _struct(
+        _RELU_BACKWARD, device_args(dy)[:2], dy_row_stride=dy_stride, rows=rows, cols=cols,
+        dtype=code, bias_dtype=DTYPE_CODES[bias_dtype] if bias_dtype is not None else code, scale=scale,
+    )
+    return template, cols
+
+
+_bias_scale_relu_backward_plans = {}
+
+
 def bias_scale_relu_backward(dy, mask, scale, want_dx, bias_dtype):
     """(dx or None, dbias or None); bias_dtype None means no bias gradient."""
-    dy_view, rows, cols, dy_stride = as_rows(dy)
-    code = DTYPE_CODES[dy.dtype]
-    device = device_args(dy)
-    a = ffi.new(_RELU_BACKWARD)
-    a.struct_size, (a.device_type, a.device_index, a.stream) = _RELU_BACKWARD_SIZE, device
-    a.dy, a.dy_row_stride, a.mask = dy_view.data_ptr(), dy_stride, mask.data_ptr()
-    a.rows, a.cols, a.dtype, a.bias_dtype, a.scale = rows, cols, code, code, scale
+    key = (dy.shape, dy.stride(), dy.dtype, dy.device, scale, bias_dtype)
+    template, cols = _prepared(_bias_scale_relu_backward_plans, key, _bias_scale_relu_backward_plan,
+                               dy, scale, bias_dtype)
+    a = _call_struct(_RELU_BACKWARD, template, dy)
+    dy_rows = as_rows(dy)[0]  # a view, or a dense copy kept alive until the call returns
+    a.dy, a.mask = dy_rows.data_ptr(), mask.data_ptr()
     dx = dbias = None
     if want_dx:
         dx = dense_like(dy)
         a.dx = dx.data_ptr()
     if bias_dtype is not None:
         dbias = dy.new_empty(cols, dtype=bias_dtype)
-        a.dbias, a.bias_dtype = dbias.data_ptr(), DTYPE_CODES[bias_dtype]
+        a.dbias = dbias.data_ptr()
         workspace = _workspace(lib.fo_bias_scale_relu_backward_workspace_bytes, a, dy)
         if workspace is not None:
             a.workspace, a.workspace_bytes = workspace.data_ptr(), workspace.numel()
     status = lib.fo_bias_scale_relu_backward(a)
     if status or SYNC:
-        finish(lib.fo_bias_scale_relu_backward, status, device)
+        finish(lib.fo_bias_scale_relu_backward, status, (a.device_type, a.device_index))
     return dx, dbias
 
 

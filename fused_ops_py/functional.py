@@ -6,7 +6,7 @@ bookkeeping, no saved state)."""
 import torch
 
 from . import _args, _calls
-from ._autograd import BiasScaleReLUFunction, ReduceSumFunction, SquareFunction, SwiGLUFunction
+from ._autograd import apply_bias_scale_relu, apply_reduce_sum, apply_square, apply_swiglu
 from ._ops import compiling
 
 
@@ -24,7 +24,7 @@ def _bias_scale_relu(fn, x, bias, scale):
     except AttributeError:  # not tensors: the raw call names what is wrong
         wants_grad = False
     if wants_grad:
-        return BiasScaleReLUFunction.apply(x, bias, (fn, scale))
+        return apply_bias_scale_relu(x, bias, (fn, scale))
     return _calls.bias_scale_relu_forward(fn, x, bias, scale, want_mask=False)[0]
 
 
@@ -45,7 +45,7 @@ def square(x):
     if compiling():
         return torch.ops.fused_ops_py.square(x)
     if _wants_grad(x):
-        return SquareFunction.apply(x)
+        return apply_square(x)
     return _calls.square_forward(x)
 
 
@@ -56,7 +56,7 @@ def reduce_sum(x):
     if compiling():
         return torch.ops.fused_ops_py.reduce_sum(x)
     if _wants_grad(x):
-        return ReduceSumFunction.apply(x)
+        return apply_reduce_sum(x)
     return _calls.reduce_sum(x)
 
 
@@ -67,5 +67,5 @@ def fused_swiglu(gate, up):
     if compiling():
         return torch.ops.fused_ops_py.swiglu(gate, up)
     if _wants_grad(gate, up):
-        return SwiGLUFunction.apply(gate, up)
+        return apply_swiglu(gate, up)
     return _calls.swiglu_forward(gate, up)

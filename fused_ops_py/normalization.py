@@ -7,7 +7,7 @@ import torch
 
 from . import _calls
 from ._args import DTYPE_CODES
-from ._autograd import NormFunction
+from ._autograd import apply_norm
 from ._ops import compiling, norm_seed_offset
 
 LAYER, RMS = _calls.LAYER, _calls.RMS
@@ -36,7 +36,7 @@ def _norm(fn, kind, x, residual, weight, bias, eps, dropout_p, normalized_shape)
     except AttributeError:  # not tensors: the raw call names what is wrong
         wants_grad = False
     if wants_grad:
-        out = NormFunction.apply(x, residual, weight, bias, (fn, kind, eps, dropout_p, normalized_shape))
+        out = apply_norm(x, residual, weight, bias, (fn, kind, eps, dropout_p, normalized_shape))
         return out if residual is not None else (out, None)
     return _calls.norm_forward(fn, kind, x, residual, weight, bias, eps, dropout_p, normalized_shape, False)[:2]
 

@@ -488,7 +488,9 @@ __global__ void __launch_bounds__(kMaxRowThreads,
             }
 #pragma unroll
             for (int i = 0; i < kChunk; i++) {
-                wdy[i] = weight ? weighted_dy<T, P>(g[i], A(w[i])) : g[i];
+                // rows here have whole chunks, never the one element that
+                // needs weighted_dy's unfused product; fused, fp32 keeps 104 registers, not 120
+                wdy[i] = weight ? g[i] * A(w[i]) : g[i];
             }
         };
         A sum_wdy = 0, sum_wdy_xhat = 0;
