@@ -65,3 +65,15 @@ int fo_cuda_swiglu(int device_index, uintptr_t stream, const fo_swiglu_args *a) 
 }
 
 int fo_cuda_runtime_version_built(void) { return 0; }
+
+int fo_cuda_cross_entropy(int device_index, uintptr_t stream,
+                          const fo_cross_entropy_params *a) {
+    (void)device_index, (void)stream, (void)a;
+    return not_built();
+}
+
+int fo_cuda_scale_rows(int device_index, uintptr_t stream,
+                       const fo_scale_rows_params *a) {
+    (void)device_index, (void)stream, (void)a;
+    return not_built();
+}

@@ -357,6 +357,68 @@ FO_API int fo_swiglu_backward(
     uintptr_t up, int64_t up_row_stride,
     int64_t rows, int64_t cols, int dtype);
 
+/*
+ * Cross-entropy of each row of logits against its target class, with its
+ * gradient written in the same pass (so that backward need not read the
+ * logits again). For row r with t = target[r]:
+ *   z[v]     = softcap > 0 ? softcap * tanh(logits[r, v] / softcap) : logits[r, v]
+ *   lse      = log(sum over v of exp(z[v]))
+ *   loss[r]  = (1 - label_smoothing) * (lse - z[t])
+ *              + label_smoothing * (lse - mean over v of z[v])
+ *   dlogits[r, v] = scale * (softmax(z)[v] - (1 - label_smoothing) * (v == t)
+ *                            - label_smoothing / vocab) * dz[v]/dlogits[r, v]
+ * and loss[r] = 0, dlogits[r, :] = 0 where t == ignore_index. Arithmetic is
+ * fp32 (fp64 for fp64), each row reduced in a fixed order: the same bits on
+ * every run. A target neither in [0, vocab) nor ignore_index is an error:
+ * FO_ERR_INVALID_ARGUMENT on the CPU; on CUDA the kernel stops with a
+ * device-side trap, as torch's device asserts do (the CPU path checks every
+ * target before writing; a GPU check would need a synchronization).
+ *   loss:     rows elements of loss_dtype = fp32 (fp64 for fp64 logits).
+ *   dlogits:  optional, rows x vocab dense of `dtype`; it may be logits
+ *             itself (dense logits, overwritten in place by their gradient).
+ *   logits:   rows x vocab with row stride logits_row_stride, `dtype`.
+ *   target:   rows int64 elements.
+ *   scale:    optional address of one loss_dtype element (device memory on
+ *             CUDA) that multiplies the gradient, e.g. 1 / (rows not
+ *             ignored) for a mean; 0 means 1.
+ *   softcap:  0 for none, else > 0.
+ */
+typedef struct fo_cross_entropy_args {
+    int64_t struct_size;  /* sizeof(fo_cross_entropy_args) */
+    int32_t device_type, device_index;
+    uintptr_t stream;
+    uintptr_t loss, dlogits;
+    uintptr_t logits;
+    int64_t logits_row_stride; /* elements */
+    uintptr_t target, scale;
+    int64_t rows, vocab;
+    int64_t ignore_index;
+    int32_t dtype, reserved; /* reserved: 0 */
+    double label_smoothing, softcap;
+} fo_cross_entropy_args;
+
+FO_API int fo_cross_entropy(const fo_cross_entropy_args *args);
+
+/*
+ * x[r, :] *= scale[r] (per_row) or scale[0], in place, rows x cols dense of
+ * `dtype`; scale is `scale_dtype` (device memory on CUDA). A scale of
+ * exactly 1 leaves x untouched, and on CUDA each block reads it on the
+ * device and returns at once: the backward of a loss scales its saved
+ * gradient by the incoming one at almost no cost when that is 1, with no
+ * synchronization (CUDA graphs capture it).
+ */
+typedef struct fo_scale_rows_args {
+    int64_t struct_size;  /* sizeof(fo_scale_rows_args) */
+    int32_t device_type, device_index;
+    uintptr_t stream;
+    uintptr_t x, scale;
+    int64_t rows, cols;
+    int32_t dtype, scale_dtype;
+    int32_t per_row, reserved; /* per_row: 0 or 1; reserved: 0 */
+} fo_scale_rows_args;
+
+FO_API int fo_scale_rows(const fo_scale_rows_args *args);
+
 /* FO_CDEF_END */
 
 #ifdef __cplusplus

@@ -147,6 +147,26 @@ typedef struct fo_swiglu_args {
     int dtype;
 } fo_swiglu_args;
 
+typedef struct fo_cross_entropy_params {
+    void *loss;          /* rows, loss dtype */
+    void *dlogits;       /* optional; may be logits itself */
+    const void *logits;
+    int64_t logits_row_stride;
+    const int64_t *target;
+    const void *scale;   /* optional: one loss-dtype element */
+    int64_t rows, vocab;
+    int64_t ignore_index;
+    int dtype;
+    double label_smoothing, softcap;
+} fo_cross_entropy_params;
+
+typedef struct fo_scale_rows_params {
+    void *x;
+    const void *scale;
+    int64_t rows, cols;
+    int dtype, scale_dtype, per_row;
+} fo_scale_rows_params;
+
 /* Statistics are fp32, fp64 for fp64 data. */
 static inline int fo_stats_dtype(int dtype) {
     return dtype == FO_DTYPE_F64 ? FO_DTYPE_F64 : FO_DTYPE_F32;
@@ -173,6 +193,10 @@ int fo_cuda_norm_backward(int device_index, uintptr_t stream,
 int64_t fo_cuda_norm_workspace_bytes(const fo_norm_backward_params *a,
                                      int device_index);
 int fo_cuda_swiglu(int device_index, uintptr_t stream, const fo_swiglu_args *a);
+int fo_cuda_cross_entropy(int device_index, uintptr_t stream,
+                          const fo_cross_entropy_params *a);
+int fo_cuda_scale_rows(int device_index, uintptr_t stream,
+                       const fo_scale_rows_params *a);
 int fo_cuda_runtime_version_built(void);
 
 #ifdef __cplusplus

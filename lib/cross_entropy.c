@@ -1,0 +1,184 @@
+/* cross_entropy.c: the cross-entropy of rows of logits with its gradient,
+ * and the in-place row scaling its backward uses: argument checks, CPU/CUDA
+ * dispatch and the CPU implementation (double arithmetic, one thread a
+ * row, so every thread count gives the same bits). */
+#include <inttypes.h>
+#include <math.h>
+
+#include "cpu_convert.h"
+#include "cpu_parallel.h"
+#include "internal.h"
+
+/* z of n logits from offset: softcapped where softcap > 0. */
+static void load_z(double *z, const fo_cross_entropy_params *a, int64_t offset,
+                   int64_t n) {
+    fo_cpu_load(z, a->logits, offset, n, a->dtype);
+    if (a->softcap > 0)
+        for (int64_t i = 0; i < n; i++) z[i] = a->softcap * tanh(z[i] / a->softcap);
+}
+
+static void cpu_rows(const void *ctx, int64_t r0, int64_t r1) {
+    const fo_cross_entropy_params *a = ctx;
+    const int loss_dtype = fo_stats_dtype(a->dtype);
+    double scale = 1.0;
+    if (a->scale) fo_cpu_load(&scale, a->scale, 0, 1, loss_dtype);
+    double z[CPU_CHUNK], g[CPU_CHUNK];
+    for (int64_t r = r0; r < r1; r++) {
+        const int64_t t = a->target[r], base = r * a->logits_row_stride;
+        double loss = 0.0;
+        if (t == a->ignore_index) {
+            for (int64_t i = 0; i < CPU_CHUNK; i++) g[i] = 0.0;
+            for (int64_t c0 = 0; a->dlogits && c0 < a->vocab; c0 += CPU_CHUNK)
+                fo_cpu_store(a->dlogits, r * a->vocab + c0, g,
+                             a->vocab - c0 < CPU_CHUNK ? a->vocab - c0 : CPU_CHUNK, a->dtype);
+            fo_cpu_store(a->loss, r, &loss, 1, loss_dtype);
+            continue;
+        }
+        double max = -INFINITY, sum = 0.0, sum_z = 0.0, z_t = 0.0;
+        for (int64_t c0 = 0; c0 < a->vocab; c0 += CPU_CHUNK) {
+            const int64_t n = a->vocab - c0 < CPU_CHUNK ? a->vocab - c0 : CPU_CHUNK;
+            load_z(z, a, base + c0, n);
+            for (int64_t i = 0; i < n; i++) max = z[i] > max ? z[i] : max;
+        }
+        for (int64_t c0 = 0; c0 < a->vocab; c0 += CPU_CHUNK) {
+            const int64_t n = a->vocab - c0 < CPU_CHUNK ? a->vocab - c0 : CPU_CHUNK;
+            load_z(z, a, base + c0, n);
+            for (int64_t i = 0; i < n; i++) {
+                sum += exp(z[i] - max);
+                sum_z += z[i];
+            }
+            if (t >= c0 && t < c0 + n) z_t = z[t - c0];
+        }
+        const double lse = max + log(sum), ls = a->label_smoothing;
+        loss = (1.0 - ls) * (lse - z_t) + ls * (lse - sum_z / (double)a->vocab);
+        fo_cpu_store(a->loss, r, &loss, 1, loss_dtype);
+        if (!a->dlogits) continue;
+        const double smooth = ls / (double)a->vocab;
+        for (int64_t c0 = 0; c0 < a->vocab; c0 += CPU_CHUNK) {
+            const int64_t n = a->vocab - c0 < CPU_CHUNK ? a->vocab - c0 : CPU_CHUNK;
+            load_z(z, a, base + c0, n);
+            for (int64_t i = 0; i < n; i++) {
+                double d = exp(z[i] - lse) - smooth - (c0 + i == t ? 1.0 - ls : 0.0);
+                if (a->softcap > 0) {
+                    const double th = z[i] / a->softcap;
+                    d *= 1.0 - th * th;
+                }
+                g[i] = d * scale;
+            }
+            fo_cpu_store(a->dlogits, r * a->vocab + c0, g, n, a->dtype);
+        }
+    }
+}
+
+/* The first target neither in [0, vocab) nor ignore_index (host memory). */
+static int check_targets(const char *op, const fo_cross_entropy_params *a) {
+    for (int64_t r = 0; r < a->rows; r++) {
+        const int64_t t = a->target[r];
+        if (t != a->ignore_index && (t < 0 || t >= a->vocab))
+            return fo_fail(FO_ERR_INVALID_ARGUMENT,
+                           "%s: target[%" PRId64 "]=%" PRId64 " is outside [0, vocab=%" PRId64
+                           ") and is not ignore_index=%" PRId64,
+                           op, r, t, a->vocab, a->ignore_index);
+    }
+    return FO_OK;
+}
+
+static int check_reserved(const char *op, int32_t reserved) {
+    if (reserved != 0)
+        return fo_fail(FO_ERR_INVALID_ARGUMENT, "%s: reserved=%d must be 0", op, reserved);
+    return FO_OK;
+}
+
+#define CROSS_ENTROPY_ARGS_FIRST FO_ARGS_END(fo_cross_entropy_args, softcap)
+#define SCALE_ROWS_ARGS_FIRST FO_ARGS_END(fo_scale_rows_args, reserved)
+
+int fo_cross_entropy(const fo_cross_entropy_args *args) {
+    static const char op[] = "fo_cross_entropy";
+    fo_cross_entropy_args c;
+    int status;
+    if ((status = fo_read_args(op, "fo_cross_entropy_args", &c, sizeof c,
+                               CROSS_ENTROPY_ARGS_FIRST, args)) ||
+        (status = fo_check_device(op, c.device_type, c.device_index)) ||
+        (status = fo_check_shape(op, c.rows, c.vocab)) ||
+        (status = fo_check_dtype(op, "dtype", c.dtype)) ||
+        (status = check_reserved(op, c.reserved)))
+        return status;
+    const int loss_dtype = fo_stats_dtype(c.dtype);
+    if (c.rows > 0 && c.vocab == 0)
+        return fo_fail(FO_ERR_INVALID_ARGUMENT, "%s: vocab=0 with rows=%" PRId64
+                       "; a row needs at least one class", op, c.rows);
+    if (!(c.label_smoothing >= 0.0 && c.label_smoothing <= 1.0))
+        return fo_fail(FO_ERR_INVALID_ARGUMENT,
+                       "%s: label_smoothing=%g must be in [0, 1]", op, c.label_smoothing);
+    if (!(c.softcap >= 0.0 && isfinite(c.softcap)))
+        return fo_fail(FO_ERR_INVALID_ARGUMENT,
+                       "%s: softcap=%g must be finite and > 0 (0 for none)", op, c.softcap);
+    if ((status = fo_check_operand(op, "loss", c.loss, 1, c.rows, 1, loss_dtype, 0)) ||
+        (status = fo_check_operand(op, "dlogits", c.dlogits, c.vocab, c.rows, c.vocab, c.dtype, 1)) ||
+        (status = fo_check_operand(op, "logits", c.logits, c.logits_row_stride, c.rows, c.vocab,
+                                   c.dtype, 0)) ||
+        /* int64 targets: checked as 8-byte elements */
+        (status = fo_check_operand(op, "target", c.target, 1, c.rows, 1, FO_DTYPE_F64, 0)) ||
+        (status = fo_check_operand(op, "scale", c.scale, 1, 1, 1, loss_dtype, 1)))
+        return status;
+    if (c.dlogits && c.dlogits == c.logits && c.rows > 1 && c.logits_row_stride != c.vocab)
+        return fo_fail(FO_ERR_INVALID_ARGUMENT,
+                       "%s: dlogits is logits (in place) but logits has row stride %" PRId64
+                       ", not vocab=%" PRId64 "; in place needs dense logits",
+                       op, c.logits_row_stride, c.vocab);
+    fo_cross_entropy_params a = {
+        (void *)c.loss, (void *)c.dlogits, (const void *)c.logits, c.logits_row_stride,
+        (const int64_t *)c.target, (const void *)c.scale, c.rows, c.vocab, c.ignore_index,
+        c.dtype, c.label_smoothing, c.softcap};
+    if (c.rows == 0)
+        return FO_OK;
+    if (c.device_type == FO_DEVICE_CUDA)
+        return fo_cuda_cross_entropy(c.device_index, c.stream, &a);
+    if ((status = check_targets(op, &a)))
+        return status;
+    fo_cpu_parallel(c.rows, c.vocab * (a.dlogits ? 3 : 2), cpu_rows, &a);
+    return FO_OK;
+}
+
+static void cpu_scale_rows(const void *ctx, int64_t r0, int64_t r1) {
+    const fo_scale_rows_params *a = ctx;
+    double x[CPU_CHUNK], scale = 1.0;
+    for (int64_t r = r0; r < r1; r++) {
+        fo_cpu_load(&scale, a->scale, a->per_row ? r : 0, 1, a->scale_dtype);
+        if (scale == 1.0) continue;
+        for (int64_t c0 = 0; c0 < a->cols; c0 += CPU_CHUNK) {
+            const int64_t n = a->cols - c0 < CPU_CHUNK ? a->cols - c0 : CPU_CHUNK;
+            fo_cpu_load(x, a->x, r * a->cols + c0, n, a->dtype);
+            for (int64_t i = 0; i < n; i++) x[i] *= scale;
+            fo_cpu_store(a->x, r * a->cols + c0, x, n, a->dtype);
+        }
+    }
+}
+
+int fo_scale_rows(const fo_scale_rows_args *args) {
+    static const char op[] = "fo_scale_rows";
+    fo_scale_rows_args c;
+    int status;
+    if ((status = fo_read_args(op, "fo_scale_rows_args", &c, sizeof c, SCALE_ROWS_ARGS_FIRST,
+                               args)) ||
+        (status = fo_check_device(op, c.device_type, c.device_index)) ||
+        (status = fo_check_shape(op, c.rows, c.cols)) ||
+        (status = fo_check_dtype(op, "dtype", c.dtype)) ||
+        (status = fo_check_dtype(op, "scale_dtype", c.scale_dtype)) ||
+        (status = check_reserved(op, c.reserved)))
+        return status;
+    if (c.per_row != 0 && c.per_row != 1)
+        return fo_fail(FO_ERR_INVALID_ARGUMENT, "%s: per_row=%d must be 0 or 1", op, c.per_row);
+    if ((status = fo_check_operand(op, "x", c.x, c.cols, c.rows, c.cols, c.dtype, 0)) ||
+        (status = fo_check_operand(op, "scale", c.scale, 1, c.per_row ? c.rows : 1, 1,
+                                   c.scale_dtype, 0)))
+        return status;
+    fo_scale_rows_params a = {(void *)c.x, (const void *)c.scale, c.rows, c.cols,
+                              c.dtype, c.scale_dtype, c.per_row};
+    if (c.rows == 0 || c.cols == 0)
+        return FO_OK;
+    if (c.device_type == FO_DEVICE_CUDA)
+        return fo_cuda_scale_rows(c.device_index, c.stream, &a);
+    fo_cpu_parallel(c.rows, c.cols, cpu_scale_rows, &a);
+    return FO_OK;
+}

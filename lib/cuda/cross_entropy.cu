@@ -1,0 +1,457 @@
+// cross_entropy.cu: the cross-entropy of rows of logits with its gradient,
+// and the in-place row scaling of its backward, on CUDA.
+//
+// One block a row, two passes over it: the first finds the row's max and
+// sum of exponentials (online, in the log2 domain: one FFMA and one EX2 an
+// element), the second writes the gradient. The second pass reads what the
+// first just read, from L2: the logits come from HBM about once. Rows are
+// reduced in a fixed order (shuffles, then warp 0 over the warps): the same
+// bits on every run.
+#include <cooperative_groups.h>
+
+#include <cstdio>
+
+#include "common.cuh"
+
+namespace fo {
+namespace {
+
+constexpr int kMaxThreads = 1024;
+constexpr int kUnroll = 4;  // chunks a thread loads before it computes on them (16-bit)
+// the same bytes in flight for wider types, within 64 registers (1024 threads)
+template <typename T>
+constexpr int kUnrollOf = sizeof(T) == 2 ? kUnroll : sizeof(T) == 4 ? kUnroll / 2 : 1;
+
+template <typename A>
+struct Log2 {
+    static constexpr A kLog2e = A(1.4426950408889634);
+    static constexpr A kLn2 = A(0.6931471805599453);
+};
+
+__device__ __forceinline__ float exp2_of(float v) { return exp2f(v); }
+__device__ __forceinline__ double exp2_of(double v) { return exp2(v); }
+__device__ __forceinline__ float log2_of(float v) { return log2f(v); }
+__device__ __forceinline__ double log2_of(double v) { return log2(v); }
+
+// A partial softmax sum in the log2 domain: sum of 2^(y - max) over the
+// values seen, y = z * log2(e).
+template <typename A>
+struct Partial {
+    A max, sum, sum_z;
+};
+
+template <typename A>
+__device__ __forceinline__ Partial<A> combine(Partial<A> p, Partial<A> q) {
+    const A max = p.max > q.max ? p.max : q.max;
+    // equal maxima (both -inf included) need no rescaling
+    const A ps = p.max == max ? p.sum : p.sum * exp2_of(p.max - max);
+    const A qs = q.max == max ? q.sum : q.sum * exp2_of(q.max - max);
+    return {max, ps + qs, p.sum_z + q.sum_z};
+}
+
+template <typename A>
+__device__ __forceinline__ Partial<A> shuffle_xor(Partial<A> p, int lane_mask) {
+    return {__shfl_xor_sync(0xffffffffu, p.max, lane_mask),
+            __shfl_xor_sync(0xffffffffu, p.sum, lane_mask),
+            __shfl_xor_sync(0xffffffffu, p.sum_z, lane_mask)};
+}
+
+// The whole block's partial, in every thread.
+template <typename A>
+__device__ Partial<A> block_combine(Partial<A> p, Partial<A> *slots) {
+    for (int m = 16; m > 0; m /= 2) p = combine(p, shuffle_xor(p, m));
+    const int warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    if (threadIdx.x % 32 == 0) slots[warp] = p;
+    __syncthreads();
+    if (warp == 0) {
+        Partial<A> q = threadIdx.x < warps ? slots[threadIdx.x]
+                                           : Partial<A>{A(-INFINITY), A(0), A(0)};
+        for (int m = 16; m > 0; m /= 2) q = combine(q, shuffle_xor(q, m));
+        if (threadIdx.x == 0) slots[kMaxThreads / 32] = q;
+    }
+    __syncthreads();
+    const Partial<A> total = slots[kMaxThreads / 32];
+    __syncthreads();  // the slots are reused by the next row
+    return total;
+}
+
+__device__ __forceinline__ int cluster_rank() {
+#if __CUDA_ARCH__ >= 900
+    return int(cooperative_groups::this_cluster().block_rank());
+#else
+    return 0;
+#endif
+}
+
+__device__ __forceinline__ void cluster_sync_all() {
+#if __CUDA_ARCH__ >= 900
+    cooperative_groups::this_cluster().sync();
+#endif
+}
+
+template <typename A, bool SOFTCAP>
+__device__ __forceinline__ A capped(A v, A softcap) {
+    if constexpr (SOFTCAP) return softcap * tanh(v / softcap);
+    else return v;
+}
+
+template <typename T, Access ACCESS, bool SOFTCAP>
+__global__ void __launch_bounds__(kMaxThreads)
+    cross_entropy_kernel(fo_cross_entropy_params a) {
+    using A = acc_t<T>;
+    __shared__ Partial<A> slots[kMaxThreads / 32 + 1];
+    const T *logits = static_cast<const T *>(a.logits);
+    T *dlogits = static_cast<T *>(a.dlogits);
+    const int64_t vocab = a.vocab, chunks = chunks_per_row(vocab);
+    const A softcap = A(a.softcap), ls = A(a.label_smoothing);
+    const A scale = a.scale ? *static_cast<const A *>(a.scale) : A(1);
+    for (int64_t r = blockIdx.x; r < a.rows; r += gridDim.x) {
+        const T *row = logits + r * a.logits_row_stride;
+        const int64_t t = a.target[r];
+        if (t == a.ignore_index) {
+            A zeros[kChunk] = {};
+            if (dlogits)
+                for (int64_t c = threadIdx.x; c < chunks; c += blockDim.x)
+                    store_row_chunk<T, ACCESS>(dlogits + r * vocab, zeros, c, vocab);
+            if (threadIdx.x == 0) static_cast<A *>(a.loss)[r] = A(0);
+            continue;
+        }
+        if (t < 0 || t >= vocab) {
+            if (threadIdx.x == 0)
+                printf("fo_cross_entropy: target[%lld]=%lld is outside [0, vocab=%lld) and is "
+                       "not ignore_index=%lld\n",
+                       (long long)r, (long long)t, (long long)vocab, (long long)a.ignore_index);
+            __trap();
+        }
+        // pass 1: the row's max and sum of 2^(y - max), and its sum of z
+        Partial<A> p{A(-INFINITY), A(0), A(0)};
+        for (int64_t c0 = threadIdx.x; c0 < chunks; c0 += int64_t(blockDim.x) * kUnrollOf<T>) {
+            A v[kUnrollOf<T>][kChunk];
+#pragma unroll
+            for (int u = 0; u < kUnrollOf<T>; u++) {
+                const int64_t c = c0 + int64_t(u) * blockDim.x;
+                if (c < chunks) load_row_chunk<T, ACCESS>(v[u], row, c, vocab);
+            }
+#pragma unroll
+            for (int u = 0; u < kUnrollOf<T>; u++) {
+                const int64_t c = c0 + int64_t(u) * blockDim.x;
+                if (c >= chunks) continue;
+                A y[kChunk], chunk_max = A(-INFINITY);
+#pragma unroll
+                for (int i = 0; i < kChunk; i++) {
+                    const bool in_row = ACCESS != kScalar || c * kChunk + i < vocab;
+                    const A z = capped<A, SOFTCAP>(v[u][i], softcap);
+                    if (in_row) p.sum_z += z;
+                    y[i] = in_row ? z * Log2<A>::kLog2e : A(-INFINITY);
+                    chunk_max = y[i] > chunk_max ? y[i] : chunk_max;
+                }
+                if (chunk_max > p.max) {
+                    p.sum = p.max == A(-INFINITY) ? A(0) : p.sum * exp2_of(p.max - chunk_max);
+                    p.max = chunk_max;
+                }
+                if (p.max == A(-INFINITY)) continue;  // all -inf so far: nothing to add
+#pragma unroll
+                for (int i = 0; i < kChunk; i++) p.sum += exp2_of(y[i] - p.max);
+            }
+        }
+        // z of the target, read before the barrier in block_combine: past it,
+        // pass 2 may overwrite the row (dlogits in place)
+        const A z_t = threadIdx.x == 0 ? capped<A, SOFTCAP>(to_acc(row[t]), softcap) : A(0);
+        const Partial<A> total = block_combine(p, slots);
+        const A lse2 = total.max + log2_of(total.sum);  // log2 of the sum of e^z
+        if (threadIdx.x == 0) {
+            const A lse = lse2 * Log2<A>::kLn2;
+            static_cast<A *>(a.loss)[r] =
+                (A(1) - ls) * (lse - z_t) + ls * (lse - total.sum_z / A(vocab));
+        }
+        if (!dlogits) continue;
+        // pass 2: the gradient, from the row again (an L2 hit, mostly)
+        const A smooth = ls / A(vocab), hit = A(1) - ls;
+        for (int64_t c = threadIdx.x; c < chunks; c += blockDim.x) {
+            A v[kChunk];
+            load_row_chunk<T, ACCESS>(v, row, c, vocab);
+#pragma unroll
+            for (int i = 0; i < kChunk; i++) {
+                const A z = capped<A, SOFTCAP>(v[i], softcap);
+                A d = exp2_of(z * Log2<A>::kLog2e - lse2) - smooth;
+                if (c * kChunk + i == t) d -= hit;
+                if constexpr (SOFTCAP) {
+                    const A th = z / softcap;
+                    d *= A(1) - th * th;
+                }
+                v[i] = d * scale;
+            }
+            store_row_chunk<T, ACCESS>(dlogits + r * vocab, v, c, vocab);
+        }
+    }
+}
+
+// The row held in shared memory: a cluster of CLUSTER blocks shares a row,
+// each block a slice of slice_chunks chunks, read from HBM once into shared
+// memory (pass 1) and turned into the gradient from there (pass 2). The
+// blocks' partials meet through distributed shared memory, combined in rank
+// order: the same bits in every block.
+constexpr int kHeldThreads = 512;
+constexpr int64_t kHeldSliceBytes = 72 * 1024;  // three blocks an SM
+
+template <int CLUSTER, typename A>
+__device__ Partial<A> cluster_combine(Partial<A> p, Partial<A> (&slots)[2], int &parity) {
+    if constexpr (CLUSTER == 1) {
+        return p;
+    } else {
+#if __CUDA_ARCH__ >= 900
+        cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+        if (threadIdx.x == 0) slots[parity] = p;
+        cluster.sync();
+        Partial<A> total = *cluster.map_shared_rank(&slots[parity], 0);
+#pragma unroll
+        for (int rank = 1; rank < CLUSTER; rank++)
+            total = combine(total, *cluster.map_shared_rank(&slots[parity], rank));
+        parity ^= 1;  // a slot is written again two rows on, past the next barrier
+        return total;
+#else
+        __trap();  // launched only where the device has clusters
+        return p;
+#endif
+    }
+}
+
+template <typename T, bool SOFTCAP, int CLUSTER>
+__global__ void __launch_bounds__(kHeldThreads)
+    cross_entropy_held_kernel(fo_cross_entropy_params a, int64_t slice_chunks) {
+    using A = acc_t<T>;
+    constexpr int kVectors = kVectorsPerChunk<T>;
+    extern __shared__ uint4 held[];
+    __shared__ Partial<A> slots[kMaxThreads / 32 + 1];
+    __shared__ Partial<A> cluster_slots[2];
+    int parity = 0;
+    const int rank = CLUSTER > 1 ? cluster_rank() : 0;
+    const T *logits = static_cast<const T *>(a.logits);
+    T *dlogits = static_cast<T *>(a.dlogits);
+    const int64_t vocab = a.vocab, chunks = vocab / kChunk;
+    const int64_t first = rank * slice_chunks;
+    const int64_t mine = (chunks - first < slice_chunks ? chunks - first : slice_chunks);
+    const A softcap = A(a.softcap), ls = A(a.label_smoothing);
+    const A scale = a.scale ? *static_cast<const A *>(a.scale) : A(1);
+    const int64_t clusters = gridDim.x / CLUSTER;
+    // the row loop is uniform across the cluster (cluster_combine holds barriers)
+    for (int64_t r = blockIdx.x / CLUSTER; r < a.rows; r += clusters) {
+        const T *row = logits + r * a.logits_row_stride + first * kChunk;
+        T *out = dlogits + r * vocab + first * kChunk;
+        const int64_t t = a.target[r];
+        if (t == a.ignore_index) {
+            const uint4 zero = {0, 0, 0, 0};
+            if (dlogits)
+                for (int64_t k = threadIdx.x; k < mine; k += blockDim.x)
+#pragma unroll
+                    for (int v = 0; v < kVectors; v++)
+                        __stcs(reinterpret_cast<uint4 *>(out) + k * kVectors + v, zero);
+            if (rank == 0 && threadIdx.x == 0) static_cast<A *>(a.loss)[r] = A(0);
+            continue;
+        }
+        if (t < 0 || t >= vocab) {
+            if (rank == 0 && threadIdx.x == 0)
+                printf("fo_cross_entropy: target[%lld]=%lld is outside [0, vocab=%lld) and is "
+                       "not ignore_index=%lld\n",
+                       (long long)r, (long long)t, (long long)vocab, (long long)a.ignore_index);
+            __trap();
+        }
+        // z of the target, read before any barrier: past them the row may be
+        // overwritten (dlogits in place)
+        const A z_t = rank == 0 && threadIdx.x == 0
+                          ? capped<A, SOFTCAP>(to_acc(logits[r * a.logits_row_stride + t]), softcap)
+                          : A(0);
+        // pass 1: the slice into shared memory (each thread keeps its own
+        // chunks, so pass 2 needs no barrier), and its partial
+        Partial<A> p{A(-INFINITY), A(0), A(0)};
+        for (int64_t k0 = threadIdx.x; k0 < mine; k0 += int64_t(blockDim.x) * kUnrollOf<T>) {
+            uint4 raw[kUnrollOf<T>][kVectors];
+#pragma unroll
+            for (int u = 0; u < kUnrollOf<T>; u++) {
+                const int64_t k = k0 + int64_t(u) * blockDim.x;
+                if (k < mine)
+#pragma unroll
+                    for (int v = 0; v < kVectors; v++)
+                        raw[u][v] = __ldcs(reinterpret_cast<const uint4 *>(row) + k * kVectors + v);
+            }
+#pragma unroll
+            for (int u = 0; u < kUnrollOf<T>; u++) {
+                const int64_t k = k0 + int64_t(u) * blockDim.x;
+                if (k >= mine) continue;
+#pragma unroll
+                for (int v = 0; v < kVectors; v++) held[k * kVectors + v] = raw[u][v];
+                const T *values = reinterpret_cast<const T *>(raw[u]);
+                A y[kChunk], chunk_max = A(-INFINITY);
+#pragma unroll
+                for (int i = 0; i < kChunk; i++) {
+                    const A z = capped<A, SOFTCAP>(to_acc(values[i]), softcap);
+                    p.sum_z += z;
+                    y[i] = z * Log2<A>::kLog2e;
+                    chunk_max = y[i] > chunk_max ? y[i] : chunk_max;
+                }
+                if (chunk_max > p.max) {
+                    p.sum = p.max == A(-INFINITY) ? A(0) : p.sum * exp2_of(p.max - chunk_max);
+                    p.max = chunk_max;
+                }
+                if (p.max == A(-INFINITY)) continue;  // all -inf so far: nothing to add
+#pragma unroll
+                for (int i = 0; i < kChunk; i++) p.sum += exp2_of(y[i] - p.max);
+            }
+        }
+        const Partial<A> total = cluster_combine<CLUSTER>(block_combine(p, slots), cluster_slots, parity);
+        const A lse2 = total.max + log2_of(total.sum);
+        if (rank == 0 && threadIdx.x == 0) {
+            const A lse = lse2 * Log2<A>::kLn2;
+            static_cast<A *>(a.loss)[r] =
+                (A(1) - ls) * (lse - z_t) + ls * (lse - total.sum_z / A(vocab));
+        }
+        if (!dlogits) continue;
+        // pass 2: the gradient of the held slice
+        const A smooth = ls / A(vocab), hit = A(1) - ls;
+        for (int64_t k = threadIdx.x; k < mine; k += blockDim.x) {
+            uint4 raw[kVectors];
+#pragma unroll
+            for (int v = 0; v < kVectors; v++) raw[v] = held[k * kVectors + v];
+            T *values = reinterpret_cast<T *>(raw);
+            const int64_t col = (first + k) * kChunk;
+#pragma unroll
+            for (int i = 0; i < kChunk; i++) {
+                const A z = capped<A, SOFTCAP>(to_acc(values[i]), softcap);
+                A d = exp2_of(z * Log2<A>::kLog2e - lse2) - smooth;
+                if (col + i == t) d -= hit;
+                if constexpr (SOFTCAP) {
+                    const A th = z / softcap;
+                    d *= A(1) - th * th;
+                }
+                values[i] = from_acc<T>(d * scale);
+            }
+#pragma unroll
+            for (int v = 0; v < kVectors; v++) __stcs(reinterpret_cast<uint4 *>(out) + k * kVectors + v, raw[v]);
+        }
+    }
+    // a block's shared memory must outlive the others' reads of it
+    if constexpr (CLUSTER > 1) cluster_sync_all();
+}
+
+template <typename T, typename S, Access ACCESS>
+__global__ void scale_rows_kernel(fo_scale_rows_params a) {
+    using A = acc_t<T>;
+    const S *scale = static_cast<const S *>(a.scale);
+    const int64_t chunks = chunks_per_row(a.cols);
+    for (int64_t r = blockIdx.y; r < a.rows; r += gridDim.y) {
+        const A s = A(to_acc(scale[a.per_row ? r : 0]));
+        if (s == A(1)) continue;  // the common incoming gradient: nothing to do
+        T *row = static_cast<T *>(a.x) + r * a.cols;
+        for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < chunks;
+             c += int64_t(gridDim.x) * blockDim.x) {
+            A v[kChunk];
+            load_row_chunk<T, ACCESS>(v, row, c, a.cols);
+#pragma unroll
+            for (int i = 0; i < kChunk; i++) v[i] *= s;
+            store_row_chunk<T, ACCESS>(row, v, c, a.cols);
+        }
+    }
+}
+
+// Threads a row: enough for kUnroll chunks each, a power of two in [32, 1024].
+inline int threads_for(int64_t chunks) {
+    int threads = 32;
+    while (threads < kMaxThreads && int64_t(threads) * kUnroll < chunks) threads *= 2;
+    return threads;
+}
+
+// The held kernel's launch for this call: the smallest cluster whose blocks
+// each hold at most kHeldSliceBytes of a row, and as many clusters as are
+// resident at once; false where the row cannot be held (unaligned rows,
+// rows past 8 blocks, no clusters) and the two-pass kernel runs instead.
+template <typename T>
+bool launch_held(const fo_cross_entropy_params &a, cudaStream_t stream) {
+    const int64_t chunks = a.vocab / kChunk, chunk_bytes = kChunk * int64_t(sizeof(T));
+    int device = 0;
+    if (cudaGetDevice(&device) != cudaSuccess) return false;
+    for (int cluster = 1; cluster <= 8; cluster *= 2) {
+        const int64_t slice_chunks = (chunks + cluster - 1) / cluster;
+        if (slice_chunks * chunk_bytes > kHeldSliceBytes) continue;
+        if (cluster > 1 && !has_clusters(device)) return false;
+        auto run = [&](auto kernel) {
+            const size_t shared = size_t(slice_chunks * chunk_bytes);
+            constexpr unsigned kProbeGrid = 1024;  // any grid: a cluster's residency does not depend on it
+            const int resident = resident_blocks(reinterpret_cast<const void *>(kernel), device,
+                                                 kHeldThreads, shared, cluster, kProbeGrid * cluster);
+            if (resident == 0) return false;
+            const int64_t groups = cluster > 1 ? resident : int64_t(resident) * device_info(device).multiprocessors;
+            const int64_t used = a.rows < groups ? a.rows : groups;
+            cudaLaunchAttribute shape;
+            const cudaLaunchConfig_t config = clustered_config(
+                dim3(unsigned(used * cluster)), dim3(kHeldThreads), shared, stream, cluster, shape);
+            cudaLaunchKernelEx(&config, kernel, a, slice_chunks);
+            return true;
+        };
+        auto with_cluster = [&](auto softcap_tag) -> bool {
+            constexpr bool kSoftcap = decltype(softcap_tag)::value;
+            switch (cluster) {
+            case 1: return run(cross_entropy_held_kernel<T, kSoftcap, 1>);
+            case 2: return run(cross_entropy_held_kernel<T, kSoftcap, 2>);
+            case 4: return run(cross_entropy_held_kernel<T, kSoftcap, 4>);
+            default: return run(cross_entropy_held_kernel<T, kSoftcap, 8>);
+            }
+        };
+        return a.softcap > 0 ? with_cluster(std::true_type{}) : with_cluster(std::false_type{});
+    }
+    return false;
+}
+
+}  // namespace
+}  // namespace fo
+
+using namespace fo;
+
+extern "C" int fo_cuda_cross_entropy(int device_index, uintptr_t stream,
+                                     const fo_cross_entropy_params *in) {
+    return launch_on("fo_cross_entropy", device_index, [&] {
+        const fo_cross_entropy_params a = *in;
+        const int64_t chunks = chunks_per_row(a.vocab);
+        const dim3 grid(unsigned(a.rows < kMaxColBlocks ? a.rows : kMaxColBlocks));
+        const dim3 block(unsigned(threads_for(chunks)));
+        dispatch_dtype(a.dtype, [&](auto tag) {
+            using T = decltype(tag);
+            const bool vec = a.vocab % kChunk == 0 && aligned16(a.logits) &&
+                             aligned16(a.dlogits) &&
+                             stride_aligned16<T>(a.logits_row_stride, a.rows);
+            if constexpr (!std::is_same_v<T, double>)  // (fp64 would spill: the two passes take it)
+                if (vec && launch_held<T>(a, cudaStream_t(stream))) return;
+            auto launch = [&](auto access) {
+                constexpr Access kAccess = decltype(access)::value;
+                auto kernel = a.softcap > 0 ? cross_entropy_kernel<T, kAccess, true>
+                                            : cross_entropy_kernel<T, kAccess, false>;
+                kernel<<<grid, block, 0, cudaStream_t(stream)>>>(a);
+            };
+            // side by side: the target's column is then c * 8 + i
+            if (vec) launch(std::integral_constant<Access, kVector>{});
+            else launch(std::integral_constant<Access, kScalar>{});
+        });
+    });
+}
+
+extern "C" int fo_cuda_scale_rows(int device_index, uintptr_t stream,
+                                  const fo_scale_rows_params *in) {
+    return launch_on("fo_scale_rows", device_index, [&] {
+        const fo_scale_rows_params a = *in;
+        const int64_t chunks = chunks_per_row(a.cols);
+        const int64_t blocks_x = (chunks + kThreads - 1) / kThreads;
+        const dim3 grid(unsigned(blocks_x < 65535 ? blocks_x : 65535),
+                        unsigned(a.rows < kMaxGridY ? a.rows : kMaxGridY));
+        dispatch_dtype(a.dtype, [&](auto tag) {
+            using T = decltype(tag);
+            const bool vec = a.cols % kChunk == 0 && aligned16(a.x);
+            auto with_scale = [&](auto scale_tag) {
+                using S = decltype(scale_tag);
+                if (vec)
+                    scale_rows_kernel<T, S, kVector><<<grid, kThreads, 0, cudaStream_t(stream)>>>(a);
+                else
+                    scale_rows_kernel<T, S, kScalar><<<grid, kThreads, 0, cudaStream_t(stream)>>>(a);
+            };
+            dispatch_dtype(a.scale_dtype, with_scale);
+        });
+    });
+}
