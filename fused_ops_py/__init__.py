@@ -5,7 +5,14 @@ from importlib import metadata as _metadata
 
 from . import _ffi
 from .functional import fused_bias_scale_relu, fused_swiglu, reduce_sum, relu, square
-from .modules import FusedBiasScaleReLU, FusedLayerNorm, FusedRMSNorm
+from .losses import fused_cross_entropy, fused_linear_cross_entropy
+from .modules import (
+    FusedBiasScaleReLU,
+    FusedCrossEntropyLoss,
+    FusedLayerNorm,
+    FusedLinearCrossEntropyLoss,
+    FusedRMSNorm,
+)
 from .patching import patch
 from .normalization import (
     fused_add_layer_norm,
@@ -28,12 +35,16 @@ def library_path():
 
 __all__ = [
     "FusedBiasScaleReLU",
+    "FusedCrossEntropyLoss",
     "FusedLayerNorm",
+    "FusedLinearCrossEntropyLoss",
     "FusedRMSNorm",
     "fused_add_layer_norm",
     "fused_add_rms_norm",
     "fused_bias_scale_relu",
+    "fused_cross_entropy",
     "fused_layer_norm",
+    "fused_linear_cross_entropy",
     "fused_rms_norm",
     "fused_swiglu",
     "library_path",

@@ -215,8 +215,108 @@ class SwiGLUFunction(torch.autograd.Function):
         return swiglu_grads(_calls.swiglu_backward, ctx, dy)
 
 
+# cross-entropy and linear cross-entropy ----------------------------------------------
+#
+# Forward computes the gradients for an incoming gradient of 1 and saves
+# them; backward scales them by the incoming one. The eager backward scales
+# in place (fo_scale_rows: nothing to do for 1), so a second backward
+# through the same graph would scale them twice: it raises instead. The
+# registered ops' backward returns new tensors, as torch.compile requires.
+
+
+def first_backward(ctx, fn):
+    """Refuses a second backward through a call whose saved gradients the
+    first one scaled in place."""
+    if ctx.scaled_in_place:
+        raise RuntimeError(
+            f"{fn}: backward through this loss ran a second time (retain_graph=True): the first "
+            "backward scaled the gradients saved by forward in place, so they cannot be used again. "
+            "Compute the loss again for another backward"
+        )
+    ctx.scaled_in_place = True
+
+
+def cross_entropy_save(ctx, dlogits):
+    ctx.save_for_backward(dlogits)
+
+
+def cross_entropy_grads(scale, ctx, dloss):
+    """The gradient of the logits: forward's times dloss (0-d for mean and
+    sum, target's shape for none), by scale(grad, dloss)."""
+    (dlogits,) = ctx.saved_tensors
+    return scale(dlogits, dloss)
+
+
+class CrossEntropyFunction(torch.autograd.Function):
+    """apply(logits, target, config), config = (ignore_index,
+    label_smoothing, softcap, reduction) as _calls checked them."""
+
+    @staticmethod
+    def forward(ctx, logits, target, config):
+        loss, dlogits = _calls.cross_entropy_forward(logits, target, *config, True)
+        cross_entropy_save(ctx, dlogits)
+        ctx.scaled_in_place = False
+        return loss
+
+    @staticmethod
+    def backward(ctx, dloss):
+        first_backward(ctx, "fused_cross_entropy")
+        return cross_entropy_grads(_calls.scale_rows_, ctx, dloss), None, None
+
+
+def linear_cross_entropy_save(ctx, x, weight, bias, target, grads, config):
+    """config = (ignore_index, label_smoothing, softcap, reduction). For
+    mean and sum, grads (of input, weight, bias; None or empty where not
+    wanted) are forward's, to be scaled. For none, the weight of each row
+    arrives only in backward, which computes the gradients again from the
+    inputs (the caller's own tensors)."""
+    if config[3] == "none":
+        ctx.save_for_backward(x, weight, bias, target)
+    else:
+        ctx.save_for_backward(*grads)
+    ctx.linear_cross_entropy = config
+
+
+def linear_cross_entropy_grads(scale, recompute, ctx, dloss):
+    """(grad_input, grad_weight, grad_bias): forward's scaled by
+    scale(grad, dloss), or for none recompute(dloss, x, weight, bias,
+    target, ignore_index, label_smoothing, softcap, want_input, want_weight,
+    want_bias)."""
+    saved = ctx.saved_tensors
+    ignore_index, label_smoothing, softcap, reduction = ctx.linear_cross_entropy
+    wants = ctx.needs_input_grad[:3]
+    if reduction == "none":
+        grads = recompute(dloss, *saved, ignore_index, label_smoothing, softcap, *wants)
+    else:
+        grads = [scale(grad, dloss) if want else None for grad, want in zip(saved, wants)]
+    return tuple(grad if want else None for grad, want in zip(grads, wants))
+
+
+class LinearCrossEntropyFunction(torch.autograd.Function):
+    """apply(input, weight, bias, target, config), config as
+    CrossEntropyFunction's."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, target, config):
+        loss, *grads = _calls.linear_cross_entropy_forward(x, weight, bias, target, *config,
+                                                           *ctx.needs_input_grad[:3])
+        linear_cross_entropy_save(ctx, x, weight, bias, target, grads, config)
+        ctx.scaled_in_place = False
+        return loss
+
+    @staticmethod
+    def backward(ctx, dloss):
+        if ctx.linear_cross_entropy[3] != "none":
+            first_backward(ctx, "fused_linear_cross_entropy")
+        grads = linear_cross_entropy_grads(_calls.scale_rows_, _calls.linear_cross_entropy_backward,
+                                           ctx, dloss)
+        return (*grads, None, None)
+
+
 apply_norm = eager_apply(NormFunction)
 apply_bias_scale_relu = eager_apply(BiasScaleReLUFunction)
 apply_square = eager_apply(SquareFunction)
 apply_reduce_sum = eager_apply(ReduceSumFunction)
 apply_swiglu = eager_apply(SwiGLUFunction)
+apply_cross_entropy = eager_apply(CrossEntropyFunction)
+apply_linear_cross_entropy = eager_apply(LinearCrossEntropyFunction)

@@ -8,6 +8,7 @@ an argument struct filled with everything but the addresses and the stream.
 A call then copies that struct, writes its addresses and calls."""
 
 import math
+import re
 
 import torch
 
@@ -516,3 +517,285 @@ def swiglu_backward(dy, gate, up, want_gate, want_up):
     if status or SYNC:
         finish(lib.fo_swiglu_backward, status, device)
     return dgate, dup
+
+
+# cross-entropy: forward writes each row's loss and, when a gradient is
+# wanted, the gradient of the logits in the same pass, which backward only
+# scales by the incoming gradient (fo_scale_rows: nothing to do for 1) ------------
+
+_CROSS_ENTROPY = ffi.typeof("fo_cross_entropy_args *")
+_SCALE_ROWS = ffi.typeof("fo_scale_rows_args *")
+REDUCTIONS = ("mean", "sum", "none")
+
+
+def _check_target(fn, target, x, x_name):
+    """Class indices: int64, on x's device, one for each row of x (its
+    leading dimensions)."""
+    if not isinstance(target, torch.Tensor):
+        raise TypeError(f"{fn}: target must be a torch.Tensor, got {type(target).__name__}")
+    if target.dtype != torch.int64:
+        raise TypeError(f"{fn}: target has dtype {target.dtype}; class indices must be torch.int64")
+    if target.get_device() != x.get_device():
+        raise ValueError(
+            f"{fn}: target is on {target.device} but {x_name} is on {x.device}; move them to one device"
+        )
+    if x.dim() == 0:
+        raise ValueError(f"{fn}: {x_name} is 0-d; its last dimension must be the classes")
+    if target.shape != x.shape[:-1]:
+        raise ValueError(
+            f"{fn}: target has shape {tuple(target.shape)} but must be {tuple(x.shape[:-1])}, "
+            f"the leading dimensions of {x_name} (which has shape {tuple(x.shape)})"
+        )
+
+
+def _cross_entropy_config(fn, ignore_index, label_smoothing, reduction, softcap):
+    """(ignore_index, label_smoothing, softcap, reduction) as the calls take
+    them: softcap None is 0.0 (none); a user's softcap goes to the library
+    as it is, which checks it with label_smoothing."""
+    if isinstance(ignore_index, bool) or not isinstance(ignore_index, int):
+        raise TypeError(f"{fn}: ignore_index must be an int, got {type(ignore_index).__name__}")
+    if not isinstance(reduction, str) or reduction not in REDUCTIONS:
+        raise ValueError(f"{fn}: reduction={reduction!r} must be 'mean', 'sum' or 'none'")
+    label_smoothing = _args.check_number(fn, "label_smoothing", label_smoothing)
+    softcap = 0.0 if softcap is None else _args.check_number(fn, "softcap", softcap)
+    return ignore_index, label_smoothing, softcap, reduction
+
+
+def check_cross_entropy(fn, logits, target, ignore_index, label_smoothing, reduction, softcap):
+    """What only Python can see; returns the config tuple the calls take."""
+    _args.check_tensor(fn, "logits", logits)
+    _check_target(fn, target, logits, "logits")
+    return _cross_entropy_config(fn, ignore_index, label_smoothing, reduction, softcap)
+
+
+def check_linear_cross_entropy(fn, x, weight, bias, target, ignore_index, label_smoothing, reduction,
+                               softcap):
+    """What only Python can see; returns the config tuple the calls take."""
+    _args.check_tensor(fn, "input", x)
+    _args.check_companion(fn, "linear_weight", weight, x, "input")
+    if bias is not None:
+        _args.check_companion(fn, "linear_bias", bias, x, "input")
+    for name, value in (("linear_weight", weight), ("linear_bias", bias)):
+        if value is not None and value.dtype != x.dtype:
+            raise TypeError(
+                f"{fn}: {name} has dtype {value.dtype} but input has dtype {x.dtype}; they must match"
+            )
+    if x.dim() == 0 or weight.dim() != 2 or weight.shape[1] != x.shape[-1]:
+        raise ValueError(
+            f"{fn}: linear_weight has shape {tuple(weight.shape)} but must be (vocab, "
+            f"{x.shape[-1] if x.dim() else 'hidden'}) for input of shape {tuple(x.shape)}"
+        )
+    if bias is not None and bias.shape != weight.shape[:1]:
+        raise ValueError(
+            f"{fn}: linear_bias has shape {tuple(bias.shape)} but must be ({weight.shape[0]},), "
+            "the rows of linear_weight"
+        )
+    _check_target(fn, target, x, "input")
+    return _cross_entropy_config(fn, ignore_index, label_smoothing, reduction, softcap)
+
+
+def _call_cross_entropy(a):
+    status = lib.fo_cross_entropy(a)
+    if status or SYNC:
+        finish(lib.fo_cross_entropy, status, (a.device_type, a.device_index))
+
+
+def _cross_entropy_struct(x, rows, vocab, row_stride, ignore_index, label_smoothing, softcap, scale):
+    """The arguments every row of a call shares (scale: None, or the one
+    loss-dtype element that multiplies the gradient); the addresses of
+    loss, logits, dlogits and target are the caller's to write."""
+    device = device_args(x)
+    return _struct(
+        _CROSS_ENTROPY, device, stream=device[2], logits_row_stride=row_stride,
+        scale=_address(scale), rows=rows, vocab=vocab, ignore_index=ignore_index,
+        dtype=DTYPE_CODES[x.dtype], label_smoothing=label_smoothing, softcap=softcap,
+    )
+
+
+def _mean_scale(targets, ignore_index, loss_dtype):
+    """1 / (the targets not ignored), computed on the device: no host
+    synchronization, so CUDA graphs capture it (inf for none: the loss is
+    then 0 * inf = NaN, and every gradient row, ignored, is 0, as in torch)."""
+    return (targets != ignore_index).sum().to(loss_dtype).reciprocal()
+
+
+def _reduced(loss_rows, reduction, scale, dtype):
+    """The loss of row losses: a 0-d mean (scale is 1 / count) or sum, or
+    the rows themselves; in the input's dtype."""
+    if reduction == "sum":
+        loss_rows = loss_rows.sum()
+    elif reduction == "mean":
+        loss_rows = loss_rows.sum() * scale
+    return loss_rows.to(dtype)
+
+
+def cross_entropy_forward(logits, target, ignore_index, label_smoothing, softcap, reduction, want_grad):
+    """(loss, dlogits or None), the arguments checked (check_cross_entropy).
+    loss has logits' dtype: 0-d for mean and sum, target's shape for none.
+    With want_grad, dlogits (new, dense, logits' shape and dtype) is the
+    gradient of loss for an incoming gradient of 1: of the mean, the sum,
+    or of each row's own loss for none."""
+    logits_rows, rows, vocab, row_stride = as_rows(logits)
+    targets = target.contiguous().view(-1)
+    loss_dtype = stats_dtype(logits.dtype)
+    scale = _mean_scale(targets, ignore_index, loss_dtype) if reduction == "mean" else None
+    a = _cross_entropy_struct(logits, rows, vocab, row_stride, ignore_index, label_smoothing, softcap,
+                              scale if want_grad else None)
+    loss_rows = logits.new_empty(target.shape, dtype=loss_dtype)
+    dlogits = dense_like(logits) if want_grad else None
+    a.loss, a.dlogits = loss_rows.data_ptr(), _address(dlogits)
+    a.logits, a.target = logits_rows.data_ptr(), targets.data_ptr()
+    _call_cross_entropy(a)
+    return _reduced(loss_rows, reduction, scale, logits.dtype), dlogits
+
+
+def scale_rows_(x, scale):
+    """x *= scale in place, and returns x (dense): scale is one element (the
+    incoming gradient of a mean or a sum), or one for each row of x seen as
+    scale.numel() rows (of a per-row loss). A scale of 1 costs nothing."""
+    if x.numel() == 0:
+        return x
+    scale = scale.contiguous()
+    per_row = scale.numel() != 1
+    rows = scale.numel() if per_row else 1
+    device = device_args(x)
+    a = _struct(_SCALE_ROWS, device, stream=device[2], x=x.data_ptr(), scale=scale.data_ptr(),
+                rows=rows, cols=x.numel() // rows, dtype=DTYPE_CODES[x.dtype],
+                scale_dtype=DTYPE_CODES[scale.dtype], per_row=int(per_row))
+    status = lib.fo_scale_rows(a)
+    if status or SYNC:
+        finish(lib.fo_scale_rows, status, device)
+    return x
+
+
+# linear cross-entropy: the logits of a chunk of rows at a time, never all of
+# them. A chunk's logits take at most 1/16 of the bytes all rows' fp32
+# logits would, whatever the row count: they are the only memory beyond
+# the inputs, the gradients and a few values a row.
+
+
+def _chunk_rows(rows, element_size):
+    return max(1, rows * 4 // (16 * element_size))
+
+
+def _linear_rows(x, target):
+    """(x as rows x hidden, the targets dense as rows)."""
+    hidden = x.shape[-1]
+    return x.reshape(math.prod(x.shape[:-1]), hidden), target.contiguous().view(-1)
+
+
+def _call_chunk(a, start):
+    """One chunk's call; a target the library refuses is named by its row
+    in the whole call, not in the chunk."""
+    try:
+        _call_cross_entropy(a)
+    except ValueError as error:
+        if not start:
+            raise
+        message = re.sub(r"target\[(\d+)\]", lambda m: f"target[{start + int(m.group(1))}]", str(error), count=1)
+        raise ValueError(message) from None
+
+
+def _linear_chunks(x, weight, bias, targets, template, loss_rows, row_scale, grads):
+    """Runs the rows of x (rows x hidden) a chunk at a time: the chunk's
+    logits x_c @ weight.T + bias (torch's GEMM), their losses into loss_rows,
+    and, when grads = (grad_input, grad_weight, grad_bias accumulator) has
+    any tensor, the logits overwritten by their gradient (times template's
+    scale, then row_scale's rows where given), then the gradients from it."""
+    want_grad = any(g is not None for g in grads)
+    rows = x.shape[0]
+    step = _chunk_rows(rows, x.element_size())
+    # the library reads the logits as x's dtype: autocast must not change
+    # the GEMMs' (it would make bf16 logits of fp32 x); and autograd must
+    # not record them, even in a backward with create_graph=True
+    with torch.no_grad(), torch.autocast(x.device.type, enabled=False):
+        for start in range(0, rows, step):
+            stop = min(rows, start + step)
+            x_c = x[start:stop]
+            logits = torch.mm(x_c, weight.t()) if bias is None else torch.addmm(bias, x_c, weight.t())
+            a = ffi.new(_CROSS_ENTROPY, template[0])
+            a.rows = stop - start
+            a.loss = loss_rows.data_ptr() + start * loss_rows.element_size()
+            a.target = targets.data_ptr() + start * targets.element_size()
+            a.logits = logits.data_ptr()
+            if want_grad:
+                a.dlogits = a.logits  # in place: the logits become their gradient
+            _call_chunk(a, start)
+            if want_grad:
+                if row_scale is not None:
+                    scale_rows_(logits, row_scale[start:stop])
+                _add_chunk_grads(logits, x_c, weight, start, grads)
+            del logits  # before the next chunk's are made: one chunk's at a time
+
+
+def _add_chunk_grads(dlogits, x_c, weight, start, grads):
+    """The gradients from a chunk's dlogits: its rows of grad_input, and
+    its terms of grad_weight (the first chunk writes it) and grad_bias."""
+    grad_input, grad_weight, grad_bias = grads
+    if grad_input is not None:
+        torch.mm(dlogits, weight, out=grad_input[start:start + dlogits.shape[0]])
+    if grad_weight is not None:
+        if start == 0:
+            torch.mm(dlogits.t(), x_c, out=grad_weight)
+        else:
+            grad_weight.addmm_(dlogits.t(), x_c)
+    if grad_bias is not None:
+        grad_bias += dlogits.sum(0, dtype=grad_bias.dtype)
+
+
+def _linear_grad_buffers(x, rows, weight, bias, want_input, want_weight, want_bias):
+    """(grad_input as rows x hidden, grad_weight, the fp32 (fp64) grad_bias
+    accumulator), None where not wanted."""
+    grad_input = x.new_empty(rows, x.shape[-1]) if want_input else None
+    grad_weight = None
+    if want_weight:  # the first chunk's GEMM writes it; no chunk when no rows
+        grad_weight = dense_like(weight) if rows else torch.zeros_like(weight)
+    grad_bias = None
+    if want_bias and bias is not None:
+        grad_bias = torch.zeros(bias.shape, dtype=stats_dtype(bias.dtype), device=bias.device)
+    return grad_input, grad_weight, grad_bias
+
+
+def _linear_grads(x, weight, bias, grads):
+    """The gradients in the inputs' shapes and dtypes."""
+    grad_input, grad_weight, grad_bias = grads
+    if grad_input is not None:
+        grad_input = grad_input.view(x.shape)
+    if grad_bias is not None:
+        grad_bias = grad_bias.to(bias.dtype)
+    return grad_input, grad_weight, grad_bias
+
+
+def linear_cross_entropy_forward(x, weight, bias, target, ignore_index, label_smoothing, softcap, reduction,
+                                 want_input, want_weight, want_bias):
+    """(loss, grad_input, grad_weight, grad_bias) of cross_entropy(x @
+    weight.T + bias, target), the arguments checked
+    (check_linear_cross_entropy). For mean and sum the wanted gradients
+    (for an incoming gradient of 1) come with the loss, in this one pass;
+    for none they are None: the weight of each row arrives only in
+    backward (linear_cross_entropy_backward)."""
+    x_rows, targets = _linear_rows(x, target)
+    rows, vocab = x_rows.shape[0], weight.shape[0]
+    loss_dtype = stats_dtype(x.dtype)
+    if reduction == "none":
+        want_input = want_weight = want_bias = False
+    grads = _linear_grad_buffers(x, rows, weight, bias, want_input, want_weight, want_bias)
+    scale = _mean_scale(targets, ignore_index, loss_dtype) if reduction == "mean" else None
+    template = _cross_entropy_struct(x, rows, vocab, vocab, ignore_index, label_smoothing, softcap, scale)
+    loss_rows = x.new_empty(target.shape, dtype=loss_dtype)
+    _linear_chunks(x_rows, weight, bias, targets, template, loss_rows, None, grads)
+    return (_reduced(loss_rows, reduction, scale, x.dtype), *_linear_grads(x, weight, bias, grads))
+
+
+def linear_cross_entropy_backward(dloss, x, weight, bias, target, ignore_index, label_smoothing, softcap,
+                                  want_input, want_weight, want_bias):
+    """(grad_input, grad_weight, grad_bias), None where not wanted, of the
+    per-row losses (reduction none) weighted by dloss (target's shape): the
+    logits again, a chunk at a time, their gradient scaled row by row."""
+    x_rows, targets = _linear_rows(x, target)
+    rows, vocab = x_rows.shape[0], weight.shape[0]
+    grads = _linear_grad_buffers(x, rows, weight, bias, want_input, want_weight, want_bias)
+    template = _cross_entropy_struct(x, rows, vocab, vocab, ignore_index, label_smoothing, softcap, None)
+    loss_rows = x.new_empty(rows, dtype=stats_dtype(x.dtype))  # not needed, but written
+    _linear_chunks(x_rows, weight, bias, targets, template, loss_rows, dloss.contiguous().view(-1), grads)
+    return _linear_grads(x, weight, bias, grads)

@@ -210,3 +210,94 @@ if AVAILABLE:
         return _autograd.swiglu_grads(torch.ops.fused_ops_py.swiglu_backward, ctx, dy)
 
     swiglu.register_autograd(_swiglu_grad, setup_context=_swiglu_setup)
+
+    # cross-entropy and linear cross-entropy -------------------------------------------
+    #
+    # Forward returns the gradients (for an incoming gradient of 1) beside the
+    # loss; backward multiplies them by the incoming gradient into new tensors
+    # (saved tensors may not be mutated here), which Inductor can fuse.
+
+    def _loss_shape(target, reduction):
+        return target.shape if reduction == "none" else ()
+
+    def _scaled(grad, dloss):
+        """grad times dloss: a scalar, or one value for each row of grad."""
+        return grad * (dloss.unsqueeze(-1) if dloss.dim() else dloss)
+
+    @custom_op("fused_ops_py::cross_entropy", mutates_args=())
+    def cross_entropy(
+        logits: Tensor, target: Tensor, ignore_index: int, label_smoothing: float, softcap: float,
+        reduction: str, want_grad: bool,
+    ) -> Tuple[Tensor, Tensor]:
+        loss, dlogits = _calls.cross_entropy_forward(logits, target, ignore_index, label_smoothing, softcap,
+                                                     reduction, want_grad)
+        return loss, _or_empty(dlogits, logits)
+
+    @cross_entropy.register_fake
+    def _(logits, target, ignore_index, label_smoothing, softcap, reduction, want_grad):
+        dlogits = logits.new_empty(logits.shape) if want_grad else _empty(logits)
+        return logits.new_empty(_loss_shape(target, reduction)), dlogits
+
+    def _cross_entropy_setup(ctx, inputs, output):
+        _autograd.cross_entropy_save(ctx, output[1])
+
+    def _cross_entropy_grad(ctx, dloss, _ddlogits):
+        return (_autograd.cross_entropy_grads(_scaled, ctx, dloss), None, None, None, None, None, None)
+
+    cross_entropy.register_autograd(_cross_entropy_grad, setup_context=_cross_entropy_setup)
+
+    @custom_op("fused_ops_py::linear_cross_entropy", mutates_args=())
+    def linear_cross_entropy(
+        x: Tensor, weight: Tensor, bias: Optional[Tensor], target: Tensor, ignore_index: int,
+        label_smoothing: float, softcap: float, reduction: str,
+        want_input: bool, want_weight: bool, want_bias: bool,
+    ) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+        loss, *grads = _calls.linear_cross_entropy_forward(
+            x, weight, bias, target, ignore_index, label_smoothing, softcap, reduction,
+            want_input, want_weight, want_bias,
+        )
+        return (loss, *(_or_empty(g, x) for g in grads))
+
+    @linear_cross_entropy.register_fake
+    def _(x, weight, bias, target, ignore_index, label_smoothing, softcap, reduction,
+          want_input, want_weight, want_bias):
+        grads = reduction != "none"
+        return (
+            x.new_empty(_loss_shape(target, reduction)),
+            x.new_empty(x.shape) if grads and want_input else _empty(x),
+            weight.new_empty(weight.shape) if grads and want_weight else _empty(x),
+            bias.new_empty(bias.shape) if grads and want_bias and bias is not None else _empty(x),
+        )
+
+    @custom_op("fused_ops_py::linear_cross_entropy_backward", mutates_args=())
+    def linear_cross_entropy_backward(
+        dloss: Tensor, x: Tensor, weight: Tensor, bias: Optional[Tensor], target: Tensor, ignore_index: int,
+        label_smoothing: float, softcap: float, want_input: bool, want_weight: bool, want_bias: bool,
+    ) -> Tuple[Tensor, Tensor, Tensor]:
+        grads = _calls.linear_cross_entropy_backward(
+            dloss, x, weight, bias, target, ignore_index, label_smoothing, softcap,
+            want_input, want_weight, want_bias,
+        )
+        return tuple(_or_empty(g, x) for g in grads)
+
+    @linear_cross_entropy_backward.register_fake
+    def _(dloss, x, weight, bias, target, ignore_index, label_smoothing, softcap,
+          want_input, want_weight, want_bias):
+        return (
+            x.new_empty(x.shape) if want_input else _empty(x),
+            weight.new_empty(weight.shape) if want_weight else _empty(x),
+            bias.new_empty(bias.shape) if want_bias and bias is not None else _empty(x),
+        )
+
+    def _linear_cross_entropy_setup(ctx, inputs, output):
+        x, weight, bias, target, ignore_index, label_smoothing, softcap, reduction = inputs[:8]
+        _autograd.linear_cross_entropy_save(ctx, x, weight, bias, target, output[1:],
+                                            (ignore_index, label_smoothing, softcap, reduction))
+
+    def _linear_cross_entropy_grad(ctx, dloss, _dx, _dweight, _dbias):
+        grads = _autograd.linear_cross_entropy_grads(
+            _scaled, torch.ops.fused_ops_py.linear_cross_entropy_backward, ctx, dloss
+        )
+        return (*grads, None, None, None, None, None, None, None, None)
+
+    linear_cross_entropy.register_autograd(_linear_cross_entropy_grad, setup_context=_linear_cross_entropy_setup)

@@ -4,6 +4,7 @@ import torch
 from torch import nn
 
 from .functional import fused_bias_scale_relu
+from .losses import fused_cross_entropy, fused_linear_cross_entropy
 from .normalization import fused_layer_norm, fused_rms_norm
 
 
@@ -64,3 +65,42 @@ class FusedRMSNorm(getattr(nn, "RMSNorm", _TorchRMSNorm)):
 
     def forward(self, x):
         return fused_rms_norm(x, self.weight, self.eps, self.normalized_shape)
+
+
+class _CrossEntropyLossBase(nn.Module):
+    """The options of torch.nn.CrossEntropyLoss the fused losses take (no
+    class weights), and a softcap."""
+
+    def __init__(self, ignore_index=-100, reduction="mean", label_smoothing=0.0, softcap=None):
+        super().__init__()
+        self.ignore_index = ignore_index
+        self.reduction = reduction
+        self.label_smoothing = label_smoothing
+        self.softcap = softcap
+
+    def extra_repr(self):
+        return (f"ignore_index={self.ignore_index}, reduction={self.reduction!r}, "
+                f"label_smoothing={self.label_smoothing}, softcap={self.softcap}")
+
+
+class FusedCrossEntropyLoss(_CrossEntropyLossBase):
+    """torch.nn.CrossEntropyLoss over the last dimension of the logits
+    (fused_cross_entropy), with an optional softcap. forward(input, target)."""
+
+    def forward(self, input, target):
+        return fused_cross_entropy(input, target, ignore_index=self.ignore_index,
+                                   label_smoothing=self.label_smoothing, reduction=self.reduction,
+                                   softcap=self.softcap)
+
+
+class FusedLinearCrossEntropyLoss(_CrossEntropyLossBase):
+    """The cross-entropy of a linear layer's output without all its logits
+    at once (fused_linear_cross_entropy): forward(input, linear_weight,
+    target, linear_bias=None), the weight and bias those of the model's
+    output layer."""
+
+    def forward(self, input, linear_weight, target, linear_bias=None):
+        return fused_linear_cross_entropy(input, linear_weight, target, linear_bias=linear_bias,
+                                          ignore_index=self.ignore_index,
+                                          label_smoothing=self.label_smoothing,
+                                          reduction=self.reduction, softcap=self.softcap)
