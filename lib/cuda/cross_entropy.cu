@@ -272,7 +272,7 @@ __global__ void __launch_bounds__(kHeldThreads)
                 if (k < mine)
 #pragma unroll
                     for (int v = 0; v < kVectors; v++)
-                        raw[u][v] = __ldcs(reinterpret_cast<const uint4 *>(row) + k * kVectors + v);
+                        raw[u][v] = __ldg(reinterpret_cast<const uint4 *>(row) + k * kVectors + v);
             }
 #pragma unroll
             for (int u = 0; u < kUnrollOf<T>; u++) {
