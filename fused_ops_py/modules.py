@@ -61,10 +61,20 @@ class _TorchRMSNorm(nn.Module):
 class FusedRMSNorm(getattr(nn, "RMSNorm", _TorchRMSNorm)):
     """torch.nn.RMSNorm with the fused kernel (a subclass on torch >= 2.4):
     the same constructor, parameters, state_dict keys, initialization and
-    repr. eps=None means torch.finfo(x.dtype).eps, as in torch."""
+    repr. eps=None means torch.finfo(x.dtype).eps, as in torch. offset:
+    x * rstd * (offset + weight), in fp32, as Gemma's RMSNorm with 1.0 (whose
+    weight starts at zeros: set it so)."""
+
+    def __init__(self, normalized_shape, eps=None, elementwise_affine=True, device=None, dtype=None, offset=0.0):
+        super().__init__(normalized_shape, eps=eps, elementwise_affine=elementwise_affine, device=device,
+                         dtype=dtype)
+        self.offset = float(offset)
 
     def forward(self, x):
-        return fused_rms_norm(x, self.weight, self.eps, self.normalized_shape)
+        return fused_rms_norm(x, self.weight, self.eps, self.normalized_shape, self.offset)
+
+    def extra_repr(self):
+        return super().extra_repr() + (f", offset={self.offset}" if self.offset else "")
 
 
 class _CrossEntropyLossBase(nn.Module):

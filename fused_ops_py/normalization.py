@@ -47,9 +47,26 @@ def fused_layer_norm(x, weight=None, bias=None, eps=1e-5, normalized_shape=None)
     return _norm("fused_layer_norm", LAYER, x, None, weight, bias, eps, 0.0, normalized_shape)[0]
 
 
-def fused_rms_norm(x, weight=None, eps=None, normalized_shape=None):
+def _offset_weight(fn, weight, offset, x, normalized_shape):
+    """offset + weight in fp32 (Gemma's x * rstd * (1 + weight)): the kernels
+    take an fp32 weight beside any x, and autograd carries its gradient back
+    to weight through the addition. weight itself where offset is 0."""
+    if isinstance(offset, bool) or not isinstance(offset, (int, float)):
+        raise TypeError(f"{fn}: offset must be a float, got {type(offset).__name__}")
+    if offset == 0:
+        return weight
+    if weight is None:
+        shape = normalized_shape if normalized_shape is not None else x.shape[-1:]
+        return torch.full(tuple(shape) if not isinstance(shape, int) else (shape,), float(offset),
+                          dtype=torch.float32, device=x.device)
+    return weight.float() + float(offset)
+
+
+def fused_rms_norm(x, weight=None, eps=None, normalized_shape=None, offset=0.0):
     """torch.nn.functional.rms_norm over the trailing normalized_shape;
-    eps=None means torch.finfo(x.dtype).eps, as in torch."""
+    eps=None means torch.finfo(x.dtype).eps, as in torch. offset: x * rstd *
+    (offset + weight), the sum in fp32 (Gemma's RMSNorm is offset=1.0)."""
+    weight = _offset_weight("fused_rms_norm", weight, offset, x, normalized_shape)
     return _norm("fused_rms_norm", RMS, x, None, weight, None, eps, 0.0, normalized_shape)[0]
 
 
@@ -60,6 +77,8 @@ def fused_add_layer_norm(x, residual, weight=None, bias=None, eps=1e-5, dropout_
     return _norm("fused_add_layer_norm", LAYER, x, residual, weight, bias, eps, dropout_p, None)
 
 
-def fused_add_rms_norm(x, residual, weight=None, eps=None, dropout_p=0.0):
-    """(rms_norm(h), h) with h = dropout(x, dropout_p) + residual."""
+def fused_add_rms_norm(x, residual, weight=None, eps=None, dropout_p=0.0, offset=0.0):
+    """(rms_norm(h), h) with h = dropout(x, dropout_p) + residual; offset as
+    in fused_rms_norm."""
+    weight = _offset_weight("fused_add_rms_norm", weight, offset, x, None)
     return _norm("fused_add_rms_norm", RMS, x, residual, weight, None, eps, dropout_p, None)

@@ -1,27 +1,59 @@
-"""fused_ops_py.patch(model): swap a model's norms for the fused modules in
-place, keeping the very same Parameter objects (so optimizers, weight tying
-and checkpoints keep working)."""
+"""fused_ops_py.patch(model): swap, in place, what a model computes with
+torch ops for the fused ops, keeping the very same Parameter objects (so
+optimizers, weight tying and checkpoints keep working):
+
+- norms: torch's LayerNorm and RMSNorm, and Hugging Face's RMSNorms (Llama
+  style, and Gemma's x * rstd * (1 + weight)) become FusedLayerNorm /
+  FusedRMSNorm modules;
+- mlp: Hugging Face's gated MLPs (gate_proj / up_proj / down_proj, or
+  Phi-3's gate_up_proj) compute act(gate) * up with fused_swiglu (SiLU) or
+  fused_geglu (GELU);
+- cross_entropy: a causal LM (a model with an lm_head beside its base model)
+  computes its training loss with fused_linear_cross_entropy, never making
+  the logits: in training with labels, its output has loss and no logits.
+
+Modules are recognised by their structure and class names, not by a list of
+model families: what is not recognised is left alone."""
+
+import sys
+import types
 
 import torch
 from torch import nn
 
+from .functional import fused_swiglu
+from .losses import fused_linear_cross_entropy
 from .modules import FusedLayerNorm, FusedRMSNorm
 
+try:  # GELU tanh (Gemma's MLPs) arrives with fused_geglu
+    from .functional import fused_geglu
+except ImportError:
+    fused_geglu = None
 
-def _is_hf_rms_norm(module):
-    """Hugging Face's Llama/Qwen2/Mistral-style RMSNorm: a class named
-    ...RMSNorm with a `weight` and a `variance_epsilon`, computing
-    weight * (x / rms(x)) in fp32. Variants with other formulas (Gemma's
-    1 + weight) keep other attribute names and are left alone."""
-    return (
-        type(module).__name__.endswith("RMSNorm")
-        and isinstance(getattr(module, "weight", None), nn.Parameter)
-        and isinstance(getattr(module, "variance_epsilon", None), float)
-        and module.weight.dim() == 1
-    )
+# Hugging Face RMSNorms computing x * rstd * (1 + weight), weight from zeros
+_OFFSET_NORMS = ("GemmaRMSNorm", "Gemma2RMSNorm", "Gemma3RMSNorm", "Gemma3nRMSNorm")
 
 
-def _replacement(module):
+# norms ------------------------------------------------------------------------------
+
+
+def _hf_rms_norm(module):
+    """(eps, offset) of a Hugging Face RMSNorm: a class named ...RMSNorm with
+    a 1-d `weight` and `variance_epsilon` (Llama, Mistral, Qwen, Phi-3:
+    weight * (x / rms(x))) or, in Gemma's classes, `eps` (x / rms(x) * (1 +
+    weight), in fp32); None for anything else."""
+    name = type(module).__name__
+    weight = getattr(module, "weight", None)
+    if not (name.endswith("RMSNorm") and isinstance(weight, nn.Parameter) and weight.dim() == 1):
+        return None
+    if name in _OFFSET_NORMS and isinstance(getattr(module, "eps", None), float):
+        return module.eps, 1.0
+    if isinstance(getattr(module, "variance_epsilon", None), float):
+        return module.variance_epsilon, 0.0
+    return None
+
+
+def _norm_replacement(module):
     """The fused module for `module`, sharing its parameters; None if it has
     no fused counterpart."""
     if isinstance(module, (FusedLayerNorm, FusedRMSNorm)):
@@ -35,8 +67,9 @@ def _replacement(module):
         new = FusedRMSNorm(module.normalized_shape, eps=module.eps,
                            elementwise_affine=module.elementwise_affine, device="meta")
         new.weight = module.weight
-    elif _is_hf_rms_norm(module):
-        new = FusedRMSNorm(tuple(module.weight.shape), eps=module.variance_epsilon, device="meta")
+    elif (hf := _hf_rms_norm(module)) is not None:
+        eps, offset = hf
+        new = FusedRMSNorm(tuple(module.weight.shape), eps=eps, device="meta", offset=offset)
         new.weight = module.weight
     else:
         return None
@@ -44,16 +77,146 @@ def _replacement(module):
     return new
 
 
-def patch(model: nn.Module) -> int:
-    """Replace, in place, every torch.nn.LayerNorm, torch.nn.RMSNorm and
-    Hugging Face RMSNorm-style module of `model` (the model itself included
-    only through its children) with FusedLayerNorm / FusedRMSNorm holding the
-    same parameters. Returns how many modules were replaced."""
+def _patch_norms(model):
     replaced = 0
     for parent in model.modules():
         for name, child in list(parent._modules.items()):
-            new = _replacement(child) if child is not None else None
+            new = _norm_replacement(child) if child is not None else None
             if new is not None:
                 setattr(parent, name, new)
                 replaced += 1
+    return replaced
+
+
+# gated MLPs ---------------------------------------------------------------------------
+
+
+def _gate(activation):
+    """fused_swiglu or fused_geglu (with its approximation) for a Hugging
+    Face activation module, or None."""
+    name = type(activation).__name__
+    if isinstance(activation, nn.SiLU) or name == "SiLUActivation":
+        return fused_swiglu
+    if fused_geglu is None:
+        return None
+    if name in ("PytorchGELUTanh", "GELUTanh", "NewGELUActivation", "GELUPytorchTanh") or (
+        isinstance(activation, nn.GELU) and activation.approximate == "tanh"
+    ):
+        return lambda gate, up: fused_geglu(gate, up, approximate="tanh")
+    if name == "GELUActivation" or (isinstance(activation, nn.GELU) and activation.approximate == "none"):
+        return lambda gate, up: fused_geglu(gate, up, approximate="none")
+    return None
+
+
+def _gated_mlp_forward(gated):
+    def forward(self, x):
+        return self.down_proj(gated(self.gate_proj(x), self.up_proj(x)))
+
+    return forward
+
+
+def _gate_up_mlp_forward(gated):
+    def forward(self, x):  # Phi-3: one projection, gate then up
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        return self.down_proj(gated(gate, up))
+
+    return forward
+
+
+def _mlp_forward(module):
+    """The fused forward for a Hugging Face gated MLP, or None."""
+    linear = lambda name: isinstance(getattr(module, name, None), nn.Linear)  # noqa: E731
+    if not linear("down_proj"):
+        return None
+    if linear("gate_proj") and linear("up_proj") and (gated := _gate(getattr(module, "act_fn", None))):
+        return _gated_mlp_forward(gated)
+    if linear("gate_up_proj") and (gated := _gate(getattr(module, "activation_fn", None))):
+        return _gate_up_mlp_forward(gated)
+    return None
+
+
+def _patch_mlps(model):
+    replaced = 0
+    for module in model.modules():
+        if "forward" in module.__dict__:  # patched already, or a forward of the user's own
+            continue
+        forward = _mlp_forward(module)
+        if forward is not None:
+            module.forward = types.MethodType(forward, module)
+            replaced += 1
+    return replaced
+
+
+# the causal-LM loss ---------------------------------------------------------------------
+
+
+def _causal_lm_output(model):
+    """The output class a Hugging Face causal LM returns (its modeling
+    module imports it), or None for a model that is not one."""
+    modeling = sys.modules.get(type(model).__module__)
+    return getattr(modeling, "CausalLMOutputWithPast", None) or getattr(  # GPT-2's
+        modeling, "CausalLMOutputWithCrossAttentions", None)
+
+
+def _is_causal_lm(model):
+    return (
+        isinstance(getattr(model, "lm_head", None), nn.Linear)
+        and isinstance(getattr(model, getattr(model, "base_model_prefix", ""), None), nn.Module)
+        and _causal_lm_output(model) is not None
+        and "forward" not in model.__dict__
+    )
+
+
+def _causal_lm_forward(self, *args, labels=None, **kwargs):
+    """With labels, in training: the base model's hidden states and the
+    loss Hugging Face's ForCausalLMLoss gives (labels shifted by one, -100
+    ignored, a mean, or a sum over num_items_in_batch), through
+    fused_linear_cross_entropy; no logits. Otherwise the model's own forward."""
+    if labels is None or not self.training or not torch.is_grad_enabled():
+        return type(self).forward(self, *args, labels=labels, **kwargs)
+    num_items_in_batch = kwargs.pop("num_items_in_batch", None)
+    shift_labels = kwargs.pop("shift_labels", None)
+    for unused in ("logits_to_keep", "num_logits_to_keep", "return_dict"):
+        kwargs.pop(unused, None)
+    outputs = getattr(self, self.base_model_prefix)(*args, **kwargs)
+    hidden = outputs[0]
+    if shift_labels is None:
+        shift_labels = nn.functional.pad(labels, (0, 1), value=-100)[..., 1:]
+    loss = fused_linear_cross_entropy(
+        hidden, self.lm_head.weight, shift_labels.to(hidden.device), linear_bias=self.lm_head.bias,
+        reduction="mean" if num_items_in_batch is None else "sum",
+        softcap=getattr(self.config, "final_logit_softcapping", None),
+    )
+    if num_items_in_batch is not None:
+        if torch.is_tensor(num_items_in_batch):
+            num_items_in_batch = num_items_in_batch.to(loss.device)
+        loss = loss / num_items_in_batch
+    return _causal_lm_output(self)(
+        loss=loss, logits=None, hidden_states=getattr(outputs, "hidden_states", None),
+        attentions=getattr(outputs, "attentions", None),
+    )
+
+
+def _patch_loss(model):
+    replaced = 0
+    for module in model.modules():
+        if _is_causal_lm(module):
+            module.forward = types.MethodType(_causal_lm_forward, module)
+            replaced += 1
+    return replaced
+
+
+def patch(model: nn.Module, *, norms=True, mlp=True, cross_entropy=True) -> int:
+    """Replace, in place, what `model` computes with torch ops by the fused
+    ops (see the module's docstring): norms, gated MLPs, and a causal LM's
+    training loss. Returns how many replacements were made: a norm module,
+    an MLP's forward or a model's forward each count one. Parameters stay
+    the same objects; a module not recognised is left as it is."""
+    replaced = 0
+    if norms:
+        replaced += _patch_norms(model)
+    if mlp:
+        replaced += _patch_mlps(model)
+    if cross_entropy:
+        replaced += _patch_loss(model)
     return replaced
