@@ -62,8 +62,13 @@ def test_bench_overhead_times_every_op_in_every_mode(tmp_path, monkeypatch):
         assert float(r["ratio"]) == pytest.approx(ratio, rel=0.02, abs=0.01)
         assert float(r["target"]) == bench_overhead.TARGETS[r["mode"]]
         assert r["met"] == str(float(r["ratio"]) <= float(r["target"]))
+        assert float(r["floor_us"]) > 0
+        assert float(r["floor_ratio"]) == pytest.approx(float(r["floor_us"]) / float(r["torch_us"]), rel=0.02, abs=0.01)
     met = sum(r["met"] == "True" for r in rows)
-    assert f"**{met} met, {len(rows) - met} missed** of {len(rows)}." in (tmp_path / "overhead.md").read_text()
+    over = sum(float(r["floor_ratio"]) > float(r["target"]) for r in rows)
+    summary = (tmp_path / "overhead.md").read_text()
+    assert f"**{met} met, {len(rows) - met} missed** of {len(rows)};" in summary
+    assert f"is itself over the target in {over} rows." in summary
 
 
 def test_plot_draws_one_png_per_op_and_direction(tmp_path):
