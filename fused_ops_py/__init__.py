@@ -4,7 +4,15 @@ with cffi, so one wheel works with every torch and every CPython."""
 from importlib import metadata as _metadata
 
 from . import _ffi
-from .functional import fused_bias_scale_relu, fused_swiglu, reduce_sum, relu, square
+from .functional import (
+    fused_bias_scale_relu,
+    fused_geglu,
+    fused_rope,
+    fused_swiglu,
+    reduce_sum,
+    relu,
+    square,
+)
 from .losses import fused_cross_entropy, fused_linear_cross_entropy
 from .modules import (
     FusedBiasScaleReLU,
@@ -43,9 +51,11 @@ __all__ = [
     "fused_add_rms_norm",
     "fused_bias_scale_relu",
     "fused_cross_entropy",
+    "fused_geglu",
     "fused_layer_norm",
     "fused_linear_cross_entropy",
     "fused_rms_norm",
+    "fused_rope",
     "fused_swiglu",
     "library_path",
     "patch",

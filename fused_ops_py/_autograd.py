@@ -215,6 +215,76 @@ class SwiGLUFunction(torch.autograd.Function):
         return swiglu_grads(_calls.swiglu_backward, ctx, dy)
 
 
+# geglu ----------------------------------------------------------------------------
+
+
+def geglu_save(ctx, gate, up, approximate):
+    ctx.save_for_backward(gate, up)
+    ctx.approximate = approximate
+
+
+def geglu_grads(backward, ctx, dy):
+    """(dgate, dup) from backward(dy, gate, up, approximate, want_gate, want_up)."""
+    gate, up = ctx.saved_tensors
+    want_gate, want_up = ctx.needs_input_grad[:2]
+    dgate, dup = backward(dy, gate, up, ctx.approximate, want_gate, want_up)
+    return dgate if want_gate else None, dup if want_up else None
+
+
+class GeGLUFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, gate, up, approximate):
+        geglu_save(ctx, gate, up, approximate)
+        return _calls.geglu_forward(gate, up, approximate)
+
+    @staticmethod
+    def backward(ctx, dy):
+        return (*geglu_grads(_calls.geglu_backward, ctx, dy), None)
+
+
+# rope -----------------------------------------------------------------------------
+#
+# The rotation is linear in q and k: backward needs only cos and sin, never
+# q or k. cos and sin get no gradient (check_rope refuses them requiring one).
+
+
+def rope_save(ctx, q, k, cos, sin, unsqueeze_dim):
+    ctx.save_for_backward(cos, sin)
+    ctx.rope = (unsqueeze_dim, q.shape, k.shape)
+
+
+def rope_grads(backward, ctx, dq_embed, dk_embed):
+    """(dq, dk) from backward(dq_embed, dk_embed, cos, sin, unsqueeze_dim,
+    want_q, want_k). An output that got no gradient (None) has zeros, as an
+    expanded view: it is read only if its input's gradient is wanted."""
+    cos, sin = ctx.saved_tensors
+    unsqueeze_dim, q_shape, k_shape = ctx.rope
+    want_q, want_k = ctx.needs_input_grad[:2]
+    like = dq_embed if dq_embed is not None else dk_embed
+    if like is None:  # neither output had a gradient
+        return None, None
+    if dq_embed is None:
+        dq_embed = like.new_zeros(()).expand(q_shape)
+    if dk_embed is None:
+        dk_embed = like.new_zeros(()).expand(k_shape)
+    dq, dk = backward(dq_embed, dk_embed, cos, sin, unsqueeze_dim, want_q, want_k)
+    return dq if want_q else None, dk if want_k else None
+
+
+class RoPEFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, cos, sin, unsqueeze_dim):
+        rope_save(ctx, q, k, cos, sin, unsqueeze_dim)
+        # an unused output gets None, not a zero tensor: rope_grads stands
+        # an expanded zero in for it
+        ctx.set_materialize_grads(False)
+        return _calls.rope_forward(q, k, cos, sin, unsqueeze_dim)
+
+    @staticmethod
+    def backward(ctx, dq_embed, dk_embed):
+        return (*rope_grads(_calls.rope_backward, ctx, dq_embed, dk_embed), None, None, None)
+
+
 # cross-entropy and linear cross-entropy ----------------------------------------------
 #
 # Forward computes the gradients for an incoming gradient of 1 and saves
@@ -318,5 +388,7 @@ apply_bias_scale_relu = eager_apply(BiasScaleReLUFunction)
 apply_square = eager_apply(SquareFunction)
 apply_reduce_sum = eager_apply(ReduceSumFunction)
 apply_swiglu = eager_apply(SwiGLUFunction)
+apply_geglu = eager_apply(GeGLUFunction)
+apply_rope = eager_apply(RoPEFunction)
 apply_cross_entropy = eager_apply(CrossEntropyFunction)
 apply_linear_cross_entropy = eager_apply(LinearCrossEntropyFunction)

@@ -519,6 +519,160 @@ def swiglu_backward(dy, gate, up, want_gate, want_up):
     return dgate, dup
 
 
+# geglu: swiglu's shape with gelu (exact or tanh) for silu; backward needs gate
+# and up, which forward saves (the caller's own tensors) -----------------------------
+
+_GEGLU_FORWARD = ffi.typeof("fo_geglu_forward_args *")
+_GEGLU_BACKWARD = ffi.typeof("fo_geglu_backward_args *")
+GELU_APPROXIMATIONS = {"none": lib.FO_GELU_NONE, "tanh": lib.FO_GELU_TANH}
+
+
+def check_geglu(fn, gate, up, approximate):
+    check_swiglu(fn, gate, up)
+    if not isinstance(approximate, str) or approximate not in GELU_APPROXIMATIONS:
+        raise ValueError(f"{fn}: approximate={approximate!r} must be 'tanh' or 'none'")
+
+
+def geglu_forward(gate, up, approximate):
+    gate_view, rows, cols, gate_stride = as_rows(gate)
+    up_view, _, _, up_stride = as_rows(up)
+    y = dense_like(gate)
+    device = device_args(gate)
+    a = _struct(_GEGLU_FORWARD, device, stream=device[2], y=y.data_ptr(), gate=gate_view.data_ptr(),
+                gate_row_stride=gate_stride, up=up_view.data_ptr(), up_row_stride=up_stride, rows=rows,
+                cols=cols, dtype=DTYPE_CODES[gate.dtype], approximate=GELU_APPROXIMATIONS[approximate])
+    status = lib.fo_geglu_forward(a)
+    if status or SYNC:
+        finish(lib.fo_geglu_forward, status, device)
+    return y
+
+
+def geglu_backward(dy, gate, up, approximate, want_gate, want_up):
+    """(dgate or None, dup or None)."""
+    gate_view, rows, cols, gate_stride = as_rows(gate)
+    up_view, _, _, up_stride = as_rows(up)
+    dy_view, _, _, dy_stride = as_rows(dy)
+    dgate = dense_like(gate) if want_gate else None
+    dup = dense_like(gate) if want_up else None
+    device = device_args(gate)
+    a = _struct(_GEGLU_BACKWARD, device, stream=device[2], dgate=_address(dgate), dup=_address(dup),
+                dy=dy_view.data_ptr(), dy_row_stride=dy_stride, gate=gate_view.data_ptr(),
+                gate_row_stride=gate_stride, up=up_view.data_ptr(), up_row_stride=up_stride, rows=rows,
+                cols=cols, dtype=DTYPE_CODES[gate.dtype], approximate=GELU_APPROXIMATIONS[approximate])
+    status = lib.fo_geglu_backward(a)
+    if status or SYNC:
+        finish(lib.fo_geglu_backward, status, device)
+    return dgate, dup
+
+
+# rope: q and k in one call, read in place through their strides (typically
+# proj(x).view(B, T, H, D).transpose(1, 2), never copied); backward, the
+# transpose of the rotation, needs only cos and sin --------------------------------
+
+_ROPE = ffi.typeof("fo_rope_args *")
+# unsqueeze_dim -> where the heads are: [B, H, T, D] or [B, T, H, D]
+_ROPE_LAYOUTS = {1: lib.FO_ROPE_HEADS_FIRST, 2: lib.FO_ROPE_TOKENS_FIRST}
+
+
+def check_rope(fn, q, k, cos, sin, unsqueeze_dim):
+    """What only Python can see: tensors on one device, dtypes, and the
+    shapes against each other (rotary_dim, cos's last dimension, is the
+    library's to check: even, at most head_dim)."""
+    _args.check_tensor(fn, "q", q)
+    for name, value in (("k", k), ("cos", cos), ("sin", sin)):
+        _args.check_companion(fn, name, value, q, "q")
+    if isinstance(unsqueeze_dim, bool) or not isinstance(unsqueeze_dim, int):
+        raise TypeError(f"{fn}: unsqueeze_dim must be an int, got {type(unsqueeze_dim).__name__}")
+    if unsqueeze_dim not in _ROPE_LAYOUTS:
+        raise ValueError(
+            f"{fn}: unsqueeze_dim={unsqueeze_dim} must be 1 (q and k of [batch, heads, tokens, head_dim]) "
+            "or 2 ([batch, tokens, heads, head_dim])"
+        )
+    if k.dtype != q.dtype:
+        raise TypeError(f"{fn}: k has dtype {k.dtype} but q has dtype {q.dtype}; they must match")
+    if sin.dtype != cos.dtype:
+        raise TypeError(f"{fn}: sin has dtype {sin.dtype} but cos has dtype {cos.dtype}; they must match")
+    if cos.dtype != q.dtype and not (cos.dtype == torch.float32 and q.dtype in _args.HALF_DTYPES):
+        raise TypeError(
+            f"{fn}: cos has dtype {cos.dtype} but q has dtype {q.dtype}; cos and sin take q's dtype, "
+            "or float32 beside float16 and bfloat16 q"
+        )
+    if q.dim() != 4 or k.dim() != 4:
+        raise ValueError(
+            f"{fn}: q and k must be 4-d, got shapes {tuple(q.shape)} and {tuple(k.shape)}"
+        )
+    tokens_dim = 2 if unsqueeze_dim == 1 else 1
+    if k.shape[0] != q.shape[0] or k.shape[tokens_dim] != q.shape[tokens_dim] or k.shape[3] != q.shape[3]:
+        raise ValueError(
+            f"{fn}: k has shape {tuple(k.shape)} but q has shape {tuple(q.shape)}; they must agree "
+            "but for the heads"
+        )
+    batch, tokens = q.shape[0], q.shape[tokens_dim]
+    if cos.shape != sin.shape:
+        raise ValueError(f"{fn}: sin has shape {tuple(sin.shape)} but cos has shape {tuple(cos.shape)}; they must match")
+    if cos.dim() not in (2, 3) or cos.shape[-2] != tokens or (cos.dim() == 3 and cos.shape[0] not in (1, batch)):
+        raise ValueError(
+            f"{fn}: cos has shape {tuple(cos.shape)} but must be ({batch}, {tokens}, rotary_dim), "
+            f"(1, {tokens}, rotary_dim) or ({tokens}, rotary_dim) for q of shape {tuple(q.shape)} "
+            f"(unsqueeze_dim={unsqueeze_dim})"
+        )
+    if torch.is_grad_enabled() and (cos.requires_grad or sin.requires_grad):
+        raise ValueError(
+            f"{fn}: cos or sin requires grad, but no gradient flows to them; pass cos.detach() "
+            "and sin.detach() (Hugging Face computes them under torch.no_grad)"
+        )
+
+
+def _rows_contiguous(x):
+    """x itself where its last dimension is contiguous (the library reads
+    every other stride as it is), else a copy (an expanded gradient)."""
+    return x.contiguous() if x.shape[-1] > 1 and x.stride(-1) != 1 else x
+
+
+def _rope_table(table):
+    """(table, its strides as (batch, token, rotary dim)): [T, R] or [B or
+    1, T, R]; a table without a batch, or of one, is shared: stride 0."""
+    table = _rows_contiguous(table)
+    batch_stride = table.stride(0) if table.dim() == 3 and table.shape[0] > 1 else 0
+    return table, (batch_stride, table.stride(-2), table.stride(-1))
+
+
+def _rope(entry, q, k, cos, sin, unsqueeze_dim, want_q, want_k):
+    """(q_out or None, k_out or None), dense in q's and k's shapes: entry
+    (fo_rope_forward or fo_rope_backward) of q and k. A tensor not wanted
+    is not read."""
+    q = _rows_contiguous(q) if want_q else q
+    k = _rows_contiguous(k) if want_k else k
+    cos, cos_strides = _rope_table(cos)
+    sin, sin_strides = _rope_table(sin)
+    q_out = q.new_empty(q.shape) if want_q else None
+    k_out = k.new_empty(k.shape) if want_k else None
+    heads_dim, tokens_dim = (1, 2) if unsqueeze_dim == 1 else (2, 1)
+    device = device_args(q)
+    a = _struct(
+        _ROPE, device, stream=device[2], q_out=_address(q_out), k_out=_address(k_out),
+        q=q.data_ptr(), k=k.data_ptr(), q_strides=q.stride(), k_strides=k.stride(),
+        cos=cos.data_ptr(), sin=sin.data_ptr(), cos_strides=cos_strides, sin_strides=sin_strides,
+        batch=q.shape[0], tokens=q.shape[tokens_dim], q_heads=q.shape[heads_dim],
+        k_heads=k.shape[heads_dim], head_dim=q.shape[3], rotary_dim=cos.shape[-1],
+        layout=_ROPE_LAYOUTS[unsqueeze_dim], dtype=DTYPE_CODES[q.dtype], cos_dtype=DTYPE_CODES[cos.dtype],
+    )
+    status = entry(a)
+    if status or SYNC:
+        finish(entry, status, device)
+    return q_out, k_out
+
+
+def rope_forward(q, k, cos, sin, unsqueeze_dim):
+    """(q_embed, k_embed), the arguments checked (check_rope)."""
+    return _rope(lib.fo_rope_forward, q, k, cos, sin, unsqueeze_dim, True, True)
+
+
+def rope_backward(dq_embed, dk_embed, cos, sin, unsqueeze_dim, want_q, want_k):
+    """(dq or None, dk or None) from the gradients of q_embed and k_embed."""
+    return _rope(lib.fo_rope_backward, dq_embed, dk_embed, cos, sin, unsqueeze_dim, want_q, want_k)
+
+
 # cross-entropy: forward writes each row's loss and, when a gradient is
 # wanted, the gradient of the logits in the same pass, which backward only
 # scales by the incoming gradient (fo_scale_rows: nothing to do for 1) ------------
@@ -619,19 +773,21 @@ def _mean_scale(targets, ignore_index, loss_dtype):
     return (targets != ignore_index).sum().to(loss_dtype).reciprocal()
 
 
-def _reduced(loss_rows, reduction, scale, dtype):
+def _reduced(loss_rows, reduction, scale):
     """The loss of row losses: a 0-d mean (scale is 1 / count) or sum, or
-    the rows themselves; in the input's dtype."""
+    the rows themselves; in the rows' fp32 (fp64): the public functions
+    round it to the input's dtype, and patch() keeps it, as Hugging Face's
+    loss is fp32."""
     if reduction == "sum":
-        loss_rows = loss_rows.sum()
-    elif reduction == "mean":
-        loss_rows = loss_rows.sum() * scale
-    return loss_rows.to(dtype)
+        return loss_rows.sum()
+    if reduction == "mean":
+        return loss_rows.sum() * scale
+    return loss_rows
 
 
 def cross_entropy_forward(logits, target, ignore_index, label_smoothing, softcap, reduction, want_grad):
     """(loss, dlogits or None), the arguments checked (check_cross_entropy).
-    loss has logits' dtype: 0-d for mean and sum, target's shape for none.
+    loss is fp32 (fp64 for fp64): 0-d for mean and sum, target's shape for none.
     With want_grad, dlogits (new, dense, logits' shape and dtype) is the
     gradient of loss for an incoming gradient of 1: of the mean, the sum,
     or of each row's own loss for none."""
@@ -646,7 +802,7 @@ def cross_entropy_forward(logits, target, ignore_index, label_smoothing, softcap
     a.loss, a.dlogits = loss_rows.data_ptr(), _address(dlogits)
     a.logits, a.target = logits_rows.data_ptr(), targets.data_ptr()
     _call_cross_entropy(a)
-    return _reduced(loss_rows, reduction, scale, logits.dtype), dlogits
+    return _reduced(loss_rows, reduction, scale), dlogits
 
 
 def scale_rows_(x, scale):
@@ -784,7 +940,7 @@ def linear_cross_entropy_forward(x, weight, bias, target, ignore_index, label_sm
     template = _cross_entropy_struct(x, rows, vocab, vocab, ignore_index, label_smoothing, softcap, scale)
     loss_rows = x.new_empty(target.shape, dtype=loss_dtype)
     _linear_chunks(x_rows, weight, bias, targets, template, loss_rows, None, grads)
-    return (_reduced(loss_rows, reduction, scale, x.dtype), *_linear_grads(x, weight, bias, grads))
+    return (_reduced(loss_rows, reduction, scale), *_linear_grads(x, weight, bias, grads))
 
 
 def linear_cross_entropy_backward(dloss, x, weight, bias, target, ignore_index, label_smoothing, softcap,

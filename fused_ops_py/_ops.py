@@ -211,6 +211,65 @@ if AVAILABLE:
 
     swiglu.register_autograd(_swiglu_grad, setup_context=_swiglu_setup)
 
+    # geglu ----------------------------------------------------------------------------
+
+    @custom_op("fused_ops_py::geglu", mutates_args=())
+    def geglu(gate: Tensor, up: Tensor, approximate: str) -> Tensor:
+        return _calls.geglu_forward(gate, up, approximate)
+
+    @geglu.register_fake
+    def _(gate, up, approximate):
+        return gate.new_empty(gate.shape)
+
+    @custom_op("fused_ops_py::geglu_backward", mutates_args=())
+    def geglu_backward(dy: Tensor, gate: Tensor, up: Tensor, approximate: str, want_gate: bool,
+                       want_up: bool) -> Tuple[Tensor, Tensor]:
+        dgate, dup = _calls.geglu_backward(dy, gate, up, approximate, want_gate, want_up)
+        return _or_empty(dgate, gate), _or_empty(dup, gate)
+
+    @geglu_backward.register_fake
+    def _(dy, gate, up, approximate, want_gate, want_up):
+        return (gate.new_empty(gate.shape) if want_gate else _empty(gate),
+                gate.new_empty(gate.shape) if want_up else _empty(gate))
+
+    def _geglu_setup(ctx, inputs, output):
+        _autograd.geglu_save(ctx, *inputs)
+
+    def _geglu_grad(ctx, dy):
+        return (*_autograd.geglu_grads(torch.ops.fused_ops_py.geglu_backward, ctx, dy), None)
+
+    geglu.register_autograd(_geglu_grad, setup_context=_geglu_setup)
+
+    # rope -----------------------------------------------------------------------------
+
+    @custom_op("fused_ops_py::rope", mutates_args=())
+    def rope(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, unsqueeze_dim: int) -> Tuple[Tensor, Tensor]:
+        return _calls.rope_forward(q, k, cos, sin, unsqueeze_dim)
+
+    @rope.register_fake
+    def _(q, k, cos, sin, unsqueeze_dim):
+        return q.new_empty(q.shape), k.new_empty(k.shape)
+
+    @custom_op("fused_ops_py::rope_backward", mutates_args=())
+    def rope_backward(dq_embed: Tensor, dk_embed: Tensor, cos: Tensor, sin: Tensor, unsqueeze_dim: int,
+                      want_q: bool, want_k: bool) -> Tuple[Tensor, Tensor]:
+        dq, dk = _calls.rope_backward(dq_embed, dk_embed, cos, sin, unsqueeze_dim, want_q, want_k)
+        return _or_empty(dq, dq_embed), _or_empty(dk, dq_embed)
+
+    @rope_backward.register_fake
+    def _(dq_embed, dk_embed, cos, sin, unsqueeze_dim, want_q, want_k):
+        return (dq_embed.new_empty(dq_embed.shape) if want_q else _empty(dq_embed),
+                dk_embed.new_empty(dk_embed.shape) if want_k else _empty(dq_embed))
+
+    def _rope_setup(ctx, inputs, output):
+        _autograd.rope_save(ctx, *inputs)
+
+    def _rope_grad(ctx, dq_embed, dk_embed):
+        grads = _autograd.rope_grads(torch.ops.fused_ops_py.rope_backward, ctx, dq_embed, dk_embed)
+        return (*grads, None, None, None)
+
+    rope.register_autograd(_rope_grad, setup_context=_rope_setup)
+
     # cross-entropy and linear cross-entropy -------------------------------------------
     #
     # Forward returns the gradients (for an incoming gradient of 1) beside the
@@ -222,7 +281,7 @@ if AVAILABLE:
 
     def _scaled(grad, dloss):
         """grad times dloss: a scalar, or one value for each row of grad."""
-        return grad * (dloss.unsqueeze(-1) if dloss.dim() else dloss)
+        return (grad * (dloss.unsqueeze(-1) if dloss.dim() else dloss)).to(grad.dtype)
 
     @custom_op("fused_ops_py::cross_entropy", mutates_args=())
     def cross_entropy(
@@ -236,7 +295,7 @@ if AVAILABLE:
     @cross_entropy.register_fake
     def _(logits, target, ignore_index, label_smoothing, softcap, reduction, want_grad):
         dlogits = logits.new_empty(logits.shape) if want_grad else _empty(logits)
-        return logits.new_empty(_loss_shape(target, reduction)), dlogits
+        return logits.new_empty(_loss_shape(target, reduction), dtype=_calls.stats_dtype(logits.dtype)), dlogits
 
     def _cross_entropy_setup(ctx, inputs, output):
         _autograd.cross_entropy_save(ctx, output[1])
@@ -263,7 +322,7 @@ if AVAILABLE:
           want_input, want_weight, want_bias):
         grads = reduction != "none"
         return (
-            x.new_empty(_loss_shape(target, reduction)),
+            x.new_empty(_loss_shape(target, reduction), dtype=_calls.stats_dtype(x.dtype)),
             x.new_empty(x.shape) if grads and want_input else _empty(x),
             weight.new_empty(weight.shape) if grads and want_weight else _empty(x),
             bias.new_empty(bias.shape) if grads and want_bias and bias is not None else _empty(x),

@@ -6,7 +6,14 @@ bookkeeping, no saved state)."""
 import torch
 
 from . import _args, _calls
-from ._autograd import apply_bias_scale_relu, apply_reduce_sum, apply_square, apply_swiglu
+from ._autograd import (
+    apply_bias_scale_relu,
+    apply_geglu,
+    apply_reduce_sum,
+    apply_rope,
+    apply_square,
+    apply_swiglu,
+)
 from ._ops import compiling
 
 
@@ -69,3 +76,32 @@ def fused_swiglu(gate, up):
     if _wants_grad(gate, up):
         return apply_swiglu(gate, up)
     return _calls.swiglu_forward(gate, up)
+
+
+def fused_geglu(gate, up, approximate="tanh"):
+    """gelu(gate, approximate=approximate) * up, elementwise (the gated MLP
+    of Gemma-style models); approximate is "tanh" (the default here, as
+    Gemma's gelu_pytorch_tanh) or "none" (erf); gate and up have one shape
+    and dtype. Gradients flow to both."""
+    _calls.check_geglu("fused_geglu", gate, up, approximate)
+    if compiling():
+        return torch.ops.fused_ops_py.geglu(gate, up, approximate)
+    if _wants_grad(gate, up):
+        return apply_geglu(gate, up, approximate)
+    return _calls.geglu_forward(gate, up, approximate)
+
+
+def fused_rope(q, k, cos, sin, unsqueeze_dim=1):
+    """(q_embed, k_embed) = Hugging Face's apply_rotary_pos_emb(q, k, cos,
+    sin, unsqueeze_dim=unsqueeze_dim) (rotate_half layout), with partial
+    rotary: the first cos.shape[-1] dimensions of each head are rotated,
+    the rest pass through. q is [B, Hq, T, D] and k [B, Hk, T, D] ([B, T, H,
+    D] with unsqueeze_dim=2), read in place through their strides; cos and
+    sin are [B, T, Dr], [1, T, Dr] or [T, Dr] of q's dtype or float32.
+    One kernel for q and k. Gradients flow to q and k, not to cos and sin."""
+    _calls.check_rope("fused_rope", q, k, cos, sin, unsqueeze_dim)
+    if compiling():
+        return torch.ops.fused_ops_py.rope(q, k, cos, sin, unsqueeze_dim)
+    if _wants_grad(q, k):
+        return apply_rope(q, k, cos, sin, unsqueeze_dim)
+    return _calls.rope_forward(q, k, cos, sin, unsqueeze_dim)

@@ -24,10 +24,12 @@ def fused_cross_entropy(logits, target, *, ignore_index=-100, label_smoothing=0.
     config = _calls.check_cross_entropy(fn, logits, target, ignore_index, label_smoothing, reduction, softcap)
     want_grad = torch.is_grad_enabled() and logits.requires_grad
     if compiling():
-        return torch.ops.fused_ops_py.cross_entropy(logits, target, *config, want_grad)[0]
-    if want_grad:
-        return apply_cross_entropy(logits, target, config)
-    return _calls.cross_entropy_forward(logits, target, *config, False)[0]
+        loss = torch.ops.fused_ops_py.cross_entropy(logits, target, *config, want_grad)[0]
+    elif want_grad:
+        loss = apply_cross_entropy(logits, target, config)
+    else:
+        loss = _calls.cross_entropy_forward(logits, target, *config, False)[0]
+    return loss.to(logits.dtype)
 
 
 def fused_linear_cross_entropy(input, linear_weight, target, *, linear_bias=None, ignore_index=-100,
@@ -40,6 +42,17 @@ def fused_linear_cross_entropy(input, linear_weight, target, *, linear_bias=None
     computes the gradients of input, weight and bias (those wanted), and
     backward scales them by the incoming gradient; for none, backward
     computes the logits again with each row's incoming gradient."""
+    return linear_cross_entropy_fp32(
+        input, linear_weight, target, linear_bias=linear_bias, ignore_index=ignore_index,
+        label_smoothing=label_smoothing, reduction=reduction, softcap=softcap,
+    ).to(input.dtype)
+
+
+def linear_cross_entropy_fp32(input, linear_weight, target, *, linear_bias=None, ignore_index=-100,
+                              label_smoothing=0.0, reduction="mean", softcap=None):
+    """fused_linear_cross_entropy with the loss as accumulated, fp32 (fp64
+    for fp64), not rounded to input's dtype: the loss Hugging Face's models
+    compute from fp32 logits (patch() uses it)."""
     fn = "fused_linear_cross_entropy"
     config = _calls.check_linear_cross_entropy(fn, input, linear_weight, linear_bias, target, ignore_index,
                                                label_smoothing, reduction, softcap)

@@ -8,27 +8,27 @@ optimizers, weight tying and checkpoints keep working):
 - mlp: Hugging Face's gated MLPs (gate_proj / up_proj / down_proj, or
   Phi-3's gate_up_proj) compute act(gate) * up with fused_swiglu (SiLU) or
   fused_geglu (GELU);
+- rope: the modeling modules of Hugging Face attention in the model
+  compute apply_rotary_pos_emb with fused_rope (a module-wide function: the
+  models of that family in the process all take it, with equal values);
 - cross_entropy: a causal LM (a model with an lm_head beside its base model)
-  computes its training loss with fused_linear_cross_entropy, never making
-  the logits: in training with labels, its output has loss and no logits.
+  computes its training loss with fused_linear_cross_entropy, in fp32 as
+  Hugging Face's, never making the logits: in training with labels, its
+  output has the loss and no logits.
 
 Modules are recognised by their structure and class names, not by a list of
 model families: what is not recognised is left alone."""
 
+import inspect
 import sys
 import types
 
 import torch
 from torch import nn
 
-from .functional import fused_swiglu
-from .losses import fused_linear_cross_entropy
+from .functional import fused_geglu, fused_rope, fused_swiglu
+from .losses import linear_cross_entropy_fp32
 from .modules import FusedLayerNorm, FusedRMSNorm
-
-try:  # GELU tanh (Gemma's MLPs) arrives with fused_geglu
-    from .functional import fused_geglu
-except ImportError:
-    fused_geglu = None
 
 # Hugging Face RMSNorms computing x * rstd * (1 + weight), weight from zeros
 _OFFSET_NORMS = ("GemmaRMSNorm", "Gemma2RMSNorm", "Gemma3RMSNorm", "Gemma3nRMSNorm")
@@ -97,8 +97,6 @@ def _gate(activation):
     name = type(activation).__name__
     if isinstance(activation, nn.SiLU) or name == "SiLUActivation":
         return fused_swiglu
-    if fused_geglu is None:
-        return None
     if name in ("PytorchGELUTanh", "GELUTanh", "NewGELUActivation", "GELUPytorchTanh") or (
         isinstance(activation, nn.GELU) and activation.approximate == "tanh"
     ):
@@ -147,6 +145,40 @@ def _patch_mlps(model):
     return replaced
 
 
+# rotary position embeddings -----------------------------------------------------------
+
+
+def _fused_rotary(original):
+    """Hugging Face's apply_rotary_pos_emb through fused_rope, with the
+    original's parameters (older releases take position_ids before
+    unsqueeze_dim, unused)."""
+    if "position_ids" in inspect.signature(original).parameters:
+        def apply_rotary_pos_emb(q, k, cos, sin, position_ids=None, unsqueeze_dim=1):
+            return fused_rope(q, k, cos, sin, unsqueeze_dim)
+    else:
+        def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
+            return fused_rope(q, k, cos, sin, unsqueeze_dim)
+    apply_rotary_pos_emb.fused_ops_py = True
+    apply_rotary_pos_emb.__wrapped__ = original  # functools' name for what it replaces
+    return apply_rotary_pos_emb
+
+
+def _patch_rope(model):
+    """Replaces apply_rotary_pos_emb in the modeling module of each attention
+    module of `model` whose module has Hugging Face's (rotate_half beside
+    it); returns how many modeling modules it changed."""
+    replaced = 0
+    for module in model.modules():
+        modeling = sys.modules.get(type(module).__module__)
+        original = getattr(modeling, "apply_rotary_pos_emb", None)
+        if (type(module).__name__.endswith("Attention") and callable(original)
+                and callable(getattr(modeling, "rotate_half", None))
+                and not getattr(original, "fused_ops_py", False)):
+            modeling.apply_rotary_pos_emb = _fused_rotary(original)
+            replaced += 1
+    return replaced
+
+
 # the causal-LM loss ---------------------------------------------------------------------
 
 
@@ -182,7 +214,7 @@ def _causal_lm_forward(self, *args, labels=None, **kwargs):
     hidden = outputs[0]
     if shift_labels is None:
         shift_labels = nn.functional.pad(labels, (0, 1), value=-100)[..., 1:]
-    loss = fused_linear_cross_entropy(
+    loss = linear_cross_entropy_fp32(
         hidden, self.lm_head.weight, shift_labels.to(hidden.device), linear_bias=self.lm_head.bias,
         reduction="mean" if num_items_in_batch is None else "sum",
         softcap=getattr(self.config, "final_logit_softcapping", None),
@@ -206,17 +238,20 @@ def _patch_loss(model):
     return replaced
 
 
-def patch(model: nn.Module, *, norms=True, mlp=True, cross_entropy=True) -> int:
+def patch(model: nn.Module, *, norms=True, mlp=True, rope=True, cross_entropy=True) -> int:
     """Replace, in place, what `model` computes with torch ops by the fused
-    ops (see the module's docstring): norms, gated MLPs, and a causal LM's
-    training loss. Returns how many replacements were made: a norm module,
-    an MLP's forward or a model's forward each count one. Parameters stay
-    the same objects; a module not recognised is left as it is."""
+    ops (see the module's docstring): norms, gated MLPs, rotary embeddings
+    and a causal LM's training loss. Returns how many replacements were
+    made: a norm module, an MLP's forward, a modeling module's
+    apply_rotary_pos_emb or a model's forward each count one. Parameters
+    stay the same objects; a module not recognised is left as it is."""
     replaced = 0
     if norms:
         replaced += _patch_norms(model)
     if mlp:
         replaced += _patch_mlps(model)
+    if rope:
+        replaced += _patch_rope(model)
     if cross_entropy:
         replaced += _patch_loss(model)
     return replaced

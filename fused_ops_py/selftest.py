@@ -7,6 +7,29 @@ import torch.nn.functional as F
 import fused_ops_py as fo
 
 
+def _hf_rope(q, k, cos, sin, unsqueeze_dim=1):
+    """Hugging Face's apply_rotary_pos_emb, partial rotary as Phi's."""
+    cos, sin = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
+    rotary, half = cos.shape[-1], cos.shape[-1] // 2
+    out = []
+    for x in (q, k):
+        x_rot, x_pass = x[..., :rotary], x[..., rotary:]
+        rotated = torch.cat((-x_rot[..., half:], x_rot[..., :half]), dim=-1)
+        out.append(torch.cat([x_rot * cos + rotated * sin, x_pass], dim=-1))
+    return out
+
+
+def _rope(rope, x, r):
+    """rope of x and r as [1, heads, rows, 40], 16 of each head's 40
+    dimensions rotated by tables of the rows' positions; one tensor out."""
+    rows, cols = x.shape
+    positions = torch.arange(rows, dtype=torch.float64, device=x.device)[:, None]
+    angles = positions / 10000 ** (torch.arange(8, dtype=torch.float64, device=x.device) / 8)
+    emb = torch.cat((angles, angles), dim=-1)[None].to(x.dtype)
+    q, k = (t.view(1, rows, cols // 40, 40).transpose(1, 2) for t in (x, r))
+    return torch.cat([t.flatten() for t in rope(q, k, emb.cos(), emb.sin())])
+
+
 def _cases():
     """(name, fused function, torch function, input shapes); the functions
     take (x, residual, weight, bias) and return one tensor."""
@@ -19,6 +42,9 @@ def _cases():
         ("relu", lambda x, r, w, b: fo.relu(x), lambda x, r, w, b: torch.relu(x)),
         ("square", lambda x, r, w, b: fo.square(x), lambda x, r, w, b: x * x),
         ("fused_swiglu", lambda x, r, w, b: fo.fused_swiglu(x, r), lambda x, r, w, b: F.silu(x) * r),
+        ("fused_geglu", lambda x, r, w, b: fo.fused_geglu(x, r),
+         lambda x, r, w, b: F.gelu(x, approximate="tanh") * r),
+        ("fused_rope", lambda x, r, w, b: _rope(fo.fused_rope, x, r), lambda x, r, w, b: _rope(_hf_rope, x, r)),
         ("reduce_sum", lambda x, r, w, b: fo.reduce_sum(x), lambda x, r, w, b: x.sum()),
         ("fused_layer_norm", lambda x, r, w, b: fo.fused_layer_norm(x, w, b),
          lambda x, r, w, b: F.layer_norm(x, x.shape[-1:], w, b)),

@@ -77,3 +77,13 @@ int fo_cuda_scale_rows(int device_index, uintptr_t stream,
     (void)device_index, (void)stream, (void)a;
     return not_built();
 }
+
+int fo_cuda_geglu(int device_index, uintptr_t stream, const fo_geglu_params *a) {
+    (void)device_index, (void)stream, (void)a;
+    return not_built();
+}
+
+int fo_cuda_rope(int device_index, uintptr_t stream, const fo_rope_params *a) {
+    (void)device_index, (void)stream, (void)a;
+    return not_built();
+}

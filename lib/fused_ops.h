@@ -10,9 +10,10 @@
  *  - The return value is an fo_status (0 = FO_OK). On error,
  *    fo_last_error() describes it (op name and offending values); the message
  *    is thread-local and stays until the next failing call on that thread.
- *  - The norm and bias/relu entry points take one argument struct (see
- *    "Argument structs" below), which carries device_type, device_index and
- *    stream as fields; the other ops take them as their first parameters.
+ *  - The norm, bias/relu, loss, GeGLU and RoPE entry points take one
+ *    argument struct (see "Argument structs" below), which carries
+ *    device_type, device_index and stream as fields; the other ops take
+ *    them as their first parameters.
  *  - device_type is FO_DEVICE_CPU or FO_DEVICE_CUDA; device_index is the CUDA
  *    ordinal (ignored on the CPU). The CUDA path switches the current device
  *    only if it differs, and restores it before returning.
@@ -418,6 +419,114 @@ typedef struct fo_scale_rows_args {
 } fo_scale_rows_args;
 
 FO_API int fo_scale_rows(const fo_scale_rows_args *args);
+
+/* The GELU of fo_geglu_*, as torch.nn.functional.gelu's `approximate`. */
+enum fo_gelu_approximate {
+    FO_GELU_NONE = 0, /* gelu(v) = v / 2 * (1 + erf(v / sqrt(2))) */
+    FO_GELU_TANH = 1  /* gelu(v) = v / 2 * (1 + tanh(sqrt(2 / pi) * (v + 0.044715 v^3))) */
+};
+
+/*
+ * GeGLU: y = gelu(gate) * up, elementwise (the gated MLP of Gemma-style
+ * models). Arithmetic is fp32 (fp64 for fp64).
+ *   y:        output, rows x cols, dense, `dtype`.
+ *   gate, up: rows x cols with their row strides, `dtype`.
+ */
+typedef struct fo_geglu_forward_args {
+    int64_t struct_size;  /* sizeof(fo_geglu_forward_args) */
+    int32_t device_type, device_index;
+    uintptr_t stream;
+    uintptr_t y;
+    uintptr_t gate;
+    int64_t gate_row_stride; /* elements */
+    uintptr_t up;
+    int64_t up_row_stride;   /* elements */
+    int64_t rows, cols;
+    int32_t dtype;
+    int32_t approximate;     /* an fo_gelu_approximate */
+} fo_geglu_forward_args;
+
+FO_API int fo_geglu_forward(const fo_geglu_forward_args *args);
+
+/*
+ * Gradients of fo_geglu_forward from its inputs (saved by the caller):
+ *   dgate = dy * up * gelu'(gate)
+ *   dup   = dy * gelu(gate)
+ * dgate and dup are rows x cols, dense, `dtype`, each optional (0 = not
+ * wanted); dy is rows x cols with its row stride (0 is fine: an expanded
+ * gradient).
+ */
+typedef struct fo_geglu_backward_args {
+    int64_t struct_size;  /* sizeof(fo_geglu_backward_args) */
+    int32_t device_type, device_index;
+    uintptr_t stream;
+    uintptr_t dgate, dup;
+    uintptr_t dy;
+    int64_t dy_row_stride;   /* elements */
+    uintptr_t gate;
+    int64_t gate_row_stride;
+    uintptr_t up;
+    int64_t up_row_stride;
+    int64_t rows, cols;
+    int32_t dtype;
+    int32_t approximate;     /* an fo_gelu_approximate, the forward pass's */
+} fo_geglu_backward_args;
+
+FO_API int fo_geglu_backward(const fo_geglu_backward_args *args);
+
+/* Where the heads dimension of q and k lies. */
+enum fo_rope_layout {
+    FO_ROPE_HEADS_FIRST = 0, /* [batch, heads, tokens, head_dim] (Hugging Face's unsqueeze_dim=1) */
+    FO_ROPE_TOKENS_FIRST = 1 /* [batch, tokens, heads, head_dim] (unsqueeze_dim=2) */
+};
+
+/*
+ * Rotary position embedding, rotate-half layout (Hugging Face's
+ * apply_rotary_pos_emb, with partial rotary), of q and k in one launch.
+ * For each row x (head_dim elements) of q or k at batch b and token t,
+ * with R = rotary_dim, h = R / 2, c = cos[b, t, :] and s = sin[b, t, :]:
+ *   fo_rope_forward:
+ *     out[i]     = x[i] * c[i] - x[i + h] * s[i]            (i < h)
+ *     out[i + h] = x[i + h] * c[i + h] + x[i] * s[i + h]
+ *     out[j]     = x[j]                                      (R <= j < head_dim)
+ *   fo_rope_backward, its transpose (x is then the incoming gradient):
+ *     out[i]     = x[i] * c[i] + x[i + h] * s[i + h]
+ *     out[i + h] = x[i + h] * c[i + h] - x[i] * s[i]
+ *     out[j]     = x[j]
+ * Arithmetic is fp32 (fp64 for fp64). Both entry points take this struct.
+ *   q_out, k_out: outputs, dense in q's (k's) shape and layout, `dtype`;
+ *            either may be 0, and then that tensor is neither read nor
+ *            written.
+ *   q, k:    batch x q_heads (k_heads) x tokens x head_dim elements, placed
+ *            as `layout` says, read through their strides (elements, in the
+ *            tensors' own dimension order; any >= 0, rows may overlap), the
+ *            last of which must be 1 (where head_dim > 1).
+ *   cos, sin: batch x tokens x rotary_dim elements of cos_dtype, through
+ *            their strides (batch, token, rotary dimension; the last must
+ *            be 1 where rotary_dim > 1; a batch stride of 0 shares one
+ *            table among the batch). Not read where rotary_dim is 0.
+ *   rotary_dim: even, in [0, head_dim].
+ *   cos_dtype: `dtype`, or FO_DTYPE_F32 beside FO_DTYPE_F16 and
+ *            FO_DTYPE_BF16 (fp32 tables beside half q and k).
+ */
+typedef struct fo_rope_args {
+    int64_t struct_size;  /* sizeof(fo_rope_args) */
+    int32_t device_type, device_index;
+    uintptr_t stream;
+    uintptr_t q_out, k_out;
+    uintptr_t q, k;
+    int64_t q_strides[4], k_strides[4];
+    uintptr_t cos, sin;
+    int64_t cos_strides[3], sin_strides[3];
+    int64_t batch, tokens, q_heads, k_heads, head_dim, rotary_dim;
+    int32_t layout;       /* an fo_rope_layout */
+    int32_t dtype;        /* of q, k and the outputs */
+    int32_t cos_dtype;    /* of cos and sin */
+    int32_t reserved;     /* 0 */
+} fo_rope_args;
+
+FO_API int fo_rope_forward(const fo_rope_args *args);
+FO_API int fo_rope_backward(const fo_rope_args *args);
 
 /* FO_CDEF_END */
 

@@ -167,6 +167,38 @@ typedef struct fo_scale_rows_params {
     int dtype, scale_dtype, per_row;
 } fo_scale_rows_params;
 
+typedef struct fo_geglu_params {
+    void *y_or_dgate; /* y (forward) or dgate (backward, optional) */
+    void *dup;        /* backward only, optional */
+    const void *dy;   /* 0 for the forward pass */
+    int64_t dy_row_stride;
+    const void *gate;
+    int64_t gate_row_stride;
+    const void *up;
+    int64_t up_row_stride;
+    int64_t rows, cols;
+    int dtype, approximate;
+} fo_geglu_params;
+
+/* One of q and k: its input and its dense output, strides in elements in
+ * the order (batch, head, token); the last dimension is contiguous. */
+typedef struct fo_rope_tensor {
+    void *out; /* 0: this tensor is skipped */
+    const void *in;
+    int64_t in_batch_stride, in_head_stride, in_token_stride;
+    int64_t out_batch_stride, out_head_stride, out_token_stride;
+    int64_t heads;
+} fo_rope_tensor;
+
+typedef struct fo_rope_params {
+    fo_rope_tensor q, k;
+    const void *cos, *sin;
+    int64_t cos_batch_stride, cos_token_stride;
+    int64_t sin_batch_stride, sin_token_stride;
+    int64_t batch, tokens, head_dim, rotary_dim;
+    int dtype, cos_dtype, backward;
+} fo_rope_params;
+
 /* Statistics are fp32, fp64 for fp64 data. */
 static inline int fo_stats_dtype(int dtype) {
     return dtype == FO_DTYPE_F64 ? FO_DTYPE_F64 : FO_DTYPE_F32;
@@ -193,6 +225,8 @@ int fo_cuda_norm_backward(int device_index, uintptr_t stream,
 int64_t fo_cuda_norm_workspace_bytes(const fo_norm_backward_params *a,
                                      int device_index);
 int fo_cuda_swiglu(int device_index, uintptr_t stream, const fo_swiglu_args *a);
+int fo_cuda_geglu(int device_index, uintptr_t stream, const fo_geglu_params *a);
+int fo_cuda_rope(int device_index, uintptr_t stream, const fo_rope_params *a);
 int fo_cuda_cross_entropy(int device_index, uintptr_t stream,
                           const fo_cross_entropy_params *a);
 int fo_cuda_scale_rows(int device_index, uintptr_t stream,

@@ -16,6 +16,15 @@ def leaves(device, dtype, *shapes, seed=0):
     return [random(s, dtype, device, seed=seed + i).requires_grad_() for i, s in enumerate(shapes)]
 
 
+def rope_of(x, r):
+    """fused_rope of x and r as [1, tokens, 1, head_dim] (unsqueeze_dim=2),
+    32 dimensions rotated by tables made from them (no gradient), both
+    outputs flattened into one tensor."""
+    cos, sin = x.detach()[:, :32].cos(), r.detach()[:, :32].sin()
+    q_embed, k_embed = fo.fused_rope(x[None, :, None], r[None, :, None], cos, sin, unsqueeze_dim=2)
+    return torch.cat([q_embed.flatten(), k_embed.flatten()])
+
+
 # Every public function and module, as f(x, residual, weight, bias) -> tensor.
 FUNCTIONS = {
     "fused_bias_scale_relu": lambda x, r, w, b: fo.fused_bias_scale_relu(x, b, 0.5),
@@ -27,6 +36,9 @@ FUNCTIONS = {
     "fused_add_layer_norm": lambda x, r, w, b: torch.cat(fo.fused_add_layer_norm(x, r, w, b)),
     "fused_add_rms_norm": lambda x, r, w, b: torch.cat(fo.fused_add_rms_norm(x, r, w)),
     "fused_swiglu": lambda x, r, w, b: fo.fused_swiglu(x, r),
+    "fused_geglu": lambda x, r, w, b: fo.fused_geglu(x, r),
+    "fused_geglu_none": lambda x, r, w, b: fo.fused_geglu(x, r, approximate="none"),
+    "fused_rope": lambda x, r, w, b: rope_of(x, r),
 }
 
 
@@ -82,6 +94,9 @@ def test_compiled_dropout_is_reproducible_and_fresh(device):
 def opcheck_samples(device):
     x, residual, weight, bias = leaves(device, torch.float32, (5, 24), (5, 24), (24,), (24,), seed=10)
     seed = torch.tensor([3, 8], dtype=torch.int64)
+    # q and k as attention makes them: [B, T, H, D] projections seen as [B, H, T, D]
+    q, k = (t.transpose(1, 2) for t in leaves(device, torch.float32, (2, 5, 3, 24), (2, 5, 1, 24), seed=14))
+    cos, sin = random((2, 5, 16), torch.float32, device, seed=16), random((2, 5, 16), torch.float32, device, seed=17)
     none = None
     ops = torch.ops.fused_ops_py
     return [
@@ -90,6 +105,10 @@ def opcheck_samples(device):
         (ops.bias_scale_relu, (x.detach(), None, 1.0, False)),  # inference: no mask
         (ops.square, (x,)),
         (ops.swiglu, (x, residual)),
+        (ops.geglu, (x, residual, "tanh")),
+        (ops.geglu, (x, residual, "none")),
+        (ops.rope, (q, k, cos, sin, 1)),
+        (ops.rope, (q.transpose(1, 2), k.transpose(1, 2), cos[0], sin[0], 2)),
         (ops.reduce_sum, (x,)),
         (ops.norm, (x, None, weight, bias, fo.normalization.LAYER, 1e-5, 0.0, [24], none)),
         (ops.norm, (x, residual, weight, None, fo.normalization.RMS, 1e-6, 0.0, [24], none)),

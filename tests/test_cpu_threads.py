@@ -29,8 +29,32 @@ CASES = {
     "relu": (fo.relu, torch.relu, "x"),
     "square": (fo.square, lambda x: x * x, "x"),
     "swiglu": (fo.fused_swiglu, lambda x, r: F.silu(x) * r, "xr"),
+    "geglu": (fo.fused_geglu, lambda x, r: F.gelu(x, approximate="tanh") * r, "xr"),
+    "geglu_erf": (lambda x, r: fo.fused_geglu(x, r, approximate="none"), lambda x, r: F.gelu(x) * r, "xr"),
+    "rope": (lambda x, r: rope_of(fo.fused_rope, x, r), lambda x, r: rope_of(hf_rope, x, r), "xr"),
     "reduce_sum": (fo.reduce_sum, torch.sum, "x"),
 }
+def hf_rope(q, k, cos, sin):
+    """Hugging Face's apply_rotary_pos_emb (unsqueeze_dim=1), partial rotary."""
+    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+    rotary, half = cos.shape[-1], cos.shape[-1] // 2
+    out = []
+    for x in (q, k):
+        x_rot = x[..., :rotary]
+        rotated = torch.cat((-x_rot[..., half:], x_rot[..., :half]), dim=-1)
+        out.append(torch.cat([x_rot * cos + rotated * sin, x[..., rotary:]], dim=-1))
+    return torch.cat([t.flatten() for t in out])
+
+
+def rope_of(rope, x, r):
+    """rope of x and r as [8, 6, 130, 172] (each row 6 heads), 64 of 172
+    dimensions rotated, by tables made from x (no gradient)."""
+    q, k = (t.view(8, 130, 6, 172).transpose(1, 2) for t in (x, r))
+    angles = x.detach().view(8, 130, -1)[..., :64]
+    result = rope(q, k, angles.cos(), angles.sin())
+    return result if isinstance(result, torch.Tensor) else torch.cat([t.flatten() for t in result])
+
+
 INPUTS = {"x": (SHAPE, 1), "r": (SHAPE, 2), "w": ((COLS,), 3)}
 
 

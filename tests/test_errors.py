@@ -18,6 +18,7 @@ def cases(d):
     """(call, exception, words the message must contain) on device d."""
     X, B = torch.randn(4, 8, device=d), torch.randn(8, device=d)
     W, R = torch.randn(8, device=d), torch.randn(4, 8, device=d)
+    Q, C = torch.randn(1, 2, 3, 8, device=d), torch.randn(1, 3, 8, device=d)
     return [
         (lambda: fo.relu([1.0, 2.0]), TypeError, ["relu", "x", "list"]),
         (lambda: fo.relu(torch.ones(3, dtype=torch.int32, device=d)), TypeError, ["relu", "x", "torch.int32"]),
@@ -61,6 +62,13 @@ def cases(d):
         (lambda: fo.fused_swiglu(X, torch.randn(4, 9, device=d)), ValueError, ["fused_swiglu", "(4, 9)"]),
         (lambda: fo.fused_swiglu(X, R.half()), TypeError, ["up", "torch.float16"]),
         (lambda: fo.fused_swiglu(X.int(), R), TypeError, ["gate", "int32"]),
+        (lambda: fo.fused_geglu(X, torch.randn(4, 9, device=d)), ValueError, ["fused_geglu", "(4, 9)"]),
+        (lambda: fo.fused_geglu(X, R.half()), TypeError, ["up", "torch.float16"]),
+        (lambda: fo.fused_geglu(X, R, approximate="erf"), ValueError, ["approximate='erf'"]),
+        (lambda: fo.fused_rope(Q, Q, C[..., :7], C[..., :7]), ValueError, ["fo_rope_forward", "rotary_dim=7"]),
+        (lambda: fo.fused_rope(Q, Q.half(), C, C), TypeError, ["k", "torch.float16"]),
+        (lambda: fo.fused_rope(Q, Q, C[:, :2], C[:, :2]), ValueError, ["fused_rope", "cos has shape (1, 2, 8)"]),
+        (lambda: fo.fused_rope(Q, Q, C, C, unsqueeze_dim=0), ValueError, ["unsqueeze_dim=0"]),
     ]
 
 
@@ -134,6 +142,11 @@ def test_operands_on_another_device():
         fo.fused_add_rms_norm(X.cuda(), X)
     with pytest.raises(ValueError, match="up is on cpu but gate is on cuda:0"):
         fo.fused_swiglu(X.cuda(), X)
+    with pytest.raises(ValueError, match="up is on cpu but gate is on cuda:0"):
+        fo.fused_geglu(X.cuda(), X)
+    Q, C = torch.randn(1, 2, 3, 8), torch.randn(3, 8)
+    with pytest.raises(ValueError, match="cos is on cpu but q is on cuda:0"):
+        fo.fused_rope(Q.cuda(), Q.cuda(), C, C.cuda())
     still_works()
 
 

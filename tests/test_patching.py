@@ -2,6 +2,7 @@
 Hugging Face models (built from a config: no downloads)."""
 
 import copy
+import sys
 
 import pytest
 import torch
@@ -34,21 +35,23 @@ def hf_models():
     transformers = pytest.importorskip("transformers", reason="transformers is not installed")
     sizes = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
-    gemma_mlp = 2 if hasattr(fo, "fused_geglu") else 0  # GELU-tanh MLPs need fused_geglu
-    # per layer: norms; then the final norm, the MLPs and the loss
+    # per layer: norms; then the final norm, the MLPs, RoPE (one modeling
+    # module) and the loss
     return [
-        ("llama", transformers.LlamaForCausalLM, transformers.LlamaConfig(**sizes), 2 * 2 + 1 + 2 + 1),
-        ("mistral", transformers.MistralForCausalLM, transformers.MistralConfig(**sizes), 2 * 2 + 1 + 2 + 1),
-        ("qwen2", transformers.Qwen2ForCausalLM, transformers.Qwen2Config(**sizes), 2 * 2 + 1 + 2 + 1),
+        ("llama", transformers.LlamaForCausalLM, transformers.LlamaConfig(**sizes), 2 * 2 + 1 + 2 + 1 + 1),
+        ("mistral", transformers.MistralForCausalLM, transformers.MistralConfig(**sizes), 2 * 2 + 1 + 2 + 1 + 1),
+        ("qwen2", transformers.Qwen2ForCausalLM, transformers.Qwen2Config(**sizes), 2 * 2 + 1 + 2 + 1 + 1),
         ("qwen3", transformers.Qwen3ForCausalLM, transformers.Qwen3Config(head_dim=16, **sizes),
-         2 * 4 + 1 + 2 + 1),
+         2 * 4 + 1 + 2 + 1 + 1),
         ("gemma", transformers.GemmaForCausalLM, transformers.GemmaConfig(head_dim=16, **sizes),
-         2 * 2 + 1 + gemma_mlp + 1),
+         2 * 2 + 1 + 2 + 1 + 1),
         ("gemma2", transformers.Gemma2ForCausalLM, transformers.Gemma2Config(head_dim=16, **sizes),
-         2 * 4 + 1 + gemma_mlp + 1),
+         2 * 4 + 1 + 2 + 1 + 1),
         ("gemma3", transformers.Gemma3ForCausalLM, transformers.Gemma3TextConfig(head_dim=16, **sizes),
-         2 * 6 + 1 + gemma_mlp + 1),
-        ("phi3", transformers.Phi3ForCausalLM, transformers.Phi3Config(pad_token_id=0, **sizes), 2 * 2 + 1 + 2 + 1),
+         2 * 6 + 1 + 2 + 1 + 1),
+        # partial rotary: 3/4 of each head rotated
+        ("phi3", transformers.Phi3ForCausalLM,
+         transformers.Phi3Config(pad_token_id=0, partial_rotary_factor=0.75, **sizes), 2 * 2 + 1 + 2 + 1 + 1),
         ("gpt2", transformers.GPT2LMHeadModel,
          transformers.GPT2Config(vocab_size=128, n_embd=64, n_layer=2, n_head=4, n_positions=64,
                                  resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0), 2 * 2 + 1 + 1),
@@ -58,9 +61,46 @@ def hf_models():
 FAMILIES = ["llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "phi3", "gpt2"]
 
 
+class Unpatched(torch.nn.Module):
+    """Runs a model with its modeling module's own apply_rotary_pos_emb
+    (patch replaces it module-wide), so that it stays the reference."""
+
+    def __init__(self, model, rotary):
+        super().__init__()
+        self.model, self.rotary = model, rotary
+        self.modeling = sys.modules[type(model).__module__]
+
+    def forward(self, *args, **kwargs):
+        return self._original(self.model, *args, **kwargs)
+
+    def generate(self, *args, **kwargs):
+        return self._original(self.model.generate, *args, **kwargs)
+
+    def _original(self, call, *args, **kwargs):
+        patched = getattr(self.modeling, "apply_rotary_pos_emb", None)
+        if self.rotary is not None:
+            self.modeling.apply_rotary_pos_emb = self.rotary
+        try:
+            return call(*args, **kwargs)
+        finally:
+            if self.rotary is not None:
+                self.modeling.apply_rotary_pos_emb = patched
+
+
+@pytest.fixture(autouse=True)
+def restored_rotary():
+    """patch's module-wide RoPE is undone after each test."""
+    yield
+    for name, module in list(sys.modules.items()):
+        function = getattr(module, "apply_rotary_pos_emb", None) if name.startswith("transformers.") else None
+        if getattr(function, "fused_ops_py", False):
+            module.apply_rotary_pos_emb = function.__wrapped__
+
+
 def twins(index, device):
     """A randomly initialised model (norm weights moved off their
-    initialisation, so that Gemma's 1 + weight is tested) and a patched copy."""
+    initialisation, so that Gemma's 1 + weight is tested), as the reference
+    (torch ops throughout), and a patched copy."""
     name, model_class, config, expected_count = hf_models()[index]
     torch.manual_seed(0)
     original = model_class(config).to(device)
@@ -68,9 +108,10 @@ def twins(index, device):
         for module in original.modules():
             if type(module).__name__.endswith("RMSNorm"):
                 module.weight.add_(0.1 * torch.randn_like(module.weight))
+    rotary = getattr(sys.modules[type(original).__module__], "apply_rotary_pos_emb", None)
     patched = copy.deepcopy(original)
     assert fo.patch(patched) == expected_count
-    return name, config, original, patched
+    return name, config, Unpatched(original, rotary), patched
 
 
 @pytest.mark.parametrize("index", range(len(FAMILIES)), ids=FAMILIES)
@@ -80,7 +121,7 @@ def test_patched_hf_model_matches_and_trains(index, device):
     assert not any(k.endswith("RMSNorm") and not k.startswith("Fused") for k in kinds)
     assert "LayerNorm" not in kinds
     # the same Parameter objects, in the same places
-    assert [n for n, _ in patched.named_parameters()] == [n for n, _ in original.named_parameters()]
+    assert [n for n, _ in patched.named_parameters()] == [n for n, _ in original.model.named_parameters()]
 
     tokens = torch.randint(0, config.vocab_size, (3, 20), generator=torch.Generator().manual_seed(1)).to(device)
     labels = tokens.clone()
@@ -93,7 +134,7 @@ def test_patched_hf_model_matches_and_trains(index, device):
     torch.testing.assert_close(out_patched.loss, out_original.loss, atol=0, rtol=2e-4)
     out_original.loss.backward()
     out_patched.loss.backward()
-    for (n, a), (_, b) in zip(patched.named_parameters(), original.named_parameters()):
+    for (n, a), (_, b) in zip(patched.named_parameters(), original.model.named_parameters()):
         torch.testing.assert_close(a.grad, b.grad, atol=1e-5, rtol=1e-3, msg=lambda m: f"{name} {n}: {m}")
 
     # a Trainer's gradient accumulation: a sum over num_items_in_batch
@@ -134,10 +175,11 @@ def test_patched_hf_model_generates_the_same_tokens(index, device):
 
 
 def test_patch_chooses_what_to_replace(device):
-    _, _, original, _ = twins(0, device)  # llama: 5 norms, 2 MLPs, the loss
-    assert fo.patch(copy.deepcopy(original), norms=False, cross_entropy=False) == 2
-    assert fo.patch(copy.deepcopy(original), mlp=False, cross_entropy=False) == 5
+    _, _, reference, _ = twins(0, device)  # llama: 5 norms, 2 MLPs, RoPE, the loss
+    original = reference.model
+    assert fo.patch(copy.deepcopy(original), norms=False, rope=False, cross_entropy=False) == 2
+    assert fo.patch(copy.deepcopy(original), mlp=False, rope=False, cross_entropy=False) == 5
     model = copy.deepcopy(original)
-    assert fo.patch(model, norms=False, mlp=False) == 1
-    assert fo.patch(model) == 7  # what was left
+    assert fo.patch(model, norms=False, mlp=False, rope=False) == 1
+    assert fo.patch(model) == 7  # norms and MLPs (RoPE: patched module-wide by twins already)
     assert fo.patch(model) == 0  # nothing left to replace

@@ -13,6 +13,15 @@ import torch
 import fused_ops_py as fo
 from conftest import random, requires_gpu
 
+def rope_of(x, r):
+    """fused_rope of x and r as [1, tokens, 1, head_dim] (unsqueeze_dim=2),
+    32 dimensions rotated by tables made from them (no gradient), both
+    outputs flattened into one tensor."""
+    cos, sin = x.detach()[:, :32].cos(), r.detach()[:, :32].sin()
+    q_embed, k_embed = fo.fused_rope(x[None, :, None], r[None, :, None], cos, sin, unsqueeze_dim=2)
+    return torch.cat([q_embed.flatten(), k_embed.flatten()])
+
+
 # every op with its gradients, as f(x, residual, weight, bias) -> tensor
 OPS = {
     "fused_bias_scale_relu": lambda x, r, w, b: fo.fused_bias_scale_relu(x, b, 0.5),
@@ -20,6 +29,8 @@ OPS = {
     "square": lambda x, r, w, b: fo.square(x),
     "reduce_sum": lambda x, r, w, b: fo.reduce_sum(x),
     "fused_swiglu": lambda x, r, w, b: fo.fused_swiglu(x, r),
+    "fused_geglu": lambda x, r, w, b: fo.fused_geglu(x, r),
+    "fused_rope": lambda x, r, w, b: rope_of(x, r),
     "fused_layer_norm": lambda x, r, w, b: fo.fused_layer_norm(x, w, b),
     "fused_rms_norm": lambda x, r, w, b: fo.fused_rms_norm(x, w),
     "fused_add_layer_norm": lambda x, r, w, b: torch.cat(fo.fused_add_layer_norm(x, r, w, b, dropout_p=0.2)),

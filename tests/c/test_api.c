@@ -655,6 +655,395 @@ static void test_errors_reduce_sum(void) {
 }
 
 /* ========================================================================
+ * GeGLU: errors and values (fo_geglu_forward, fo_geglu_backward)
+ * ======================================================================== */
+
+static fo_geglu_forward_args geglu_forward_base(void) {
+    fo_geglu_forward_args a = {
+        .struct_size = sizeof a, .device_type = CPU, .device_index = -3, .stream = 12345,
+        .y = addr(&E_OUT), .gate = addr(&E_IN), .gate_row_stride = 4, .up = addr(&E_IN2),
+        .up_row_stride = 4, .rows = 2, .cols = 4, .dtype = F32, .approximate = FO_GELU_TANH};
+    return a;
+}
+
+static fo_geglu_backward_args geglu_backward_base(void) {
+    fo_geglu_backward_args a = {
+        .struct_size = sizeof a, .device_type = CPU, .device_index = -3, .stream = 12345,
+        .dgate = addr(&E_OUT), .dup = addr(&E_OUT2), .dy = addr(&E_IN), .dy_row_stride = 4,
+        .gate = addr(&E_IN), .gate_row_stride = 4, .up = addr(&E_IN2), .up_row_stride = 4,
+        .rows = 2, .cols = 4, .dtype = F32, .approximate = FO_GELU_NONE};
+    return a;
+}
+
+/* One case of an error table: `var` is the valid struct base() gives, then
+ * changed by `edit`. */
+#define STRUCT_CASE(var, op, base, call, why, status, needle, needle2, edit)          \
+    do {                                                                              \
+        before_case();                                                                \
+        var = base();                                                                 \
+        edit;                                                                         \
+        expect_status(op, why, call(&var), status, needle, needle2);                  \
+    } while (0)
+
+static void test_errors_geglu(void) {
+    section("errors: fo_geglu_forward, fo_geglu_backward");
+    static const char fwd[] = "fo_geglu_forward", bwd[] = "fo_geglu_backward";
+    char y2[48], up4[48];
+    address_text(y2, sizeof y2, "y", addr(&E_OUT) + 2);
+    address_text(up4, sizeof up4, "up", addr(&E_IN2) + 4);
+    fo_geglu_forward_args a;
+#define FWD(why, status, needle, needle2, edit) \
+    STRUCT_CASE(a, fwd, geglu_forward_base, fo_geglu_forward, why, status, needle, needle2, edit)
+    FWD("the base case", OK, NULL, NULL, (void)0);
+    FWD("device_type 7", BAD_DEVICE, "device_type=7", NULL, a.device_type = 7);
+    FWD("negative rows", INVALID, "rows=-3", NULL, a.rows = -3);
+    FWD("rows x cols overflows", INVALID, "rows=", "overflow", a.rows = BIG);
+    FWD("dtype code 4", BAD_DTYPE, "dtype=4", NULL, a.dtype = 4);
+    FWD("approximate 2", INVALID, "approximate=2", "FO_GELU_TANH", a.approximate = 2);
+    FWD("approximate -1", INVALID, "approximate=-1", NULL, a.approximate = -1);
+    FWD("y null", INVALID, "y ", "null", a.y = 0);
+    FWD("gate null", INVALID, "gate ", "null", a.gate = 0);
+    FWD("y 2 bytes off for f32", INVALID, y2, "align", a.y += 2);
+    FWD("up 4 bytes off for f64", INVALID, up4, "align", (a.up += 4, a.dtype = F64));
+    FWD("negative gate_row_stride", INVALID, "gate row stride -1", NULL, a.gate_row_stride = -1);
+    FWD("up_row_stride x rows overflows", INVALID, "up row stride", "overflow",
+        a.up_row_stride = BIG);
+    FWD("struct_size 8", INVALID, "struct_size=8 ", "sizeof(fo_geglu_forward_args)",
+        a.struct_size = 8);
+    FWD("stride 0 (rows broadcast)", OK, NULL, NULL, a.gate_row_stride = a.up_row_stride = 0);
+    FWD("empty: null addresses", OK, NULL, NULL, (a.rows = 0, a.y = a.gate = a.up = 0));
+    FWD("empty, but approximate 5", INVALID, "approximate=5", NULL, (a.rows = 0, a.approximate = 5));
+#undef FWD
+    fo_geglu_backward_args b;
+#define BWD(why, status, needle, needle2, edit) \
+    STRUCT_CASE(b, bwd, geglu_backward_base, fo_geglu_backward, why, status, needle, needle2, edit)
+    BWD("the base case", OK, NULL, NULL, (void)0);
+    BWD("device_type -1", BAD_DEVICE, "device_type=-1", NULL, b.device_type = -1);
+    BWD("dtype code 9", BAD_DTYPE, "dtype=9", NULL, b.dtype = 9);
+    BWD("approximate 3", INVALID, "approximate=3", NULL, b.approximate = 3);
+    BWD("dy null", INVALID, "dy ", "null", b.dy = 0);
+    BWD("dup 2 bytes off", INVALID, "dup=0x", "align", b.dup += 2);
+    BWD("negative dy_row_stride", INVALID, "dy row stride -5", NULL, b.dy_row_stride = -5);
+    BWD("struct_size sizeof + 8", INVALID, "struct_size=", NULL, b.struct_size += 8);
+    BWD("no gradient wanted", OK, NULL, NULL, b.dgate = b.dup = 0);
+    BWD("dgate only", OK, NULL, NULL, b.dup = 0);
+    BWD("dy stride 0 (an expanded gradient)", OK, NULL, NULL, b.dy_row_stride = 0);
+#undef BWD
+}
+
+/* The library's formulas, written here from torch's definitions: the erf
+ * form as 1 + erf (not the library's erfc), with its gradient. */
+static double gelu_reference(double g, int approximate, double *grad) {
+    if (approximate == FO_GELU_TANH) {
+        const double k = sqrt(2.0 / M_PI), inner = k * (g + 0.044715 * g * g * g), t = tanh(inner);
+        *grad = 0.5 * (1.0 + t) + 0.5 * g * (1.0 - t * t) * k * (1.0 + 3.0 * 0.044715 * g * g);
+        return 0.5 * g * (1.0 + t);
+    }
+    const double cdf = 0.5 * (1.0 + erf(g / sqrt(2.0)));
+    *grad = cdf + g * exp(-0.5 * g * g) / sqrt(2.0 * M_PI);
+    return g * cdf;
+}
+
+/* |error| allowed in an element of `dtype` near `want`: its rounding (an
+ * ulp, float16's subnormal one too), and the difference of two double
+ * evaluations of a transcendental formula. */
+static double elementwise_tol(double want, int dtype) {
+    const double rounding = dtype == F64 ? 0x1p-50 : dtype == F32 ? 0x1p-23
+                            : dtype == F16 ? 0x1p-10 : 0x1p-7;
+    return rounding * fabs(want) + (dtype == F16 ? 0x1p-24 : 0.0) + 1e-14;
+}
+
+static void test_geglu_values(void) {
+    section("GeGLU values against a double reference");
+    static const struct {
+        int64_t rows, cols, stride;
+        size_t offset;
+    } shapes[] = {{1, 1, 1, 0}, {3, 7, 9, 1}, {2, 300, 300, 0}, {4, 16, 0, 0}, {5, 513, 520, 1}};
+    uint64_t rng = 77;
+    for (size_t d = 0; d < COUNT(ALL_DTYPES); d++)
+        for (int approximate = 0; approximate < 2; approximate++)
+            for (size_t s = 0; s < COUNT(shapes); s++) {
+                const int dt = ALL_DTYPES[d];
+                const int64_t rows = shapes[s].rows, cols = shapes[s].cols;
+                const int64_t stride = shapes[s].stride, n = rows * cols;
+                const int64_t rs = rows > 1 ? stride : 0;
+                char what[128];
+                snprintf(what, sizeof what, "geglu %s %s %" PRId64 " x %" PRId64 " stride %" PRId64,
+                         dtype_label(dt), approximate ? "tanh" : "erf", rows, cols, stride);
+                guarded gate = random_input(&rng, dt, rows, cols, stride, shapes[s].offset, 0);
+                guarded up = random_input(&rng, dt, rows, cols, stride, shapes[s].offset, 0);
+                guarded dy = random_input(&rng, dt, rows, cols, stride, shapes[s].offset, 0);
+                guarded first = new_operand(dt, n, shapes[s].offset);
+                guarded second = new_operand(dt, n, shapes[s].offset);
+                double *want = malloc(sizeof(double) * (size_t)n), *want2 = malloc(sizeof(double) * (size_t)n);
+                double *tol = malloc(sizeof(double) * (size_t)n), *tol2 = malloc(sizeof(double) * (size_t)n);
+                for (int64_t r = 0; r < rows; r++)
+                    for (int64_t c = 0; c < cols; c++) {
+                        const int64_t i = r * cols + c;
+                        const double g = get(gate.data, r * rs + c, dt), u = get(up.data, r * rs + c, dt);
+                        const double d = get(dy.data, r * rs + c, dt);
+                        double grad;
+                        const double value = gelu_reference(g, approximate, &grad);
+                        want[i] = value * u;
+                        tol[i] = elementwise_tol(want[i], dt);
+                        /* backward: first dgate, second dup */
+                        want2[i] = d * value;
+                        tol2[i] = elementwise_tol(want2[i], dt);
+                    }
+                fo_geglu_forward_args f = {
+                    .struct_size = sizeof f, .device_type = CPU, .y = addr(&first), .gate = addr(&gate),
+                    .gate_row_stride = stride, .up = addr(&up), .up_row_stride = stride, .rows = rows,
+                    .cols = cols, .dtype = dt, .approximate = approximate};
+                int st = fo_geglu_forward(&f);
+                if (CHECK(st == OK, "%s forward: status %d (%s)", what, st, fo_last_error()))
+                    check_output(what, &first, want, tol, n, dt);
+                guarded_fill(&first, POISON);
+                fo_geglu_backward_args b = {
+                    .struct_size = sizeof b, .device_type = CPU, .dgate = addr(&first),
+                    .dup = addr(&second), .dy = addr(&dy), .dy_row_stride = stride, .gate = addr(&gate),
+                    .gate_row_stride = stride, .up = addr(&up), .up_row_stride = stride,
+                    .rows = rows, .cols = cols, .dtype = dt, .approximate = approximate};
+                st = fo_geglu_backward(&b);
+                if (CHECK(st == OK, "%s backward: status %d (%s)", what, st, fo_last_error())) {
+                    for (int64_t r = 0; r < rows; r++)
+                        for (int64_t c = 0; c < cols; c++) {
+                            const int64_t i = r * cols + c;
+                            double grad;
+                            gelu_reference(get(gate.data, r * rs + c, dt), approximate, &grad);
+                            want[i] = get(dy.data, r * rs + c, dt) * get(up.data, r * rs + c, dt) * grad;
+                            tol[i] = elementwise_tol(want[i], dt);
+                        }
+                    check_output(what, &first, want, tol, n, dt);
+                    check_output(what, &second, want2, tol2, n, dt);
+                }
+                CHECK(guards_intact(&gate) && guards_intact(&up) && guards_intact(&dy),
+                      "%s: an input was written", what);
+                free(want), free(want2), free(tol), free(tol2);
+                guarded_free(&gate), guarded_free(&up), guarded_free(&dy);
+                guarded_free(&first), guarded_free(&second);
+            }
+}
+
+/* ========================================================================
+ * RoPE: errors and values (fo_rope_forward, fo_rope_backward)
+ * ======================================================================== */
+
+/* batch 1, 2 tokens, 1 head each, head_dim 4 (all rotated), f32 (32 bytes
+ * a tensor; the 256-byte error buffers hold every operand). */
+static fo_rope_args rope_base(void) {
+    fo_rope_args a = {
+        .struct_size = sizeof a, .device_type = CPU, .device_index = -3, .stream = 12345,
+        .q_out = addr(&E_OUT), .k_out = addr(&E_OUT2), .q = addr(&E_IN), .k = addr(&E_IN),
+        .q_strides = {8, 8, 4, 1}, .k_strides = {8, 8, 4, 1}, .cos = addr(&E_IN2),
+        .sin = addr(&E_IN2), .cos_strides = {8, 4, 1}, .sin_strides = {8, 4, 1}, .batch = 1,
+        .tokens = 2, .q_heads = 1, .k_heads = 1, .head_dim = 4, .rotary_dim = 4,
+        .layout = FO_ROPE_HEADS_FIRST, .dtype = F32, .cos_dtype = F32};
+    return a;
+}
+
+static void test_errors_rope(void) {
+    section("errors: fo_rope_forward, fo_rope_backward");
+    static const char fwd[] = "fo_rope_forward", bwd[] = "fo_rope_backward";
+    char q2[48];
+    address_text(q2, sizeof q2, "q", addr(&E_IN) + 2);
+    fo_rope_args a;
+#define FWD(why, status, needle, needle2, edit) \
+    STRUCT_CASE(a, fwd, rope_base, fo_rope_forward, why, status, needle, needle2, edit)
+    FWD("the base case", OK, NULL, NULL, (void)0);
+    FWD("device_type 3", BAD_DEVICE, "device_type=3", NULL, a.device_type = 3);
+    FWD("dtype code 4", BAD_DTYPE, "dtype=4", NULL, a.dtype = 4);
+    FWD("cos_dtype code -2", BAD_DTYPE, "cos_dtype=-2", NULL, a.cos_dtype = -2);
+    FWD("f32 q, f16 tables", BAD_DTYPE, "cos_dtype float16", "dtype float32", a.cos_dtype = F16);
+    FWD("f64 q, f32 tables", BAD_DTYPE, "cos_dtype float32", "dtype float64", a.dtype = F64);
+    FWD("bf16 q, f16 tables", BAD_DTYPE, "cos_dtype float16", "dtype bfloat16",
+        (a.dtype = BF16, a.cos_dtype = F16));
+    FWD("reserved 1", INVALID, "reserved=1", NULL, a.reserved = 1);
+    FWD("layout 2", INVALID, "layout=2", "FO_ROPE_TOKENS_FIRST", a.layout = 2);
+    FWD("negative tokens", INVALID, "tokens=-1", ">= 0", a.tokens = -1);
+    FWD("negative k_heads", INVALID, "k_heads=-2", NULL, a.k_heads = -2);
+    FWD("odd rotary_dim", INVALID, "rotary_dim=3", "even", a.rotary_dim = 3);
+    FWD("rotary_dim over head_dim", INVALID, "rotary_dim=6", "head_dim=4", a.rotary_dim = 6);
+    FWD("negative rotary_dim", INVALID, "rotary_dim=-2", NULL, a.rotary_dim = -2);
+    FWD("batch x tokens overflows", INVALID, "overflows", NULL, (a.batch = BIG, a.tokens = 4));
+    FWD("rows x head_dim overflows", INVALID, "overflows", NULL, a.head_dim = BIG);
+    FWD("q null", INVALID, "q ", "null", a.q = 0);
+    FWD("sin null", INVALID, "sin ", "null", a.sin = 0);
+    FWD("q 2 bytes off for f32", INVALID, q2, "align", a.q += 2);
+    FWD("q_out 2 bytes off", INVALID, "q_out=0x", "align", a.q_out += 2);
+    FWD("q's last stride 2", INVALID, "q stride 2 (dimension 3, the last) must be 1", NULL,
+        a.q_strides[3] = 2);
+    FWD("k's token stride -4", INVALID, "k stride -4 (dimension 2)", "negative", a.k_strides[2] = -4);
+    FWD("cos's last stride 0", INVALID, "cos stride 0 (dimension 2", NULL, a.cos_strides[2] = 0);
+    FWD("q's token stride x tokens overflows", INVALID, "q stride", "overflows",
+        a.q_strides[2] = BIG);
+    FWD("struct_size 16", INVALID, "struct_size=16 ", "sizeof(fo_rope_args)", a.struct_size = 16);
+    /* accepted boundaries */
+    FWD("bf16 q, f32 tables", OK, NULL, NULL, a.dtype = BF16);
+    FWD("tokens first", OK, NULL, NULL, (a.layout = FO_ROPE_TOKENS_FIRST, a.q_strides[1] = 4,
+                                         a.q_strides[2] = 4));
+    FWD("strides 0: one row and one table read everywhere", OK, NULL, NULL,
+        (a.q_strides[2] = 0, a.cos_strides[1] = a.sin_strides[1] = 0));
+    FWD("size-1 dimensions: their strides unread", OK, NULL, NULL,
+        (a.q_strides[0] = a.q_strides[1] = -9, a.cos_strides[0] = -9));
+    FWD("no rotation: cos and sin unread", OK, NULL, NULL, (a.rotary_dim = 0, a.cos = a.sin = 0));
+    FWD("q skipped: q unread", OK, NULL, NULL, (a.q_out = 0, a.q = 1, a.q_strides[3] = 7));
+    FWD("nothing wanted: nothing read", OK, NULL, NULL, (a.q_out = a.k_out = 0, a.cos = 0));
+    FWD("no heads of k", OK, NULL, NULL, (a.k_heads = 0, a.k = 0));
+    FWD("empty: null addresses", OK, NULL, NULL,
+        (a.tokens = 0, a.q = a.k = a.q_out = a.k_out = a.cos = a.sin = 0));
+#undef FWD
+    STRUCT_CASE(a, bwd, rope_base, fo_rope_backward, "the base case", OK, NULL, NULL, (void)0);
+    STRUCT_CASE(a, bwd, rope_base, fo_rope_backward, "layout -1", INVALID, "layout=-1", NULL,
+                a.layout = -1);
+    STRUCT_CASE(a, bwd, rope_base, fo_rope_backward, "k null", INVALID, "k ", "null", a.k = 0);
+}
+
+typedef struct rope_setup {
+    int dtype, cos_dtype, layout, backward;
+    int64_t batch, tokens, q_heads, k_heads, head_dim, rotary_dim;
+    int transposed;  /* q and k as views of the other layout (a projection's transpose) */
+    int shared;      /* one table for the batch: batch stride 0 */
+    size_t offset;
+} rope_setup;
+
+/* The dense strides of [d0, d1, d2, d3] in that order. */
+static void dense_strides(int64_t *s, int64_t d1, int64_t d2, int64_t d3) {
+    s[3] = 1, s[2] = d3, s[1] = d2 * d3, s[0] = d1 * d2 * d3;
+}
+
+static void run_rope(const rope_setup *s, uint64_t seed) {
+    char what[200];
+    uint64_t rng = seed;
+    const int heads_first = s->layout == FO_ROPE_HEADS_FIRST;
+    const int64_t half = s->rotary_dim / 2, tables = s->shared ? 1 : s->batch;
+    snprintf(what, sizeof what,
+             "rope %s %s/%s %s %" PRId64 "x(%" PRId64 ",%" PRId64 ")x%" PRId64 "x%" PRId64
+             " rotary %" PRId64 "%s%s",
+             s->backward ? "backward" : "forward", dtype_label(s->dtype), dtype_label(s->cos_dtype),
+             heads_first ? "heads first" : "tokens first", s->batch, s->q_heads, s->k_heads,
+             s->tokens, s->head_dim, s->rotary_dim, s->transposed ? ", transposed views" : "",
+             s->shared ? ", shared table" : "");
+    fo_rope_args a = {.struct_size = sizeof a, .device_type = CPU, .batch = s->batch,
+                      .tokens = s->tokens, .q_heads = s->q_heads, .k_heads = s->k_heads,
+                      .head_dim = s->head_dim, .rotary_dim = s->rotary_dim, .layout = s->layout,
+                      .dtype = s->dtype, .cos_dtype = s->cos_dtype};
+    guarded in[2], out[2];
+    const int64_t heads[2] = {s->q_heads, s->k_heads};
+    for (int x = 0; x < 2; x++) {
+        /* stored [B, T, H, D] (transposed heads first, or plain tokens
+         * first) or [B, H, T, D]; strides given in the layout's order */
+        int64_t *st = x ? a.k_strides : a.q_strides, dense[4];
+        const int tokens_outer = heads_first == s->transposed;
+        if (tokens_outer) dense_strides(dense, s->tokens, heads[x], s->head_dim);
+        else dense_strides(dense, heads[x], s->tokens, s->head_dim);
+        st[0] = dense[0], st[3] = 1;
+        /* st[1], st[2]: the layout's dims 1, 2 */
+        const int64_t head_stride = tokens_outer ? dense[2] : dense[1];
+        const int64_t token_stride = tokens_outer ? dense[1] : dense[2];
+        st[1] = heads_first ? head_stride : token_stride;
+        st[2] = heads_first ? token_stride : head_stride;
+        const int64_t n = s->batch * s->tokens * heads[x] * s->head_dim;
+        in[x] = random_input(&rng, s->dtype, 1, n, n, s->offset, 0);
+        out[x] = new_operand(s->dtype, n, s->offset);
+    }
+    guarded cos = random_input(&rng, s->cos_dtype, 1, tables * s->tokens * s->rotary_dim, 0, s->offset, 0);
+    guarded sin = random_input(&rng, s->cos_dtype, 1, tables * s->tokens * s->rotary_dim, 0, s->offset, 0);
+    a.q = addr(&in[0]), a.k = addr(&in[1]), a.q_out = addr(&out[0]), a.k_out = addr(&out[1]);
+    a.cos = addr(&cos), a.sin = addr(&sin);
+    a.cos_strides[0] = a.sin_strides[0] = s->shared ? 0 : s->tokens * s->rotary_dim;
+    a.cos_strides[1] = a.sin_strides[1] = s->rotary_dim;
+    a.cos_strides[2] = a.sin_strides[2] = 1;
+    int st = s->backward ? fo_rope_backward(&a) : fo_rope_forward(&a);
+    if (CHECK(st == OK, "%s: status %d (%s)", what, st, fo_last_error())) {
+        for (int x = 0; x < 2; x++) {
+            const int64_t *str = x ? a.k_strides : a.q_strides, n = s->batch * s->tokens * heads[x] * s->head_dim;
+            double *want = malloc(sizeof(double) * (size_t)(n + 1)), *tol = malloc(sizeof(double) * (size_t)(n + 1));
+            for (int64_t b = 0; b < s->batch; b++)
+                for (int64_t h = 0; h < heads[x]; h++)
+                    for (int64_t t = 0; t < s->tokens; t++) {
+                        const int64_t i0 = b * str[0] + (heads_first ? h * str[1] + t * str[2]
+                                                                     : t * str[1] + h * str[2]);
+                        const int64_t o0 = heads_first ? ((b * heads[x] + h) * s->tokens + t) * s->head_dim
+                                                       : ((b * s->tokens + t) * heads[x] + h) * s->head_dim;
+                        const int64_t c0 = (s->shared ? 0 : b) * s->tokens * s->rotary_dim + t * s->rotary_dim;
+                        for (int64_t j = 0; j < s->head_dim; j++) {
+                            const double v = get(in[x].data, i0 + j, s->dtype);
+                            double w = v;
+                            if (j < s->rotary_dim) {
+                                const int lower = j < half;
+                                const double partner = get(in[x].data, i0 + (lower ? j + half : j - half), s->dtype);
+                                const double c = get(cos.data, c0 + j, s->cos_dtype);
+                                /* rotate_half(x)[j] = -x[j + h] (lower), x[j - h] (upper);
+                                 * backward: its transpose */
+                                if (!s->backward)
+                                    w = v * c + (lower ? -partner : partner) * get(sin.data, c0 + j, s->cos_dtype);
+                                else
+                                    w = v * c + (lower ? partner * get(sin.data, c0 + j + half, s->cos_dtype)
+                                                       : -partner * get(sin.data, c0 + j - half, s->cos_dtype));
+                            }
+                            want[o0 + j] = w;
+                            tol[o0 + j] = j < s->rotary_dim ? elementwise_tol(w, s->dtype) : 0.0;
+                        }
+                    }
+            check_output(what, &out[x], want, tol, n, s->dtype);
+            free(want), free(tol);
+        }
+    }
+    CHECK(guards_intact(&in[0]) && guards_intact(&in[1]) && guards_intact(&cos) && guards_intact(&sin),
+          "%s: an input was written", what);
+    for (int x = 0; x < 2; x++) guarded_free(&in[x]), guarded_free(&out[x]);
+    guarded_free(&cos), guarded_free(&sin);
+}
+
+static void test_rope_values(void) {
+    section("RoPE values against a double reference");
+    static const int64_t sizes[][6] = {
+        /* batch, tokens, q_heads, k_heads, head_dim, rotary_dim */
+        {1, 1, 1, 1, 2, 2}, {2, 3, 4, 2, 16, 16}, {1, 5, 3, 1, 80, 32}, {2, 2, 2, 2, 10, 6},
+        {1, 3, 2, 1, 8, 0}, {3, 4, 1, 3, 600, 520}, {2, 1, 2, 0, 12, 12}};
+    uint64_t seed = 500;
+    for (size_t d = 0; d < COUNT(ALL_DTYPES); d++)
+        for (int companion = 0; companion < 2; companion++)
+            for (size_t k = 0; k < COUNT(sizes); k++)
+                for (int variant = 0; variant < 8; variant++) {
+                    const int dt = ALL_DTYPES[d];
+                    if (companion && (dt == F32 || dt == F64)) continue;
+                    rope_setup s = {dt, companion ? F32 : dt, variant & 1, (variant >> 1) & 1,
+                                    sizes[k][0], sizes[k][1], sizes[k][2], sizes[k][3],
+                                    sizes[k][4], sizes[k][5], (variant >> 2) & 1, (int)(k & 1),
+                                    (size_t)(k % 3 == 2)};
+                    run_rope(&s, seed++);
+                }
+}
+
+/* q_out 0: q is neither read (an address no one may read) nor written; k
+ * is rotated as ever. */
+static void test_rope_one_tensor(void) {
+    section("RoPE: one tensor skipped");
+    uint64_t rng = 9;
+    guarded k = random_input(&rng, F32, 1, 2 * 8, 16, 0, 0), out = new_operand(F32, 16, 0);
+    guarded table = random_input(&rng, F32, 1, 2 * 8, 16, 0, 0);
+    fo_rope_args a = {.struct_size = sizeof a, .device_type = CPU, .k_out = addr(&out),
+                      .q = 8 /* never read */, .k = addr(&k), .k_strides = {16, 16, 8, 1},
+                      .cos = addr(&table), .sin = addr(&table), .cos_strides = {0, 8, 1},
+                      .sin_strides = {0, 8, 1}, .batch = 1, .tokens = 2, .q_heads = 3,
+                      .k_heads = 1, .head_dim = 8, .rotary_dim = 8, .dtype = F32, .cos_dtype = F32};
+    int st = fo_rope_forward(&a);
+    CHECK(st == OK, "k only: status %d (%s)", st, fo_last_error());
+    double want[16];
+    for (int t = 0; t < 2; t++)
+        for (int j = 0; j < 8; j++) {
+            const double c = get(table.data, t * 8 + j, F32), v = get(k.data, t * 8 + j, F32);
+            const double partner = get(k.data, t * 8 + (j < 4 ? j + 4 : j - 4), F32);
+            want[t * 8 + j] = v * c + (j < 4 ? -partner : partner) * c;
+        }
+    double tol[16];
+    for (int i = 0; i < 16; i++) tol[i] = elementwise_tol(want[i], F32);
+    check_output("k only", &out, want, tol, 16, F32);
+    guarded_free(&k), guarded_free(&out), guarded_free(&table);
+}
+
+/* ========================================================================
  * The argument structs: struct_size and the NULL pointer, for every entry
  * point that takes one. A struct whose struct_size is outside [the first
  * version's size, the library's sizeof] is refused before anything else of
@@ -674,6 +1063,10 @@ static int call_norm_backward(const void *a) { return fo_norm_backward(a); }
 static int call_norm_query(const void *a) {
     return fo_norm_backward_workspace_bytes(a, &struct_query_bytes);
 }
+static int call_geglu_forward(const void *a) { return fo_geglu_forward(a); }
+static int call_geglu_backward(const void *a) { return fo_geglu_backward(a); }
+static int call_rope_forward(const void *a) { return fo_rope_forward(a); }
+static int call_rope_backward(const void *a) { return fo_rope_backward(a); }
 
 typedef struct struct_entry {
     const char *op;
@@ -714,6 +1107,9 @@ static void test_struct_size(void) {
         .dy_row_stride = 4, .h = IN2, .h_row_stride = 4, .h_dtype = F32, .mean = IN2,
         .rstd = IN2, .param_dtype = F32, .rows = 2, .cols = 4, .dtype = F32,
         .kind = FO_NORM_LAYER};
+    const fo_geglu_forward_args geglu_fwd = geglu_forward_base();
+    const fo_geglu_backward_args geglu_bwd = geglu_backward_base();
+    const fo_rope_args rope = rope_base();
     const struct_entry entries[] = {
         {"fo_bias_scale_relu_forward", call_relu_forward, &relu_fwd, sizeof relu_fwd},
         {"fo_bias_scale_relu_backward", call_relu_backward, &relu_bwd, sizeof relu_bwd},
@@ -722,6 +1118,10 @@ static void test_struct_size(void) {
         {"fo_norm_forward", call_norm_forward, &norm_fwd, sizeof norm_fwd},
         {"fo_norm_backward", call_norm_backward, &norm_bwd, sizeof norm_bwd},
         {"fo_norm_backward_workspace_bytes", call_norm_query, &norm_bwd, sizeof norm_bwd},
+        {"fo_geglu_forward", call_geglu_forward, &geglu_fwd, sizeof geglu_fwd},
+        {"fo_geglu_backward", call_geglu_backward, &geglu_bwd, sizeof geglu_bwd},
+        {"fo_rope_forward", call_rope_forward, &rope, sizeof rope},
+        {"fo_rope_backward", call_rope_backward, &rope, sizeof rope},
     };
     /* two pages, the second unreadable */
     const size_t page = (size_t)sysconf(_SC_PAGESIZE);
@@ -790,6 +1190,24 @@ static void test_empty_operands(void) {
             CHECK(st == OK, "square forward, %s: status %d (%s)", what, st, fo_last_error());
             st = fo_square_backward(CPU, 0, 0, 0, 0, 3, 0, 3, rows, cols, dt);
             CHECK(st == OK, "square backward, %s: status %d (%s)", what, st, fo_last_error());
+            const fo_geglu_forward_args gf = {.struct_size = sizeof gf, .device_type = CPU,
+                                              .gate_row_stride = 3, .up_row_stride = 3,
+                                              .rows = rows, .cols = cols, .dtype = dt};
+            st = fo_geglu_forward(&gf);
+            CHECK(st == OK, "geglu forward, %s: status %d (%s)", what, st, fo_last_error());
+            const fo_geglu_backward_args gb = {.struct_size = sizeof gb, .device_type = CPU,
+                                               .dy_row_stride = 3, .rows = rows, .cols = cols,
+                                               .dtype = dt, .approximate = FO_GELU_TANH};
+            st = fo_geglu_backward(&gb);
+            CHECK(st == OK, "geglu backward, %s: status %d (%s)", what, st, fo_last_error());
+            /* rows as batch x tokens, cols as head_dim (and rotary_dim) */
+            const fo_rope_args ra = {.struct_size = sizeof ra, .device_type = CPU, .batch = rows,
+                                     .tokens = 3, .q_heads = 2, .k_heads = 1, .head_dim = cols,
+                                     .rotary_dim = cols - cols % 2, .dtype = dt, .cos_dtype = dt};
+            st = fo_rope_forward(&ra);
+            CHECK(st == OK, "rope forward, %s: status %d (%s)", what, st, fo_last_error());
+            st = fo_rope_backward(&ra);
+            CHECK(st == OK, "rope backward, %s: status %d (%s)", what, st, fo_last_error());
         }
 
         /* Poisoned outputs of an empty call stay untouched... */
@@ -856,6 +1274,22 @@ static void test_cuda_device(void) {
         before_case();
         st = fo_reduce_sum(CUDA, 0, 0, Y, 0, 0, X, 16, F64);
         expect_status("fo_reduce_sum", "CPU-only build", st, NOT_BUILT, NULL, NULL);
+        fo_geglu_forward_args gf = geglu_forward_base();
+        fo_geglu_backward_args gb = geglu_backward_base();
+        fo_rope_args ra = rope_base();
+        gf.device_type = gb.device_type = ra.device_type = CUDA;
+        before_case();
+        expect_status("fo_geglu_forward", "CPU-only build", fo_geglu_forward(&gf), NOT_BUILT,
+                      NULL, NULL);
+        before_case();
+        expect_status("fo_geglu_backward", "CPU-only build", fo_geglu_backward(&gb), NOT_BUILT,
+                      NULL, NULL);
+        before_case();
+        expect_status("fo_rope_forward", "CPU-only build", fo_rope_forward(&ra), NOT_BUILT,
+                      NULL, NULL);
+        before_case();
+        expect_status("fo_rope_backward", "CPU-only build", fo_rope_backward(&ra), NOT_BUILT,
+                      NULL, NULL);
         before_case();
         const fo_bias_scale_relu_backward_args relu =
             relu_backward_args(CUDA, 0, 0, Y, Y2, 0, 0, X, 8, X2, 2, 8, F32, F32, 1);
@@ -948,6 +1382,14 @@ static void test_cuda_device(void) {
     before_case();
     st = fo_reduce_sum(CUDA, 0, 0, Y, WS, sum_bytes, X, 1000, F32);
     expect_status("fo_reduce_sum", "no GPU", st, CUDA_RUNTIME, "CUDA", NULL);
+    fo_geglu_forward_args gf = geglu_forward_base();
+    fo_rope_args ra = rope_base();
+    gf.device_type = ra.device_type = CUDA;
+    gf.device_index = ra.device_index = 0;
+    before_case();
+    expect_status("fo_geglu_forward", "no GPU", fo_geglu_forward(&gf), CUDA_RUNTIME, "CUDA", NULL);
+    before_case();
+    expect_status("fo_rope_backward", "no GPU", fo_rope_backward(&ra), CUDA_RUNTIME, "CUDA", NULL);
 }
 
 /* ========================================================================
@@ -1617,6 +2059,8 @@ int main(void) {
     test_errors_square_forward();
     test_errors_square_backward();
     test_errors_reduce_sum();
+    test_errors_geglu();
+    test_errors_rope();
     test_struct_size();
     test_empty_operands();
     test_cuda_device();
@@ -1628,6 +2072,9 @@ int main(void) {
     test_square_exhaustive(BF16);
     test_square_values();
     test_reduce_sum_values();
+    test_geglu_values();
+    test_rope_values();
+    test_rope_one_tensor();
     test_cpu_threads();
 
     guarded_free(&E_OUT);

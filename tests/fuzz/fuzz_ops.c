@@ -2,11 +2,12 @@
  * the CPU backend: "never crash, never corrupt". Built and run by
  * tests/fuzz/run.sh (clang, -fsanitize=fuzzer,address,undefined).
  *
- * Each input decodes into one call: an op (the nine entry points, or one of
- * the three *_workspace_bytes queries), its dtypes (invalid codes too), its
+ * Each input decodes into one call: an op (the thirteen entry points, or one
+ * of the three *_workspace_bytes queries), its dtypes (invalid codes too), its
  * shape (0, negative, huge), the struct_size of an argument struct (or a
  * NULL struct), the row strides of its inputs (dense, padded,
- * 0, overlapping, negative, at the library's overflow limit, raw), which
+ * 0, overlapping, negative, at the library's overflow limit, raw; RoPE's
+ * 4-d q and k and 3-d tables get a stride a dimension), which
  * optional operands are passed, how each address is made (an exact
  * allocation, one aligned only to the element, misaligned, null, or a
  * PROT_NONE guard page), and the scalars (device, scale, kind, eps,
@@ -177,6 +178,12 @@ typedef struct operand {
     int role;
     int dtype;                  /* a dtype code (maybe invalid), or *_BYTES */
     int64_t rows, cols, stride; /* stride of an IN operand; the others are dense */
+    /* a strided input of `dims` dimensions (RoPE's q, k, cos, sin): sizes n
+     * and strides s, in elements; rows is then 1 and cols its span, and the
+     * op's decoder judges it (judge_operand does not) */
+    int dims;
+    int64_t n[4], s[4];
+    int ignored;                /* the call neither reads nor checks it */
     int required;               /* a null address is wrong unless it is empty */
     int passed;                 /* a non-zero address is passed */
     int mode;
@@ -197,7 +204,35 @@ static int64_t esize(const operand *o) {
  * the largest size, so a library that used it anyway still stays inside. */
 static int64_t alloc_size(const operand *o) { return esize(o) ? esize(o) : 8; }
 
-static int is_empty(const operand *o) { return o->rows == 0 || o->cols == 0; }
+static int is_empty(const operand *o) {
+    if (o->dims) {
+        for (int d = 0; d < o->dims; d++)
+            if (o->n[d] == 0)
+                return 1;
+        return 0;
+    }
+    return o->rows == 0 || o->cols == 0;
+}
+
+/* The elements a strided operand spans: 1 + the farthest element's offset
+ * (a negative stride counts as 0: the call must fail, and never reads
+ * before the start); -1 when that is not an int64 or a size is negative. */
+static int64_t strided_span(const operand *o) {
+    int64_t far = 0, reach;
+    for (int d = 0; d < o->dims; d++)
+        if (o->n[d] < 0)
+            return -1;
+    if (is_empty(o))
+        return 0;
+    for (int d = 0; d < o->dims; d++) {
+        if (o->n[d] <= 1 || o->s[d] < 0)
+            continue;
+        if (__builtin_mul_overflow(o->n[d] - 1, o->s[d], &reach) ||
+            __builtin_add_overflow(far, reach, &far))
+            return -1;
+    }
+    return far == INT64_MAX ? -1 : far + 1;
+}
 
 /* Elements the operand spans under the header's conventions; -1 when that
  * is not an int64 (or the shape is negative, which must fail anyway). An
@@ -205,6 +240,8 @@ static int is_empty(const operand *o) { return o->rows == 0 || o->cols == 0; }
  * row before it hits the allocation's left redzone. */
 static int64_t span(const operand *o) {
     int64_t rest, n;
+    if (o->dims)
+        return strided_span(o);
     if (o->rows < 0 || o->cols < 0)
         return -1;
     if (is_empty(o))
@@ -248,6 +285,8 @@ static void may_fail(verdict *v) {
  * the function says it is optional, or when the operand is empty", strides
  * ">= 0; ignored when rows <= 1", and aligned to the element size. */
 static void judge_operand(verdict *v, const operand *o) {
+    if (o->dims || o->ignored)
+        return; /* judged by its op, or not looked at */
     if (o->rows < 0 || o->cols < 0)
         return; /* the shape is wrong: already a failure */
     int empty = is_empty(o);
@@ -283,13 +322,18 @@ enum op {
     WORKSPACE_QUERY,
     SWIGLU_FORWARD,
     SWIGLU_BACKWARD,
+    GEGLU_FORWARD,
+    GEGLU_BACKWARD,
+    ROPE_FORWARD,
+    ROPE_BACKWARD,
     OP_COUNT
 };
 static const char *const op_names[] = {
     "fo_bias_scale_relu_forward", "fo_bias_scale_relu_backward", "fo_square_forward",
     "fo_square_backward",         "fo_reduce_sum",               "fo_norm_forward",
     "fo_norm_backward",           "*_workspace_bytes",           "fo_swiglu_forward",
-    "fo_swiglu_backward",
+    "fo_swiglu_backward",         "fo_geglu_forward",            "fo_geglu_backward",
+    "fo_rope_forward",            "fo_rope_backward",
 };
 
 /* Operand slots of each op, in the order of its arguments. */
@@ -301,7 +345,8 @@ enum { RS_OUT, RS_WS, RS_X };
 enum { NF_Y, NF_ROUT, NF_MEAN, NF_RSTD, NF_X, NF_RES, NF_W, NF_B };
 enum { NB_DX, NB_DRES, NB_DW, NB_DB, NB_WS, NB_DY, NB_DROUT, NB_H, NB_MEAN, NB_RSTD, NB_W };
 enum { GF_Y, GF_GATE, GF_UP };
-enum { GB_DGATE, GB_DUP, GB_DY, GB_GATE, GB_UP };
+enum { GB_DGATE, GB_DUP, GB_DY, GB_GATE, GB_UP }; /* GeGLU's too */
+enum { RO_QOUT, RO_KOUT, RO_Q, RO_K, RO_COS, RO_SIN };
 #define MAX_OPERANDS 11
 
 typedef struct call {
@@ -315,6 +360,10 @@ typedef struct call {
     uint64_t seed, offset;
     int64_t rows, cols; /* reduce_sum: 1 x numel */
     int64_t workspace_bytes;
+    int approximate;     /* GeGLU */
+    /* RoPE: sizes, layout, the tables' dtype, the reserved field */
+    int64_t batch, tokens, q_heads, k_heads, head_dim, rotary_dim;
+    int layout, cos_dtype, reserved;
     int64_t struct_size; /* of the op's argument struct; 0 for the others */
     int null_args;       /* pass NULL for the argument struct */
     operand o[MAX_OPERANDS];
@@ -430,6 +479,62 @@ static int enter_norm_backward(const void *a, int64_t *bytes) {
 }
 static int enter_norm_query(const void *a, int64_t *bytes) {
     return fo_norm_backward_workspace_bytes(a, bytes);
+}
+static int enter_geglu_forward(const void *a, int64_t *bytes) {
+    (void)bytes;
+    return fo_geglu_forward(a);
+}
+static int enter_geglu_backward(const void *a, int64_t *bytes) {
+    (void)bytes;
+    return fo_geglu_backward(a);
+}
+static int enter_rope_forward(const void *a, int64_t *bytes) {
+    (void)bytes;
+    return fo_rope_forward(a);
+}
+static int enter_rope_backward(const void *a, int64_t *bytes) {
+    (void)bytes;
+    return fo_rope_backward(a);
+}
+
+static fo_geglu_forward_args geglu_forward_struct(const call *c) {
+    const operand *o = c->o;
+    fo_geglu_forward_args a = {
+        .struct_size = sizeof a, .device_type = c->device_type,
+        .device_index = c->device_index, .stream = c->stream, .y = o[GF_Y].address,
+        .gate = o[GF_GATE].address, .gate_row_stride = o[GF_GATE].stride,
+        .up = o[GF_UP].address, .up_row_stride = o[GF_UP].stride, .rows = c->rows,
+        .cols = c->cols, .dtype = c->dtype, .approximate = c->approximate};
+    return a;
+}
+
+static fo_geglu_backward_args geglu_backward_struct(const call *c) {
+    const operand *o = c->o;
+    fo_geglu_backward_args a = {
+        .struct_size = sizeof a, .device_type = c->device_type,
+        .device_index = c->device_index, .stream = c->stream, .dgate = o[GB_DGATE].address,
+        .dup = o[GB_DUP].address, .dy = o[GB_DY].address, .dy_row_stride = o[GB_DY].stride,
+        .gate = o[GB_GATE].address, .gate_row_stride = o[GB_GATE].stride,
+        .up = o[GB_UP].address, .up_row_stride = o[GB_UP].stride, .rows = c->rows,
+        .cols = c->cols, .dtype = c->dtype, .approximate = c->approximate};
+    return a;
+}
+
+static fo_rope_args rope_struct(const call *c) {
+    const operand *o = c->o;
+    fo_rope_args a = {
+        .struct_size = sizeof a, .device_type = c->device_type,
+        .device_index = c->device_index, .stream = c->stream, .q_out = o[RO_QOUT].address,
+        .k_out = o[RO_KOUT].address, .q = o[RO_Q].address, .k = o[RO_K].address,
+        .cos = o[RO_COS].address, .sin = o[RO_SIN].address, .batch = c->batch,
+        .tokens = c->tokens, .q_heads = c->q_heads, .k_heads = c->k_heads,
+        .head_dim = c->head_dim, .rotary_dim = c->rotary_dim, .layout = c->layout,
+        .dtype = c->dtype, .cos_dtype = c->cos_dtype, .reserved = c->reserved};
+    memcpy(a.q_strides, o[RO_Q].s, sizeof a.q_strides);
+    memcpy(a.k_strides, o[RO_K].s, sizeof a.k_strides);
+    memcpy(a.cos_strides, o[RO_COS].s, sizeof a.cos_strides);
+    memcpy(a.sin_strides, o[RO_SIN].s, sizeof a.sin_strides);
+    return a;
 }
 
 /* ---- decoding ----------------------------------------------------------- */
@@ -602,7 +707,7 @@ static int64_t mask_row_bytes(int64_t cols) {
     return cols < 0 ? cols : cols / 8 + (cols % 8 != 0);
 }
 
-/* Checks shared by the nine entry points: device, shape and dtype. */
+/* Checks shared by the row-wise entry points: device, shape and dtype. */
 static void judge_common(call *c) {
     if (c->device_type != FO_DEVICE_CPU)
         must_fail(&c->v, "device_type %d (a CPU-only build)", c->device_type);
@@ -742,6 +847,174 @@ static void decode_swiglu(call *c, input *in, int backward) {
         add(c, GF_UP, "up", IN, c->dtype, c->rows, c->cols, 1, 1, in);
     }
     judge_common(c);
+}
+
+static void decode_geglu(call *c, input *in, int backward) {
+    decode_swiglu(c, in, backward);
+    uint8_t b = u8(in);
+    static const int invalid[] = {2, -1, 255, INT_MIN};
+    c->approximate = b < 240 ? b & 1 : invalid[b & 3];
+    if (c->approximate != FO_GELU_NONE && c->approximate != FO_GELU_TANH)
+        must_fail(&c->v, "approximate %d", c->approximate);
+    take_struct_size(c, in, backward ? sizeof(fo_geglu_backward_args)
+                                     : sizeof(fo_geglu_forward_args));
+}
+
+/* a * b where a, b and a * b are in [0, INT64_MAX / 16] (the library's
+ * bound of byte offsets: a size past it is refused even beside a 0), else
+ * -1. */
+static int64_t bounded(int64_t a, int64_t b) {
+    const int64_t limit = INT64_MAX / 16;
+    int64_t p;
+    if (a < 0 || b < 0 || a > limit || b > limit || __builtin_mul_overflow(a, b, &p) ||
+        p > limit)
+        return -1;
+    return p;
+}
+
+/* Strides for a strided operand of sizes n[0..dims): mostly dense in its
+ * own order, or dense in another order (a transposed view), with padded
+ * rows, a stride 0, negative, not 1 in the last dimension, at the
+ * library's overflow limit, or raw. */
+static void take_strides(input *in, operand *o) {
+    const int dims = o->dims, last = dims - 1;
+    uint8_t mode = u8(in), k = u8(in);
+    int64_t size = 1;
+    int64_t order[4] = {0, 1, 2, 3};
+    if (mode >= 96 && mode < 144 && dims == 4) /* stored with dimensions 1, 2 swapped */
+        order[1] = 2, order[2] = 1;
+    for (int i = dims - 1; i >= 0; i--) {
+        const int d = (int)order[i];
+        o->s[d] = size;
+        int64_t extent = o->n[d] > 0 ? o->n[d] : 1;
+        if (d == last && mode >= 144 && mode < 176 && extent <= INT64_MAX - 8)
+            extent += k % 9; /* padded rows */
+        if (__builtin_mul_overflow(size, extent, &size))
+            size = INT64_MAX / 2;
+    }
+    const int d = k % dims;
+    if (mode >= 176 && mode < 192)
+        o->s[d] = 0;
+    else if (mode >= 192 && mode < 204)
+        o->s[d] = -(int64_t)(k % 8) - 1;
+    else if (mode >= 204 && mode < 216)
+        o->s[last] = k % 3 == 0 ? 0 : 1 + k % 3;
+    else if (mode >= 216 && mode < 240)
+        o->s[d] = INT64_MAX / 16 / (o->n[d] > 1 ? o->n[d] - 1 : 1) + k % 3 - 1;
+    else if (mode >= 240)
+        o->s[d] = (int64_t)u64(in);
+}
+
+/* A strided input of `dims` dimensions; the address as add() makes it. */
+static operand *add_strided(call *c, int slot, const char *name, int dtype, int dims,
+                            const int64_t *n, input *in) {
+    operand *o = add(c, slot, name, IN, dtype, 1, 0, 1, 1, in);
+    o->dims = dims;
+    memcpy(o->n, n, sizeof(int64_t) * (size_t)dims);
+    take_strides(in, o);
+    o->cols = strided_span(o) > 0 ? strided_span(o) : 0;
+    o->stride = o->cols;
+    return o;
+}
+
+/* The header's rules for a strided operand the call reads: its address,
+ * strides >= 0 (where the size is over 1), the last 1 (where the size is
+ * over 1), the farthest element within INT64_MAX / 16. */
+static void judge_strided(call *c, const operand *o) {
+    if (is_empty(o))
+        return; /* an empty operand is not looked at */
+    if (!o->passed) {
+        must_fail(&c->v, "%s is null", o->name);
+        return;
+    }
+    if (o->mode == MISALIGNED && alloc_size(o) > 1)
+        must_fail(&c->v, "%s is misaligned", o->name);
+    int64_t far = 0;
+    for (int d = 0; d < o->dims; d++) {
+        if (o->n[d] <= 1)
+            continue;
+        if (o->s[d] < 0)
+            must_fail(&c->v, "%s has a negative stride", o->name);
+        else if (d == o->dims - 1 && o->s[d] != 1)
+            must_fail(&c->v, "%s's last stride is %" PRId64, o->name, o->s[d]);
+        const int64_t reach = bounded(o->n[d] - 1, o->s[d]);
+        if (o->s[d] >= 0 && (reach < 0 || reach > INT64_MAX / 16 - far))
+            must_fail(&c->v, "%s reaches past INT64_MAX / 16 elements", o->name);
+        else if (reach > 0)
+            far += reach;
+    }
+}
+
+static void decode_rope(call *c, input *in) {
+    c->dtype = take_dtype(in);
+    c->cos_dtype = take_companion(in, c->dtype);
+    c->batch = take_extent(in, 3);
+    c->tokens = take_extent(in, 5);
+    c->q_heads = take_extent(in, 4);
+    c->k_heads = take_extent(in, 3);
+    c->head_dim = take_extent(in, 40);
+    uint8_t b = u8(in);
+    if (b < 208 && c->head_dim >= 0)
+        c->rotary_dim = 2 * (int64_t)(u16(in) % (uint64_t)(c->head_dim / 2 + 1));
+    else
+        c->rotary_dim = take_extent(in, 41);
+    b = u8(in);
+    static const int bad_layouts[] = {2, -1, INT_MIN, 7};
+    c->layout = b < 240 ? b & 1 : bad_layouts[b & 3];
+    c->reserved = u8(in) < 248 ? 0 : (int)u32(in);
+    uint8_t flags = u8(in);
+    const int64_t heads[2] = {c->q_heads, c->k_heads};
+    const int heads_first = c->layout != FO_ROPE_TOKENS_FIRST;
+    const int64_t bt = bounded(c->batch, c->tokens);
+    operand *outs[2], *ins[2];
+    int used = 0; /* an output that is written: the tables are read */
+    for (int x = 0; x < 2; x++) {
+        const int64_t rows = bounded(bt, heads[x]);
+        if (rows < 0 || bounded(rows, c->head_dim) < 0)
+            must_fail(&c->v, "%s's size passes INT64_MAX / 16", x ? "k" : "q");
+        outs[x] = add(c, x ? RO_KOUT : RO_QOUT, x ? "k_out" : "q_out", OUT, c->dtype,
+                      rows < 0 ? -1 : rows, c->head_dim, 0, !(flags & (1 << x)), in);
+    }
+    for (int x = 0; x < 2; x++) {
+        const int64_t n[4] = {c->batch, heads_first ? heads[x] : c->tokens,
+                              heads_first ? c->tokens : heads[x], c->head_dim};
+        ins[x] = add_strided(c, x ? RO_K : RO_Q, x ? "k" : "q", c->dtype, 4, n, in);
+        /* "either may be 0, and then that tensor is neither read nor written" */
+        if (!outs[x]->passed)
+            ins[x]->ignored = 1;
+        else
+            judge_strided(c, ins[x]);
+        used |= outs[x]->passed && heads[x] > 0;
+    }
+    const int64_t tables[3] = {used ? c->batch : 0, c->tokens, c->rotary_dim};
+    for (int x = 0; x < 2; x++) {
+        operand *t = add_strided(c, x ? RO_SIN : RO_COS, x ? "sin" : "cos", c->cos_dtype, 3,
+                                 tables, in);
+        judge_strided(c, t);
+    }
+    take_struct_size(c, in, sizeof(fo_rope_args));
+    if (c->device_type != FO_DEVICE_CPU)
+        must_fail(&c->v, "device_type %d (a CPU-only build)", c->device_type);
+    if (!dtype_ok(c->dtype))
+        must_fail(&c->v, "dtype %d", c->dtype);
+    if (!companion_ok(c->cos_dtype, c->dtype))
+        must_fail(&c->v, "cos_dtype %d beside dtype %d", c->cos_dtype, c->dtype);
+    if (c->reserved != 0)
+        must_fail(&c->v, "reserved %d", c->reserved);
+    if (c->layout != FO_ROPE_HEADS_FIRST && c->layout != FO_ROPE_TOKENS_FIRST)
+        must_fail(&c->v, "layout %d", c->layout);
+    if (c->batch < 0 || c->tokens < 0 || c->q_heads < 0 || c->k_heads < 0 || c->head_dim < 0)
+        must_fail(&c->v, "a negative size");
+    if (c->rotary_dim < 0 || c->rotary_dim % 2 != 0 || c->rotary_dim > c->head_dim)
+        must_fail(&c->v, "rotary_dim %" PRId64 " (head_dim %" PRId64 ")", c->rotary_dim,
+                  c->head_dim);
+    /* the work place() bounds: every row of q and k */
+    int64_t all_heads;
+    if (__builtin_add_overflow(c->q_heads, c->k_heads, &all_heads))
+        all_heads = -1;
+    const int64_t rows = bounded(bt, all_heads);
+    c->rows = rows < 0 ? INT64_MAX : rows;
+    c->cols = c->head_dim < 0 ? INT64_MAX : c->head_dim;
 }
 
 static void judge_norm_scalars(call *c) {
@@ -896,6 +1169,21 @@ static int invoke(const call *c) {
         return fo_swiglu_forward(dev, idx, s, o[GF_Y].address, o[GF_GATE].address,
                                  o[GF_GATE].stride, o[GF_UP].address, o[GF_UP].stride,
                                  c->rows, c->cols, c->dtype);
+    case GEGLU_FORWARD: {
+        const fo_geglu_forward_args a = geglu_forward_struct(c);
+        return call_with_struct(c, &a, sizeof a, enter_geglu_forward, NULL);
+    }
+    case GEGLU_BACKWARD: {
+        const fo_geglu_backward_args a = geglu_backward_struct(c);
+        return call_with_struct(c, &a, sizeof a, enter_geglu_backward, NULL);
+    }
+    case ROPE_FORWARD:
+    case ROPE_BACKWARD: {
+        const fo_rope_args a = rope_struct(c);
+        return call_with_struct(c, &a, sizeof a,
+                                c->op == ROPE_FORWARD ? enter_rope_forward : enter_rope_backward,
+                                NULL);
+    }
     case SWIGLU_BACKWARD:
         return fo_swiglu_backward(dev, idx, s, o[GB_DGATE].address, o[GB_DUP].address,
                                   o[GB_DY].address, o[GB_DY].stride, o[GB_GATE].address,
@@ -927,9 +1215,9 @@ static int place(call *c) {
             continue;
         int64_t size = alloc_size(o), n = span(o);
         int fits = n >= 0 && n <= MAX_BYTES / size;
-        if (!fits && c->v.level != FAIL)
+        if (!fits && c->v.level != FAIL && !o->ignored)
             return 0;
-        if (!fits || (o->mode == GUARD && (n == 0 || c->v.level == FAIL))) {
+        if (!fits || (o->mode == GUARD && (n == 0 || c->v.level == FAIL || o->ignored))) {
             o->address = (uintptr_t)guard_page + (o->mode == MISALIGNED && size > 1);
             continue;
         }
@@ -1038,12 +1326,24 @@ static void describe(const call *c) {
            c->struct_size, c->null_args ? " (NULL struct)" : "",
            c->v.level == PASS ? "must succeed" : c->v.level == FAIL ? "must fail: " : "either",
            c->v.level == FAIL ? c->v.why : "");
+    if (c->op == GEGLU_FORWARD || c->op == GEGLU_BACKWARD)
+        append(&used, "\n    approximate %d", c->approximate);
+    if (c->op == ROPE_FORWARD || c->op == ROPE_BACKWARD)
+        append(&used,
+               "\n    batch %" PRId64 " tokens %" PRId64 " q_heads %" PRId64 " k_heads %" PRId64
+               " head_dim %" PRId64 " rotary_dim %" PRId64 " layout %d cos_dtype %d reserved %d",
+               c->batch, c->tokens, c->q_heads, c->k_heads, c->head_dim, c->rotary_dim,
+               c->layout, c->cos_dtype, c->reserved);
     for (int i = 0; i < c->count; i++) {
         const operand *o = &c->o[i];
-        append(&used, "\n    %-13s %s", o->name, o->passed ? mode_names[o->mode] : "absent");
+        append(&used, "\n    %-13s %s%s", o->name, o->passed ? mode_names[o->mode] : "absent",
+               o->ignored ? " (unread)" : "");
         if (o->passed)
             append(&used, " dtype %d %" PRId64 " x %" PRId64 " stride %" PRId64 " at %#" PRIxPTR,
                    o->dtype, o->rows, o->cols, o->stride, o->address);
+        for (int d = 0; d < o->dims; d++)
+            append(&used, "%s%" PRId64 "/%" PRId64, d ? ", " : "; sizes/strides ", o->n[d],
+                   o->s[d]);
     }
 }
 
@@ -1400,6 +1700,97 @@ static void check_swiglu(const call *c, int backward) {
         }
 }
 
+/* gelu(g) and gelu'(g) as the header defines them (the erf form through
+ * 1 + erf, not the library's erfc). */
+static double gelu_and_grad(double g, int approximate, double *grad) {
+    if (approximate == FO_GELU_TANH) {
+        const double k = sqrt(2.0 / M_PI), t = tanh(k * (g + 0.044715 * g * g * g));
+        *grad = 0.5 * (1.0 + t) + 0.5 * g * (1.0 - t * t) * k * (1.0 + 3.0 * 0.044715 * g * g);
+        return 0.5 * g * (1.0 + t);
+    }
+    const double cdf = 0.5 * (1.0 + erf(g / sqrt(2.0)));
+    *grad = cdf + g * exp(-0.5 * g * g) / sqrt(2.0 * M_PI);
+    return g * cdf;
+}
+
+/* y = gelu(gate) * up; dgate = dy * up * gelu'(gate); dup = dy * gelu(gate).
+ * Slack: double's, a few ulps of each term (1 + erf and 1 + tanh lose
+ * digits near -1: absolutely, up to |gate| ulps of 1). */
+static void check_geglu(const call *c, int backward) {
+    const operand *gate = &c->o[backward ? GB_GATE : GF_GATE],
+                  *up = &c->o[backward ? GB_UP : GF_UP];
+    for (int64_t r = 0; r < c->rows; r++)
+        for (int64_t col = 0; col < c->cols; col++) {
+            const int64_t i = r * c->cols + col;
+            const double g = at(gate, r * gate->stride + col, c->dtype);
+            const double u = at(up, r * up->stride + col, c->dtype);
+            double grad;
+            const double value = gelu_and_grad(g, c->approximate, &grad);
+            const double terms = 8.0 * (1.0 + fabs(g) * (1.0 + 0.2 * g * g));
+            if (!backward) {
+                expect("y", i, at(&c->o[GF_Y], i, c->dtype), value * u,
+                       SLACK * fabs(u) * terms, c->dtype);
+                continue;
+            }
+            const operand *dy = &c->o[GB_DY], *dgate = &c->o[GB_DGATE], *dup = &c->o[GB_DUP];
+            const double d = at(dy, r * dy->stride + col, c->dtype);
+            if (dgate->passed)
+                expect("dgate", i, at(dgate, i, c->dtype), d * u * grad,
+                       SLACK * fabs(d * u) * terms, c->dtype);
+            if (dup->passed)
+                expect("dup", i, at(dup, i, c->dtype), d * value, SLACK * fabs(d) * terms,
+                       c->dtype);
+        }
+}
+
+/* The header's formulas, element by element; the dimensions past
+ * rotary_dim are copied: the same value (NaN for NaN). */
+static void check_rope(const call *c) {
+    const int backward = c->op == ROPE_BACKWARD, heads_first = c->layout == FO_ROPE_HEADS_FIRST;
+    const int64_t half = c->rotary_dim / 2, heads[2] = {c->q_heads, c->k_heads};
+    const operand *cos = &c->o[RO_COS], *sin = &c->o[RO_SIN];
+    for (int x = 0; x < 2; x++) {
+        const operand *out = &c->o[x ? RO_KOUT : RO_QOUT], *in = &c->o[x ? RO_K : RO_Q];
+        if (!out->passed || c->batch == 0 || c->tokens == 0 || heads[x] == 0)
+            continue; /* no element (however big the other sizes are) */
+        for (int64_t b = 0; b < c->batch; b++)
+            for (int64_t h = 0; h < heads[x]; h++)
+                for (int64_t t = 0; t < c->tokens; t++) {
+                    const int64_t i0 = b * (c->batch > 1 ? in->s[0] : 0) +
+                                       h * (heads[x] > 1 ? in->s[heads_first ? 1 : 2] : 0) +
+                                       t * (c->tokens > 1 ? in->s[heads_first ? 2 : 1] : 0);
+                    const int64_t o0 = (heads_first ? (b * heads[x] + h) * c->tokens + t
+                                                    : (b * c->tokens + t) * heads[x] + h) *
+                                       c->head_dim;
+                    /* (the tables' strides may be anything where nothing rotates) */
+                    const int64_t c0 = half ? b * cos->s[0] + t * cos->s[1] : 0;
+                    const int64_t s0 = half ? b * sin->s[0] + t * sin->s[1] : 0;
+                    for (int64_t j = 0; j < c->head_dim; j++) {
+                        const double v = at(in, i0 + j, c->dtype);
+                        const double got = at(out, o0 + j, c->dtype);
+                        if (j >= c->rotary_dim) {
+                            if (!same_value(get_bits(out->data, o0 + j, c->dtype),
+                                            round_bits(v, c->dtype), c->dtype))
+                                fail("%s_out[%" PRId64 "] is %.17g, not the input's %.17g",
+                                     x ? "k" : "q", o0 + j, got, v);
+                            continue;
+                        }
+                        const int lower = j < half;
+                        const double partner = at(in, i0 + (lower ? j + half : j - half), c->dtype);
+                        const double cv = at(cos, c0 + j, c->cos_dtype);
+                        /* forward: rotate_half(x)[j] = -x[j + h] below h, x[j - h]
+                         * above; backward its transpose: x[j + h] s[j + h] below,
+                         * -x[j - h] s[j - h] above */
+                        const double sv = at(sin, s0 + (backward ? (lower ? j + half : j - half) : j),
+                                             c->cos_dtype);
+                        const double term = (lower != backward ? -partner : partner) * sv;
+                        expect(x ? "k_out" : "q_out", o0 + j, got, v * cv + term,
+                               SLACK * (fabs(v * cv) + fabs(term)), c->dtype);
+                    }
+                }
+    }
+}
+
 static void check_values(const call *c) {
     if (c->cols == 0)
         return; /* nothing to check, however many rows there are */
@@ -1413,6 +1804,10 @@ static void check_values(const call *c) {
     case NORM_BACKWARD: check_norm_backward(c); break;
     case SWIGLU_FORWARD: check_swiglu(c, 0); break;
     case SWIGLU_BACKWARD: check_swiglu(c, 1); break;
+    case GEGLU_FORWARD: check_geglu(c, 0); break;
+    case GEGLU_BACKWARD: check_geglu(c, 1); break;
+    case ROPE_FORWARD:
+    case ROPE_BACKWARD: check_rope(c); break;
     default: abort();
     }
 }
@@ -1639,6 +2034,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     case NORM_BACKWARD: decode_norm_backward(&c, &in); break;
     case SWIGLU_FORWARD: decode_swiglu(&c, &in, 0); break;
     case SWIGLU_BACKWARD: decode_swiglu(&c, &in, 1); break;
+    case GEGLU_FORWARD: decode_geglu(&c, &in, 0); break;
+    case GEGLU_BACKWARD: decode_geglu(&c, &in, 1); break;
+    case ROPE_FORWARD:
+    case ROPE_BACKWARD: decode_rope(&c, &in); break;
     default: run_query(&c, &in); return 0;
     }
     for (int i = 0; i < c.count; i++)
