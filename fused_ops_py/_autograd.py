@@ -204,15 +204,25 @@ def swiglu_grads(backward, ctx, dy):
     return dgate if want_gate else None, dup if want_up else None
 
 
+def _swiglu_backward_over_inputs(*args):
+    return _calls.swiglu_backward(*args, over_inputs=True)
+
+
 class SwiGLUFunction(torch.autograd.Function):
+    """apply(gate, up, over_inputs): with over_inputs (gate and up are the
+    caller's temporaries, used by nothing else), backward writes the
+    gradients over the saved gate and up."""
+
     @staticmethod
-    def forward(ctx, gate, up):
+    def forward(ctx, gate, up, over_inputs):
         swiglu_save(ctx, gate, up)
+        ctx.over_inputs = over_inputs
         return _calls.swiglu_forward(gate, up)
 
     @staticmethod
     def backward(ctx, dy):
-        return swiglu_grads(_calls.swiglu_backward, ctx, dy)
+        backward = _swiglu_backward_over_inputs if ctx.over_inputs else _calls.swiglu_backward
+        return (*swiglu_grads(backward, ctx, dy), None)
 
 
 # geglu ----------------------------------------------------------------------------

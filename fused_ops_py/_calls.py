@@ -502,13 +502,16 @@ def swiglu_forward(gate, up):
     return y
 
 
-def swiglu_backward(dy, gate, up, want_gate, want_up):
-    """(dgate or None, dup or None)."""
+def swiglu_backward(dy, gate, up, want_gate, want_up, over_inputs=False):
+    """(dgate or None, dup or None). over_inputs: the gradients are written
+    over gate and up where they are dense (the library allows it), for a
+    caller that owns them and needs them no more: no new memory."""
     gate_view, rows, cols, gate_stride = as_rows(gate)
     up_view, _, _, up_stride = as_rows(up)
     dy_view, _, _, dy_stride = as_rows(dy)
-    dgate = dense_like(gate) if want_gate else None
-    dup = dense_like(gate) if want_up else None
+    over_inputs = over_inputs and gate.is_contiguous() and up.is_contiguous()
+    dgate = (gate if over_inputs else dense_like(gate)) if want_gate else None
+    dup = (up if over_inputs else dense_like(gate)) if want_up else None
     device = device_args(gate)
     status = lib.fo_swiglu_backward(
         *device, _address(dgate), _address(dup), dy_view.data_ptr(), dy_stride,

@@ -70,11 +70,22 @@ def reduce_sum(x):
 def fused_swiglu(gate, up):
     """silu(gate) * up, elementwise (the gated MLP of Llama-style models);
     gate and up have one shape and dtype. Gradients flow to both."""
+    return _swiglu(gate, up, False)
+
+
+def swiglu_over_inputs(gate, up):
+    """fused_swiglu for a caller whose gate and up are temporaries that
+    nothing else reads (patch's MLPs): backward writes their gradients over
+    them instead of allocating two more tensors of their size."""
+    return _swiglu(gate, up, True)
+
+
+def _swiglu(gate, up, over_inputs):
     _calls.check_swiglu("fused_swiglu", gate, up)
-    if compiling():
+    if compiling():  # (a registered op may not write over its inputs)
         return torch.ops.fused_ops_py.swiglu(gate, up)
     if _wants_grad(gate, up):
-        return apply_swiglu(gate, up)
+        return apply_swiglu(gate, up, over_inputs)
     return _calls.swiglu_forward(gate, up)
 
 

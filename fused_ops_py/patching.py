@@ -26,7 +26,7 @@ import types
 import torch
 from torch import nn
 
-from .functional import fused_geglu, fused_rope, fused_swiglu
+from .functional import fused_geglu, fused_rope, swiglu_over_inputs
 from .losses import linear_cross_entropy_fp32
 from .modules import FusedLayerNorm, FusedRMSNorm
 
@@ -96,7 +96,9 @@ def _gate(activation):
     Face activation module, or None."""
     name = type(activation).__name__
     if isinstance(activation, nn.SiLU) or name == "SiLUActivation":
-        return fused_swiglu
+        # the projections' outputs are this forward's own: their gradients
+        # are written over them
+        return swiglu_over_inputs
     if name in ("PytorchGELUTanh", "GELUTanh", "NewGELUActivation", "GELUPytorchTanh") or (
         isinstance(activation, nn.GELU) and activation.approximate == "tanh"
     ):

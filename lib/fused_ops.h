@@ -349,7 +349,9 @@ FO_API int fo_swiglu_forward(
  * Gradients of fo_swiglu_forward from its inputs (saved by the caller):
  *   dgate = dy * up * s * (1 + gate * (1 - s)) with s = sigmoid(gate)
  *   dup   = dy * silu(gate)
- * dgate and dup are dense and each optional (0 = not wanted).
+ * dgate and dup are dense and each optional (0 = not wanted). Unlike other
+ * outputs they may be gate and up themselves (dense, the same addresses):
+ * each element is read before its gradient is written over it.
  */
 FO_API int fo_swiglu_backward(
     int device_type, int device_index, uintptr_t stream,

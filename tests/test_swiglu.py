@@ -6,6 +6,7 @@ import torch.nn.functional as F
 
 import fused_ops_py as fo
 from conftest import SHAPES, assert_close, random
+from fused_ops_py.functional import swiglu_over_inputs
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
@@ -65,3 +66,27 @@ def test_bad_input(call, exception, words):
         call()
     for word in words:
         assert word in str(info.value)
+
+
+@pytest.mark.parametrize("wanted", ["both", "gate", "up"])
+def test_gradients_written_over_the_inputs_match(wanted, dtype, device):
+    """swiglu_over_inputs (patch's MLPs): the gradients of fused_swiglu,
+    written over the temporaries gate and up (no new memory)."""
+    x = random((6, 48), dtype, device, seed=6).requires_grad_()
+    dy = random((6, 48), dtype, device, seed=7)
+    grads = []
+    for swiglu in (fo.fused_swiglu, swiglu_over_inputs):
+        x.grad = None
+        gate, up = 2 * x, x - 1  # temporaries, as a projection's outputs
+        if wanted == "gate":
+            up = up.detach()
+        if wanted == "up":
+            gate = gate.detach()
+        swiglu(gate, up).backward(dy)
+        grads.append(x.grad.clone())
+    assert torch.equal(grads[0], grads[1])
+    g64 = (2 * x).detach().double().requires_grad_()
+    u64 = (x - 1).detach().double().requires_grad_()
+    (F.silu(g64) * u64).backward(dy.double())
+    expected = {"both": 2 * g64.grad + u64.grad, "gate": 2 * g64.grad, "up": u64.grad}[wanted]
+    assert_close(grads[1], expected, dtype)
