@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Benchmark fused_ops_py against eager PyTorch, torch.compile and (for the
-norms and SwiGLU, when importable) Liger-Kernel.
+norms, SwiGLU, GeGLU and RoPE, when importable) Liger-Kernel.
 
 For every op x direction x shape x dtype x provider it checks the provider's
 outputs against eager, then times it and writes one row to CSV and JSON plus a
@@ -56,6 +56,8 @@ OPS = {  # the directions each op is timed in
     "rms_norm": ("fwd", "bwd", "fwdbwd"),
     "add_rms_norm": ("fwd", "bwd", "fwdbwd"),
     "swiglu": ("fwd", "bwd", "fwdbwd"),
+    "geglu": ("fwd", "bwd", "fwdbwd"),
+    "rope": ("fwd", "bwd", "fwdbwd"),
 }
 NORMS = ("layer_norm", "rms_norm", "add_rms_norm")
 EPS = 1e-5
@@ -63,8 +65,11 @@ try:  # Liger-Kernel: Triton norms, a peer where it has the op
     from liger_kernel.ops.layer_norm import LigerLayerNormFunction
     from liger_kernel.ops.rms_norm import LigerRMSNormFunction
     from liger_kernel.ops.swiglu import LigerSiLUMulFunction
+    from liger_kernel.ops.geglu import LigerGELUMulFunction  # tanh GELU only
+    from liger_kernel.ops.rope import LigerRopeFunction
 except ImportError:
     LigerLayerNormFunction = LigerRMSNormFunction = LigerSiLUMulFunction = None
+    LigerGELUMulFunction = LigerRopeFunction = None
 PROVIDERS = ("fused", "eager", "compile") + (("liger",) if LigerLayerNormFunction else ())
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 # The LLM shapes: rows M x hidden N, where one tensor of the dtype stays
@@ -79,6 +84,23 @@ QUICK_SHAPES = [(8, 64), (512, 1024)]
 # (x*scale, then +bias) equal the fused kernel's one and the check can be
 # tight. The value does not change the bytes moved.
 SCALE = 0.5
+# rope's rows x cols is q as [T, H * D] of one sequence (B = 1): T = rows
+# tokens of H = cols / 128 heads of D = 128, and k a quarter of the heads
+# (GQA, as Llama 3); see rope_heads.
+ROPE_HEAD_DIM = 128
+ROPE_KV_GROUP = 4
+
+
+def rope_heads(cols):
+    """(q heads, head_dim) of a rope row of cols = heads * head_dim: heads of
+    ROPE_HEAD_DIM, a multiple of ROPE_KV_GROUP of them; a narrower row (the
+    tiny 8x64) ROPE_KV_GROUP heads of cols / ROPE_KV_GROUP; None where
+    neither fits (run_shapes drops the shape for rope)."""
+    if cols % (ROPE_HEAD_DIM * ROPE_KV_GROUP) == 0:
+        return cols // ROPE_HEAD_DIM, ROPE_HEAD_DIM
+    if cols < ROPE_HEAD_DIM * ROPE_KV_GROUP and cols % (2 * ROPE_KV_GROUP) == 0:
+        return ROPE_KV_GROUP, cols // ROPE_KV_GROUP
+    return None
 
 
 # --- the ops, per provider ------------------------------------------------
@@ -119,11 +141,29 @@ def eager_swiglu(gate, up):
     return torch.nn.functional.silu(gate) * up
 
 
-EAGER = {"swiglu": eager_swiglu, "bias_scale_relu": eager_bias_scale_relu, "relu": eager_relu,
+def eager_geglu(gate, up):
+    return torch.nn.functional.gelu(gate, approximate="tanh") * up
+
+
+def rotate_half(x):
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def eager_rope(q, k, cos, sin):
+    # Hugging Face's apply_rotary_pos_emb (unsqueeze_dim=1)
+    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+    return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+
+
+EAGER = {"swiglu": eager_swiglu, "geglu": eager_geglu, "rope": eager_rope,
+         "bias_scale_relu": eager_bias_scale_relu, "relu": eager_relu,
          "square": eager_square, "reduce_sum": eager_reduce_sum,
          "layer_norm": eager_layer_norm, "rms_norm": eager_rms_norm,
          "add_rms_norm": eager_add_rms_norm}
 FUSED = {"swiglu": fo.fused_swiglu,
+         "geglu": lambda gate, up: fo.fused_geglu(gate, up, approximate="tanh"),
+         "rope": fo.fused_rope,
          "bias_scale_relu": lambda x, b: fo.fused_bias_scale_relu(x, b, SCALE),
          "relu": fo.relu, "square": fo.square, "reduce_sum": fo.reduce_sum,
          "layer_norm": lambda x, w, b: fo.fused_layer_norm(x, w, b, EPS),
@@ -134,7 +174,11 @@ if LigerLayerNormFunction:
     LIGER = {"layer_norm": lambda x, w, b: LigerLayerNormFunction.apply(x, w, b, EPS),
              # offset 0, llama casting (fp32 compute), not in place
              "rms_norm": lambda x, w: LigerRMSNormFunction.apply(x, w, EPS, 0.0, "llama", False),
-             "swiglu": LigerSiLUMulFunction.apply}
+             "swiglu": LigerSiLUMulFunction.apply, "geglu": LigerGELUMulFunction.apply,
+             # q and k [B, H, T, D], cos and sin [B, T, D]; rotates q, k (and
+             # in backward dq, dk) in place, as its SwiGLU and GeGLU backward
+             # write over gate and up: check_providers checks Liger last
+             "rope": LigerRopeFunction.apply}
 _compiled = {}
 
 
@@ -167,8 +211,14 @@ def min_bytes(op, direction, rows, cols, itemsize):
     rate over the same bytes as the peers: a plain time ratio between
     providers, which may pass the copy ceiling for fused bwd."""
     e = rows * cols * itemsize
-    if op == "swiglu":  # fwd: gate, up in, y out; bwd: dy, gate, up in, two grads out
+    if op in ("swiglu", "geglu"):  # fwd: gate, up in, y out; bwd: dy, gate, up in, two grads out
         return {"fwd": 3 * e, "bwd": 5 * e, "fwdbwd": 8 * e}[direction]
+    if op == "rope":
+        # fwd: q, k (a quarter of q's size) in, q_embed, k_embed out; bwd:
+        # dq_embed, dk_embed in, dq, dk out; each reads cos and sin [1, T, D]
+        tables = 2 * rows * rope_heads(cols)[1] * itemsize
+        one = 2 * (e + e // ROPE_KV_GROUP) + tables
+        return {"fwd": one, "bwd": one, "fwdbwd": 2 * one}[direction]
     if op in NORMS:
         # fwd: x (+ residual) in, y (+ residual_out) out, params, and the
         # per-row fp32 statistics backward needs; bwd: dy and x in, dx out
@@ -188,18 +238,25 @@ def min_bytes(op, direction, rows, cols, itemsize):
 
 # --- timing ----------------------------------------------------------------
 
+def wrt(inputs):
+    """The inputs that get gradients (all but rope's cos and sin)."""
+    return [t for t in inputs if t.requires_grad]
+
+
 def make_call(fn, inputs, dy, direction):
-    """A zero-argument callable doing one `direction` of fn on inputs."""
+    """A zero-argument callable doing one `direction` of fn on inputs. fn
+    returns a tensor, or a tuple of them (rope) with dy a tuple to match."""
     if direction == "fwd":  # the training forward: grad on, fused saves its mask
         return lambda: fn(*inputs)
+    targets = wrt(inputs)
     if direction == "fwdbwd":
-        return lambda: torch.autograd.grad(fn(*inputs), inputs, dy)
+        return lambda: torch.autograd.grad(fn(*inputs), targets, dy)
     # bwd: one forward now and its graph kept (retain_graph) so that only the
     # backward is timed, for compile too (its compiled backward runs from
     # AOTAutograd's node). Timing fwdbwd - fwd instead would subtract two
     # noisy medians and charge the difference in allocator state to bwd.
     y = fn(*inputs)
-    return lambda: torch.autograd.grad(y, inputs, dy, retain_graph=True)
+    return lambda: torch.autograd.grad(y, targets, dy, retain_graph=True)
 
 
 def gpu_bench(fn, args):
@@ -271,18 +328,41 @@ ATOL = 1e-6
 
 
 def outputs(fn, op, inputs, dy):
-    """(y, grads...) of one forward and backward."""
+    """(y, grads...) of one forward and backward ((q_embed, k_embed, dq, dk)
+    for rope)."""
     y = fn(*inputs)
     if op == "reduce_sum":  # its backward is an expand: not timed, not checked
         return (y.detach(),)
-    return (y.detach(), *torch.autograd.grad(y, inputs, dy))
+    ys = y if isinstance(y, tuple) else (y,)
+    return (*(t.detach() for t in ys), *torch.autograd.grad(y, wrt(inputs), dy))
 
 
-def check(got, ref, op, inputs, dy, dtype):
-    """(ok, max abs diff, max rel diff) against eager. Elementwise outputs
-    must agree within a rounding of the dtype; sums (reduce_sum, dbias)
-    within a rounding of the sum of the magnitudes summed, since the order
-    of a reduction is free."""
+def tolerance_scales(ref, op, inputs, dy):
+    """The magnitude each output's error is measured against, one tensor an
+    output, from eager's outputs and the inputs before any provider ran
+    (Liger writes over some of its inputs)."""
+    # (rough magnitudes: rope's and geglu's terms in the dtype, as float32
+    # would double the memory of the largest shapes)
+    if op == "rope":
+        # each element is x * cos + (+-x') * sin, two products that may
+        # cancel: within a rounding of the sum of their magnitudes (the
+        # backward's likewise, of dy, since cos and sin repeat by halves)
+        cos, sin = (t.abs().unsqueeze(1) for t in inputs[2:])
+        xs = [t.detach() for t in (*inputs[:2], *dy)]
+        return [(x.abs() * cos + rotate_half(x).abs() * sin).float() for x in xs]
+    if op == "geglu":
+        # gelu(g) = 0.5 g (1 + tanh z) and its derivative are sums whose
+        # terms cancel for negative g, where eager (float32 inside) loses
+        # digits that fused keeps: within a rounding of the dtype of the
+        # result plus a few (4) roundings of float32 of the terms' magnitudes
+        g, u = (t.detach() for t in inputs)
+        k = math.sqrt(2 / math.pi)
+        t = torch.tanh(k * (g + 0.044715 * g**3))
+        dgelu = 0.5 * (1 + t.abs()) + 0.5 * k * g.abs() * (1 + t * t) * (1 + 3 * 0.044715 * g * g)
+        f32 = 4 * torch.finfo(torch.float32).eps / RTOL[g.dtype]
+        return [ref[0].abs().float() + f32 * (g * u).abs().float(),
+                ref[1].abs().float() + f32 * (dy * u * dgelu).abs().float(),
+                ref[2].abs().float() + f32 * (dy * g).abs().float()]
     scales = [ref[0].abs().float()]
     if op == "reduce_sum":
         scales = [inputs[0].detach().abs().float().sum()]
@@ -297,6 +377,14 @@ def check(got, ref, op, inputs, dy, dtype):
             scales.append(dy.abs().float().sum(0))
         if op == "swiglu":  # dup, elementwise like dgate
             scales.append(ref[2].abs().float())
+    return scales
+
+
+def check(got, ref, scales, dtype):
+    """(ok, max abs diff, max rel diff) against eager. Elementwise outputs
+    must agree within a rounding of the dtype; sums (reduce_sum, dbias)
+    within a rounding of the sum of the magnitudes summed, since the order
+    of a reduction is free."""
     ok, max_abs, max_rel = True, 0.0, 0.0
     for g, r, s in zip(got, ref, scales):
         diff = (g.float() - r.float()).abs()
@@ -318,10 +406,20 @@ FIELDS = ["op", "direction", "rows", "cols", "dtype", "provider", "kernel_ms", "
 
 def make_inputs(op, m, n, dtype, device):
     gen = torch.Generator(device=device).manual_seed(0)
+    if op == "rope":  # q [1, H, T, D] and k [1, H/4, T, D], views of [1, T, H, D] as HF's
+        heads, d = rope_heads(n)
+        view = lambda h: torch.randn(1, m, h, d, dtype=dtype, device=device, generator=gen).transpose(1, 2)
+        q, k = (view(h).requires_grad_() for h in (heads, heads // ROPE_KV_GROUP))
+        dy = (view(heads), view(heads // ROPE_KV_GROUP))
+        # Hugging Face's tables: emb = cat(freqs, freqs) in fp32, cast to the dtype
+        inv_freq = 1.0 / 10000 ** (torch.arange(0, d, 2, dtype=torch.float32, device=device) / d)
+        freqs = torch.arange(m, dtype=torch.float32, device=device)[:, None] * inv_freq
+        emb = torch.cat((freqs, freqs), dim=-1)[None]
+        return (q, k, emb.cos().to(dtype), emb.sin().to(dtype)), dy
     x = torch.randn(m, n, dtype=dtype, device=device, generator=gen).requires_grad_()
     b = torch.randn(n, dtype=dtype, device=device, generator=gen).requires_grad_()
     dy = torch.randn(m, n, dtype=dtype, device=device, generator=gen)
-    if op == "swiglu":
+    if op in ("swiglu", "geglu"):
         up = torch.randn(m, n, dtype=dtype, device=device, generator=gen).requires_grad_()
         return (x, up), dy
     if op in NORMS:
@@ -342,13 +440,14 @@ def providers_for(op, args):
 
 def check_providers(op, inputs, dy, dtype, args):
     """{provider: (ok, max abs, max rel, error or "")}. compile compiles
-    here, outside any timing."""
+    here, outside any timing. Liger goes last: it writes over some inputs."""
     ref = outputs(EAGER[op], op, inputs, dy)
+    scales = tolerance_scales(ref, op, inputs, dy)
     checks = {}
-    for p in providers_for(op, args):
+    for p in sorted(providers_for(op, args), key=lambda p: p == "liger"):
         try:
             got = outputs(provider_fn(p, op, args.compile_dynamic), op, inputs, dy)
-            checks[p] = (*check(got, ref, op, inputs, dy, dtype), "")
+            checks[p] = (*check(got, ref, scales, dtype), "")
         except Exception as error:
             checks[p] = (False, math.nan, math.nan, f"{type(error).__name__}: {error}"[:300])
     return checks
@@ -375,7 +474,7 @@ def bench_case(op, m, n, dname, device, args, meta, progress):
     checks = check_providers(op, inputs, dy, DTYPES[dname], args)
     rows = []
     for direction in [d for d in OPS[op] if d in args.directions]:
-        nbytes = min_bytes(op, direction, m, n, dy.element_size())
+        nbytes = min_bytes(op, direction, m, n, inputs[0].element_size())
         group = []
         for p in providers_for(op, args):
             ok, max_abs, max_rel, error = checks[p]
@@ -399,21 +498,23 @@ def bench_case(op, m, n, dname, device, args, meta, progress):
     return rows
 
 
-def run_shapes(args, dname):
-    """args.shapes without those whose tensors pass MAX_TENSOR_BYTES in dname."""
+def run_shapes(args, dname, op):
+    """args.shapes without those whose tensors pass MAX_TENSOR_BYTES in dname
+    (and for rope those rope_heads cannot split into heads)."""
     itemsize = DTYPES[dname].itemsize
-    return [(m, n) for m, n in args.shapes if m * n * itemsize <= MAX_TENSOR_BYTES]
+    return [(m, n) for m, n in args.shapes if m * n * itemsize <= MAX_TENSOR_BYTES
+            and (op != "rope" or rope_heads(n))]
 
 
 def run(args, device, meta):
-    total = sum(len(run_shapes(args, dname)) for dname in args.dtypes) * sum(
-        len(providers_for(op, args)) * len([d for d in OPS[op] if d in args.directions])
-        for op in args.ops)
+    total = sum(len(run_shapes(args, dname, op)) * len(providers_for(op, args))
+                * len([d for d in OPS[op] if d in args.directions])
+                for op in args.ops for dname in args.dtypes)
     progress = (f"{i}/{total}" for i in range(1, total + 1))
     rows = []
     for op in args.ops:
         for dname in args.dtypes:
-            for m, n in run_shapes(args, dname):
+            for m, n in run_shapes(args, dname, op):
                 rows += bench_case(op, m, n, dname, device, args, meta, progress)
                 if device.type == "cuda":
                     torch.cuda.empty_cache()  # the next case starts from a clean pool
