@@ -3,6 +3,7 @@
 // loads and stores, and the launch geometry of the row-wise kernels.
 #pragma once
 
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -227,6 +228,28 @@ void launch_clustered(void (*kernel)(Params...), dim3 grid, dim3 block, int clus
     cudaLaunchAttribute shape;
     const cudaLaunchConfig_t config = clustered_config(grid, block, 0, stream, cluster, shape);
     cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+
+// This block's cluster: its size and rank (1 and 0 before Hopper, where
+// the launcher never asks for a cluster).
+__device__ __forceinline__ int cluster_blocks() {
+#if __CUDA_ARCH__ >= 900
+    return int(cooperative_groups::this_cluster().num_blocks());
+#else
+    return 1;
+#endif
+}
+__device__ __forceinline__ int cluster_rank() {
+#if __CUDA_ARCH__ >= 900
+    return int(cooperative_groups::this_cluster().block_rank());
+#else
+    return 0;
+#endif
+}
+__device__ __forceinline__ void cluster_sync() {
+#if __CUDA_ARCH__ >= 900
+    cooperative_groups::this_cluster().sync();
+#endif
 }
 
 // Calls f(T{}) with T the element type of `dtype`; the caller validated it.

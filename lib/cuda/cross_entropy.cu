@@ -7,8 +7,6 @@
 // first just read, from L2: the logits come from HBM about once. Rows are
 // reduced in a fixed order (shuffles, then warp 0 over the warps): the same
 // bits on every run.
-#include <cooperative_groups.h>
-
 #include <cstdio>
 
 #include "common.cuh"
@@ -75,24 +73,68 @@ __device__ Partial<A> block_combine(Partial<A> p, Partial<A> *slots) {
     return total;
 }
 
-__device__ __forceinline__ int cluster_rank() {
-#if __CUDA_ARCH__ >= 900
-    return int(cooperative_groups::this_cluster().block_rank());
-#else
-    return 0;
-#endif
-}
-
-__device__ __forceinline__ void cluster_sync_all() {
-#if __CUDA_ARCH__ >= 900
-    cooperative_groups::this_cluster().sync();
-#endif
-}
-
 template <typename A, bool SOFTCAP>
 __device__ __forceinline__ A capped(A v, A softcap) {
     if constexpr (SOFTCAP) return softcap * tanh(v / softcap);
     else return v;
+}
+
+// Adds the first `valid` of a chunk's z values to a partial.
+template <typename A>
+__device__ __forceinline__ void add_chunk(Partial<A> &p, const A (&z)[kChunk], int valid) {
+    A y[kChunk], chunk_max = A(-INFINITY);
+#pragma unroll
+    for (int i = 0; i < kChunk; i++) {
+        const bool in_row = i < valid;
+        if (in_row) p.sum_z += z[i];
+        y[i] = in_row ? z[i] * Log2<A>::kLog2e : A(-INFINITY);
+        chunk_max = y[i] > chunk_max ? y[i] : chunk_max;
+    }
+    if (chunk_max > p.max) {
+        p.sum = p.max == A(-INFINITY) ? A(0) : p.sum * exp2_of(p.max - chunk_max);
+        p.max = chunk_max;
+    }
+    if (p.max == A(-INFINITY)) return;  // all -inf so far: nothing to add
+#pragma unroll
+    for (int i = 0; i < kChunk; i++) p.sum += exp2_of(y[i] - p.max);
+}
+
+// The loss of a row from its total partial (lse2: log2 of the sum of e^z).
+template <typename A>
+__device__ __forceinline__ A row_loss(A lse2, A z_t, const Partial<A> &total, A ls, int64_t vocab) {
+    const A lse = lse2 * Log2<A>::kLn2;
+    return (A(1) - ls) * (lse - z_t) + ls * (lse - total.sum_z / A(vocab));
+}
+
+// The gradient of a chunk of logits v (overwritten) whose first column is
+// col: softmax - the smoothed one-hot of t, through the softcap, times scale.
+template <typename A, bool SOFTCAP>
+__device__ __forceinline__ void chunk_gradient(A (&v)[kChunk], int64_t col, int64_t t, A lse2, A ls,
+                                               int64_t vocab, A softcap, A scale) {
+    const A smooth = ls / A(vocab), hit = A(1) - ls;
+#pragma unroll
+    for (int i = 0; i < kChunk; i++) {
+        const A z = capped<A, SOFTCAP>(v[i], softcap);
+        A d = exp2_of(z * Log2<A>::kLog2e - lse2) - smooth;
+        if (col + i == t) d -= hit;
+        if constexpr (SOFTCAP) {
+            const A th = z / softcap;
+            d *= A(1) - th * th;
+        }
+        v[i] = d * scale;
+    }
+}
+
+// A target neither ignore_index nor a class stops the kernel, as torch's
+// device asserts do (one thread says which).
+__device__ __forceinline__ void check_target(int64_t r, int64_t t, int64_t vocab, int64_t ignore_index,
+                                             bool says) {
+    if (t >= 0 && t < vocab) return;
+    if (says)
+        printf("fo_cross_entropy: target[%lld]=%lld is outside [0, vocab=%lld) and is "
+               "not ignore_index=%lld\n",
+               (long long)r, (long long)t, (long long)vocab, (long long)ignore_index);
+    __trap();
 }
 
 template <typename T, Access ACCESS, bool SOFTCAP>
@@ -116,13 +158,7 @@ __global__ void __launch_bounds__(kMaxThreads)
             if (threadIdx.x == 0) static_cast<A *>(a.loss)[r] = A(0);
             continue;
         }
-        if (t < 0 || t >= vocab) {
-            if (threadIdx.x == 0)
-                printf("fo_cross_entropy: target[%lld]=%lld is outside [0, vocab=%lld) and is "
-                       "not ignore_index=%lld\n",
-                       (long long)r, (long long)t, (long long)vocab, (long long)a.ignore_index);
-            __trap();
-        }
+        check_target(r, t, vocab, a.ignore_index, threadIdx.x == 0);
         // pass 1: the row's max and sum of 2^(y - max), and its sum of z
         Partial<A> p{A(-INFINITY), A(0), A(0)};
         for (int64_t c0 = threadIdx.x; c0 < chunks; c0 += int64_t(blockDim.x) * kUnrollOf<T>) {
@@ -136,22 +172,11 @@ __global__ void __launch_bounds__(kMaxThreads)
             for (int u = 0; u < kUnrollOf<T>; u++) {
                 const int64_t c = c0 + int64_t(u) * blockDim.x;
                 if (c >= chunks) continue;
-                A y[kChunk], chunk_max = A(-INFINITY);
+                A z[kChunk];
 #pragma unroll
-                for (int i = 0; i < kChunk; i++) {
-                    const bool in_row = ACCESS != kScalar || c * kChunk + i < vocab;
-                    const A z = capped<A, SOFTCAP>(v[u][i], softcap);
-                    if (in_row) p.sum_z += z;
-                    y[i] = in_row ? z * Log2<A>::kLog2e : A(-INFINITY);
-                    chunk_max = y[i] > chunk_max ? y[i] : chunk_max;
-                }
-                if (chunk_max > p.max) {
-                    p.sum = p.max == A(-INFINITY) ? A(0) : p.sum * exp2_of(p.max - chunk_max);
-                    p.max = chunk_max;
-                }
-                if (p.max == A(-INFINITY)) continue;  // all -inf so far: nothing to add
-#pragma unroll
-                for (int i = 0; i < kChunk; i++) p.sum += exp2_of(y[i] - p.max);
+                for (int i = 0; i < kChunk; i++) z[i] = capped<A, SOFTCAP>(v[u][i], softcap);
+                const int64_t left = vocab - c * kChunk;
+                add_chunk(p, z, ACCESS != kScalar || left >= kChunk ? kChunk : int(left));
             }
         }
         // z of the target, read before the barrier in block_combine: past it,
@@ -159,28 +184,13 @@ __global__ void __launch_bounds__(kMaxThreads)
         const A z_t = threadIdx.x == 0 ? capped<A, SOFTCAP>(to_acc(row[t]), softcap) : A(0);
         const Partial<A> total = block_combine(p, slots);
         const A lse2 = total.max + log2_of(total.sum);  // log2 of the sum of e^z
-        if (threadIdx.x == 0) {
-            const A lse = lse2 * Log2<A>::kLn2;
-            static_cast<A *>(a.loss)[r] =
-                (A(1) - ls) * (lse - z_t) + ls * (lse - total.sum_z / A(vocab));
-        }
+        if (threadIdx.x == 0) static_cast<A *>(a.loss)[r] = row_loss(lse2, z_t, total, ls, vocab);
         if (!dlogits) continue;
         // pass 2: the gradient, from the row again (an L2 hit, mostly)
-        const A smooth = ls / A(vocab), hit = A(1) - ls;
         for (int64_t c = threadIdx.x; c < chunks; c += blockDim.x) {
             A v[kChunk];
             load_row_chunk<T, ACCESS>(v, row, c, vocab);
-#pragma unroll
-            for (int i = 0; i < kChunk; i++) {
-                const A z = capped<A, SOFTCAP>(v[i], softcap);
-                A d = exp2_of(z * Log2<A>::kLog2e - lse2) - smooth;
-                if (c * kChunk + i == t) d -= hit;
-                if constexpr (SOFTCAP) {
-                    const A th = z / softcap;
-                    d *= A(1) - th * th;
-                }
-                v[i] = d * scale;
-            }
+            chunk_gradient<A, SOFTCAP>(v, c * kChunk, t, lse2, ls, vocab, softcap, scale);
             store_row_chunk<T, ACCESS>(dlogits + r * vocab, v, c, vocab);
         }
     }
@@ -249,13 +259,7 @@ __global__ void __launch_bounds__(kHeldThreads)
             if (rank == 0 && threadIdx.x == 0) static_cast<A *>(a.loss)[r] = A(0);
             continue;
         }
-        if (t < 0 || t >= vocab) {
-            if (rank == 0 && threadIdx.x == 0)
-                printf("fo_cross_entropy: target[%lld]=%lld is outside [0, vocab=%lld) and is "
-                       "not ignore_index=%lld\n",
-                       (long long)r, (long long)t, (long long)vocab, (long long)a.ignore_index);
-            __trap();
-        }
+        check_target(r, t, vocab, a.ignore_index, rank == 0 && threadIdx.x == 0);
         // z of the target, read before any barrier: past them the row may be
         // overwritten (dlogits in place)
         const A z_t = rank == 0 && threadIdx.x == 0
@@ -281,56 +285,34 @@ __global__ void __launch_bounds__(kHeldThreads)
 #pragma unroll
                 for (int v = 0; v < kVectors; v++) held[k * kVectors + v] = raw[u][v];
                 const T *values = reinterpret_cast<const T *>(raw[u]);
-                A y[kChunk], chunk_max = A(-INFINITY);
+                A z[kChunk];
 #pragma unroll
-                for (int i = 0; i < kChunk; i++) {
-                    const A z = capped<A, SOFTCAP>(to_acc(values[i]), softcap);
-                    p.sum_z += z;
-                    y[i] = z * Log2<A>::kLog2e;
-                    chunk_max = y[i] > chunk_max ? y[i] : chunk_max;
-                }
-                if (chunk_max > p.max) {
-                    p.sum = p.max == A(-INFINITY) ? A(0) : p.sum * exp2_of(p.max - chunk_max);
-                    p.max = chunk_max;
-                }
-                if (p.max == A(-INFINITY)) continue;  // all -inf so far: nothing to add
-#pragma unroll
-                for (int i = 0; i < kChunk; i++) p.sum += exp2_of(y[i] - p.max);
+                for (int i = 0; i < kChunk; i++) z[i] = capped<A, SOFTCAP>(to_acc(values[i]), softcap);
+                add_chunk(p, z, kChunk);
             }
         }
         const Partial<A> total = cluster_combine<CLUSTER>(block_combine(p, slots), cluster_slots, parity);
         const A lse2 = total.max + log2_of(total.sum);
-        if (rank == 0 && threadIdx.x == 0) {
-            const A lse = lse2 * Log2<A>::kLn2;
-            static_cast<A *>(a.loss)[r] =
-                (A(1) - ls) * (lse - z_t) + ls * (lse - total.sum_z / A(vocab));
-        }
+        if (rank == 0 && threadIdx.x == 0) static_cast<A *>(a.loss)[r] = row_loss(lse2, z_t, total, ls, vocab);
         if (!dlogits) continue;
         // pass 2: the gradient of the held slice
-        const A smooth = ls / A(vocab), hit = A(1) - ls;
         for (int64_t k = threadIdx.x; k < mine; k += blockDim.x) {
             uint4 raw[kVectors];
 #pragma unroll
             for (int v = 0; v < kVectors; v++) raw[v] = held[k * kVectors + v];
             T *values = reinterpret_cast<T *>(raw);
-            const int64_t col = (first + k) * kChunk;
+            A v[kChunk];
 #pragma unroll
-            for (int i = 0; i < kChunk; i++) {
-                const A z = capped<A, SOFTCAP>(to_acc(values[i]), softcap);
-                A d = exp2_of(z * Log2<A>::kLog2e - lse2) - smooth;
-                if (col + i == t) d -= hit;
-                if constexpr (SOFTCAP) {
-                    const A th = z / softcap;
-                    d *= A(1) - th * th;
-                }
-                values[i] = from_acc<T>(d * scale);
-            }
+            for (int i = 0; i < kChunk; i++) v[i] = to_acc(values[i]);
+            chunk_gradient<A, SOFTCAP>(v, (first + k) * kChunk, t, lse2, ls, vocab, softcap, scale);
+#pragma unroll
+            for (int i = 0; i < kChunk; i++) values[i] = from_acc<T>(v[i]);
 #pragma unroll
             for (int v = 0; v < kVectors; v++) __stcs(reinterpret_cast<uint4 *>(out) + k * kVectors + v, raw[v]);
         }
     }
     // a block's shared memory must outlive the others' reads of it
-    if constexpr (CLUSTER > 1) cluster_sync_all();
+    if constexpr (CLUSTER > 1) cluster_sync();
 }
 
 template <typename T, typename S, Access ACCESS>

@@ -52,28 +52,6 @@ __device__ A row_sum(A v) {
     return total;
 }
 
-// This block's cluster: its size and rank (1 and 0 before Hopper, where
-// the launcher never asks for a cluster).
-__device__ __forceinline__ int cluster_blocks() {
-#if __CUDA_ARCH__ >= 900
-    return int(cooperative_groups::this_cluster().num_blocks());
-#else
-    return 1;
-#endif
-}
-__device__ __forceinline__ int cluster_rank() {
-#if __CUDA_ARCH__ >= 900
-    return int(cooperative_groups::this_cluster().block_rank());
-#else
-    return 0;
-#endif
-}
-__device__ __forceinline__ void cluster_sync() {
-#if __CUDA_ARCH__ >= 900
-    cooperative_groups::this_cluster().sync();
-#endif
-}
-
 // row_sum over a row that a cluster of CLUSTER blocks holds (one row a
 // block, blockDim.y == 1): each block's row_sum, then the blocks' totals
 // read from each other's shared memory in rank order, the same bits in
