@@ -66,7 +66,8 @@ def fused_rms_norm(x, weight=None, eps=None, normalized_shape=None, offset=0.0):
     """torch.nn.functional.rms_norm over the trailing normalized_shape;
     eps=None means torch.finfo(x.dtype).eps, as in torch. offset: x * rstd *
     (offset + weight), the sum in fp32 (Gemma's RMSNorm is offset=1.0)."""
-    weight = _offset_weight("fused_rms_norm", weight, offset, x, normalized_shape)
+    if type(offset) is not float or offset:  # the default 0.0 costs one test
+        weight = _offset_weight("fused_rms_norm", weight, offset, x, normalized_shape)
     return _norm("fused_rms_norm", RMS, x, None, weight, None, eps, 0.0, normalized_shape)[0]
 
 
@@ -80,5 +81,6 @@ def fused_add_layer_norm(x, residual, weight=None, bias=None, eps=1e-5, dropout_
 def fused_add_rms_norm(x, residual, weight=None, eps=None, dropout_p=0.0, offset=0.0):
     """(rms_norm(h), h) with h = dropout(x, dropout_p) + residual; offset as
     in fused_rms_norm."""
-    weight = _offset_weight("fused_add_rms_norm", weight, offset, x, None)
+    if type(offset) is not float or offset:
+        weight = _offset_weight("fused_add_rms_norm", weight, offset, x, None)
     return _norm("fused_add_rms_norm", RMS, x, residual, weight, None, eps, dropout_p, None)
