@@ -249,6 +249,7 @@ def _norm_backward_plan(dy, dresidual_out, h, stats, weight, bias, kind, dropout
 
 
 _norm_backward_plans = {}
+_norm_backward_workspaces = {}
 
 
 def norm_backward(dy, dresidual_out, h, stats, weight, bias, kind, dropout_p, cols, seed_offset,
@@ -288,7 +289,9 @@ def norm_backward(dy, dresidual_out, h, stats, weight, bias, kind, dropout_p, co
         a.seed, a.offset = seed_offset_values(seed_offset)
     if dweight is not None or dbias is not None:
         a.dweight, a.dbias = _address(dweight), _address(dbias)
-        workspace = _workspace(lib.fo_norm_backward_workspace_bytes, a, h)
+        outputs = (dx is None, dresidual is None, dweight is None, dbias is None)
+        workspace = _workspace(_norm_backward_workspaces, (key, outputs),
+                               lib.fo_norm_backward_workspace_bytes, a, h)
         if workspace is not None:
             a.workspace, a.workspace_bytes = workspace.data_ptr(), workspace.numel()
     status = lib.fo_norm_backward(a)
@@ -299,14 +302,21 @@ def norm_backward(dy, dresidual_out, h, stats, weight, bias, kind, dropout_p, co
     return dx, dresidual if want_residual else None, dweight, dbias
 
 
-def _workspace(query, args, like):
-    """The scratch buffer the library asks for this very call, from torch's
-    allocator (the library never allocates); None when it needs none."""
-    nbytes = ffi.new(_BYTES)
-    status = query(args, nbytes)
-    if status:
-        finish(query, status, (args.device_type, args.device_index))
-    return like.new_empty(nbytes[0], dtype=torch.uint8) if nbytes[0] else None
+def _workspace(sizes, key, query, args, like):
+    """The scratch buffer of this call, from torch's allocator (the library
+    never allocates); None when it needs none. Its size is asked of the
+    library once a signature (key): the answer holds for any addresses."""
+    try:
+        nbytes = sizes.get(key)
+    except TypeError:  # unhashable: not remembered
+        key = nbytes = None
+    if nbytes is None:
+        answer = ffi.new(_BYTES)
+        status = query(args, answer)
+        if status:
+            finish(query, status, (args.device_type, args.device_index))
+        nbytes = answer[0] if key is None else _remember(sizes, key, answer[0])
+    return like.new_empty(nbytes, dtype=torch.uint8) if nbytes else None
 
 
 # relu(x * scale + bias) and relu ------------------------------------------------
@@ -392,6 +402,7 @@ def _bias_scale_relu_backward_plan(dy, scale, bias_dtype):
 
 
 _bias_scale_relu_backward_plans = {}
+_bias_scale_relu_backward_workspaces = {}
 
 
 def bias_scale_relu_backward(dy, mask, scale, want_dx, bias_dtype):
@@ -409,7 +420,8 @@ def bias_scale_relu_backward(dy, mask, scale, want_dx, bias_dtype):
     if bias_dtype is not None:
         dbias = dy.new_empty(cols, dtype=bias_dtype)
         a.dbias = dbias.data_ptr()
-        workspace = _workspace(lib.fo_bias_scale_relu_backward_workspace_bytes, a, dy)
+        workspace = _workspace(_bias_scale_relu_backward_workspaces, key,
+                               lib.fo_bias_scale_relu_backward_workspace_bytes, a, dy)
         if workspace is not None:
             a.workspace, a.workspace_bytes = workspace.data_ptr(), workspace.numel()
     status = lib.fo_bias_scale_relu_backward(a)

@@ -324,12 +324,14 @@ typedef struct fo_norm_backward_args {
     uint64_t seed, offset;
 } fo_norm_backward_args;
 
-/* Bytes of workspace fo_norm_backward needs for these arguments (the
- * workspace fields are not read): the kernel the call will take decides it,
- * from the same plan. 0 where no dweight or dbias is asked for, on the CPU,
- * or where the CUDA kernel parks its column partials in dx (or dresidual)
- * until they are summed. @return FO_OK and *bytes, or an error status (the
- * arguments are checked as the call itself checks them). */
+/* Bytes of workspace fo_norm_backward needs for any call with these
+ * devices, shapes, row strides, dtypes and optional outputs, whatever the
+ * addresses (the workspace fields are not read): ask once a signature.
+ * The call's own plan needs at most this; the call checks its workspace
+ * against what that plan needs. 0 where no dweight or dbias is asked for,
+ * on the CPU, or where the CUDA kernel parks its column partials in dx (or
+ * dresidual) until they are summed. @return FO_OK and *bytes, or an error
+ * status (the arguments are checked as the call itself checks them). */
 FO_API int fo_norm_backward_workspace_bytes(const fo_norm_backward_args *args,
                                             int64_t *bytes);
 

@@ -119,6 +119,7 @@ typedef struct fo_norm_forward_params {
 typedef struct fo_norm_backward_params {
     void *dx, *dresidual, *dweight, *dbias; /* each optional */
     void *workspace;
+    int64_t workspace_bytes; /* checked against the plan by the launcher */
     const void *dy;
     int64_t dy_row_stride;
     const void *dresidual_out; /* optional */

@@ -1,6 +1,8 @@
 // norm.cu: LayerNorm and RMSNorm with fused residual add and dropout on CUDA:
 // the entry points. Each makes the call's plan (norm_plan.cuh: which
 // kernel, grid, cluster and workspace) and launches what it says.
+#include <algorithm>
+
 #include "norm_plan.cuh"
 
 namespace fo {
@@ -168,6 +170,22 @@ void launch_backward(const fo_norm_backward_params &a, const BackwardPlan &plan,
 
 using namespace fo;
 
+namespace {
+
+// `a` with every operand it has at an address of the given remainder mod
+// 16 (addresses are not part of the workspace question).
+fo_norm_backward_params with_addresses(fo_norm_backward_params a, uintptr_t remainder) {
+    auto place = [&](auto &p) {
+        using Pointer = std::remove_reference_t<decltype(p)>;
+        if (p) p = reinterpret_cast<Pointer>(uintptr_t(4096) + remainder);
+    };
+    place(a.dx), place(a.dresidual), place(a.dweight), place(a.dbias), place(a.dy);
+    place(a.dresidual_out), place(a.h), place(a.mean), place(a.rstd), place(a.weight);
+    return a;
+}
+
+}  // namespace
+
 extern "C" int64_t fo_cuda_norm_workspace_bytes(const fo_norm_backward_params *a,
                                                 int device_index) {
     if (!a->dweight && !a->dbias) return 0;
@@ -178,9 +196,14 @@ extern "C" int64_t fo_cuda_norm_workspace_bytes(const fo_norm_backward_params *a
     const bool on_device = guard.error() == cudaSuccess;
     const DeviceInfo info = on_device ? device_info(device_index) : DeviceInfo{};
     cudaGetLastError();  // a failed switch is "no", not this op's error
+    // the larger of the plans of aligned operands and of unaligned ones
     int64_t bytes = 0;
     dispatch_dtype(a->dtype, [&](auto tag) {
-        bytes = norm_backward_plan<decltype(tag)>(*a, device_index, info).workspace_bytes;
+        using T = decltype(tag);
+        for (const uintptr_t remainder : {0, 2})
+            bytes = std::max(bytes, norm_backward_plan<T>(with_addresses(*a, remainder),
+                                                          device_index, info)
+                                        .workspace_bytes);
     });
     return bytes;
 }
@@ -199,12 +222,26 @@ extern "C" int fo_cuda_norm_forward(int device_index, uintptr_t stream,
 
 extern "C" int fo_cuda_norm_backward(int device_index, uintptr_t stream,
                                      const fo_norm_backward_params *a) {
-    return launch_on("fo_norm_backward", device_index, [&] {
-        const DeviceInfo info = device_info(device_index);
-        dispatch_dtype(a->dtype, [&](auto tag) {
-            using T = decltype(tag);
-            launch_backward<T>(*a, norm_backward_plan<T>(*a, device_index, info),
-                               cudaStream_t(stream));
-        });
+    static const char op[] = "fo_norm_backward";
+    DeviceGuard guard(device_index);
+    const bool on_device = guard.error() == cudaSuccess;
+    const DeviceInfo info = on_device ? device_info(device_index) : DeviceInfo{};
+    int status = FO_OK;
+    dispatch_dtype(a->dtype, [&](auto tag) {
+        using T = decltype(tag);
+        // the call's one plan: the workspace it needs (checked with or
+        // without a GPU), then its launch
+        const BackwardPlan plan = norm_backward_plan<T>(*a, device_index, info);
+        status = fo_check_workspace(op, uintptr_t(a->workspace), a->workspace_bytes,
+                                    plan.workspace_bytes);
+        if (status != FO_OK) return;
+        if (!on_device) {
+            status = cuda_status(op, guard.error());
+            return;
+        }
+        cudaGetLastError();  // an error left pending by others is theirs (as launch_on)
+        launch_backward<T>(*a, plan, cudaStream_t(stream));
+        status = cuda_status(op, cudaGetLastError());
     });
+    return status;
 }
