@@ -324,14 +324,15 @@ typedef struct fo_norm_backward_args {
     uint64_t seed, offset;
 } fo_norm_backward_args;
 
-/* Bytes of workspace fo_norm_backward needs for any call with these
- * devices, shapes, row strides, dtypes and optional outputs, whatever the
- * addresses (the workspace fields are not read): ask once a signature.
- * The call's own plan needs at most this; the call checks its workspace
- * against what that plan needs. 0 where no dweight or dbias is asked for,
- * on the CPU, or where the CUDA kernel parks its column partials in dx (or
- * dresidual) until they are summed. @return FO_OK and *bytes, or an error
- * status (the arguments are checked as the call itself checks them). */
+/* Bytes of workspace fo_norm_backward needs for these arguments (the
+ * workspace fields are not read): the plan the call makes decides it, from
+ * the devices, shapes, row strides, dtypes, optional outputs and the
+ * operands' alignment, so a caller may keep the answer for calls that agree
+ * in all of these (the call checks its workspace against its plan). 0
+ * where no dweight or dbias is asked for, on the CPU, or where the CUDA
+ * kernel parks its column partials in dx (or dresidual) until they are
+ * summed. @return FO_OK and *bytes, or an error status (the arguments are
+ * checked as the call itself checks them). */
 FO_API int fo_norm_backward_workspace_bytes(const fo_norm_backward_args *args,
                                             int64_t *bytes);
 

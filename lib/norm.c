@@ -547,9 +547,9 @@ static fo_norm_backward_params backward_params(const fo_norm_backward_args *c) {
     return a;
 }
 
-/* The most workspace any call with these shapes, strides and dtypes needs,
- * whatever its addresses: a caller asks once a signature, and the launcher
- * checks what its one plan needs against what it is given. */
+/* The workspace of a checked call: on CUDA, what the plan of the kernel it
+ * takes needs (the launcher checks the call's workspace against its own
+ * plan). */
 static int64_t backward_workspace(int device_type, int device_index,
                                   const fo_norm_backward_params *a) {
     if (device_type != FO_DEVICE_CUDA || (!a->dweight && !a->dbias))

@@ -1,8 +1,6 @@
 // norm.cu: LayerNorm and RMSNorm with fused residual add and dropout on CUDA:
 // the entry points. Each makes the call's plan (norm_plan.cuh: which
 // kernel, grid, cluster and workspace) and launches what it says.
-#include <algorithm>
-
 #include "norm_plan.cuh"
 
 namespace fo {
@@ -170,22 +168,6 @@ void launch_backward(const fo_norm_backward_params &a, const BackwardPlan &plan,
 
 using namespace fo;
 
-namespace {
-
-// `a` with every operand it has at an address of the given remainder mod
-// 16 (addresses are not part of the workspace question).
-fo_norm_backward_params with_addresses(fo_norm_backward_params a, uintptr_t remainder) {
-    auto place = [&](auto &p) {
-        using Pointer = std::remove_reference_t<decltype(p)>;
-        if (p) p = reinterpret_cast<Pointer>(uintptr_t(4096) + remainder);
-    };
-    place(a.dx), place(a.dresidual), place(a.dweight), place(a.dbias), place(a.dy);
-    place(a.dresidual_out), place(a.h), place(a.mean), place(a.rstd), place(a.weight);
-    return a;
-}
-
-}  // namespace
-
 extern "C" int64_t fo_cuda_norm_workspace_bytes(const fo_norm_backward_params *a,
                                                 int device_index) {
     if (!a->dweight && !a->dbias) return 0;
@@ -196,14 +178,9 @@ extern "C" int64_t fo_cuda_norm_workspace_bytes(const fo_norm_backward_params *a
     const bool on_device = guard.error() == cudaSuccess;
     const DeviceInfo info = on_device ? device_info(device_index) : DeviceInfo{};
     cudaGetLastError();  // a failed switch is "no", not this op's error
-    // the larger of the plans of aligned operands and of unaligned ones
     int64_t bytes = 0;
     dispatch_dtype(a->dtype, [&](auto tag) {
-        using T = decltype(tag);
-        for (const uintptr_t remainder : {0, 2})
-            bytes = std::max(bytes, norm_backward_plan<T>(with_addresses(*a, remainder),
-                                                          device_index, info)
-                                        .workspace_bytes);
+        bytes = norm_backward_plan<decltype(tag)>(*a, device_index, info).workspace_bytes;
     });
     return bytes;
 }
