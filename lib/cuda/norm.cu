@@ -199,7 +199,7 @@ extern "C" int fo_cuda_norm_forward(int device_index, uintptr_t stream,
 
 extern "C" int fo_cuda_norm_backward(int device_index, uintptr_t stream,
                                      const fo_norm_backward_params *a) {
-    static const char op[] = "fo_norm_backward";
+    const char *const op = "fo_norm_backward";
     DeviceGuard guard(device_index);
     const bool on_device = guard.error() == cudaSuccess;
     const DeviceInfo info = on_device ? device_info(device_index) : DeviceInfo{};
