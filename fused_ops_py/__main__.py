@@ -12,7 +12,7 @@ def env_report():
     import torch
 
     import fused_ops_py
-    from fused_ops_py._ffi import ffi, lib
+    from fused_ops_py._ffi import cuda_version_text, driver_version, ffi, lib, library_origin
 
     def text(pointer):
         return ffi.string(pointer).decode()
@@ -23,10 +23,12 @@ def env_report():
         ("fused_ops_py", fused_ops_py.__version__),
         ("library", "{}.{}.{}".format(library_version // 10000, library_version // 100 % 100, library_version % 100)),
         ("library path", fused_ops_py.library_path()),
+        ("library chosen", library_origin),
+        ("CUDA driver supports", cuda_version_text(driver_version) if driver_version else "no driver"),
         ("ABI version", lib.fo_abi_version()),
         ("CUDA built in", "yes" if lib.fo_cuda_built() else "no (CPU-only library)"),
         ("GPU code built", text(lib.fo_cuda_archs()) or "-"),
-        ("CUDA runtime (library)", f"{cuda_runtime // 1000}.{cuda_runtime % 1000 // 10}" if cuda_runtime else "-"),
+        ("CUDA runtime (library)", cuda_version_text(cuda_runtime) if cuda_runtime else "-"),
         ("python", platform.python_version()),
         ("platform", platform.platform()),
         ("torch", torch.__version__),

@@ -3,7 +3,9 @@ Python exceptions. Nothing else lives here.
 
 The cffi declarations are read from the library's own header (shipped in
 the package), so they cannot drift from it. The library is looked up at
-``$FUSED_OPS_PY_LIBRARY`` (a full path) if set, else the copy in the wheel.
+``$FUSED_OPS_PY_LIBRARY`` (a full path) if set, else in the wheel, which
+carries two builds: the default one (CUDA 13) and one with the CUDA 12
+runtime, for drivers older than CUDA 13. The driver picks between them.
 """
 
 import os
@@ -17,9 +19,14 @@ import torch
 ENV_VAR = "FUSED_OPS_PY_LIBRARY"
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
-_LIBRARY_FILE = {"darwin": "libfused_ops.dylib", "win32": "fused_ops.dll"}.get(
+# meson-python installs the libraries at its default libdir into
+# site-packages/.<distribution>.mesonpy.libs, beside this package.
+_BUNDLED_DIR = _PACKAGE_DIR.parent / ".fused_ops_py.mesonpy.libs"
+DEFAULT_LIBRARY = {"darwin": "libfused_ops.dylib", "win32": "fused_ops.dll"}.get(
     sys.platform, "libfused_ops.so"
 )
+CUDA12_LIBRARY = DEFAULT_LIBRARY.replace("fused_ops", "fused_ops_cuda12")
+_CUDA_DRIVER = {"win32": "nvcuda.dll"}.get(sys.platform, "libcuda.so.1")
 
 
 def _header_path() -> Path:
@@ -29,10 +36,52 @@ def _header_path() -> Path:
     return _PACKAGE_DIR.parent / "lib" / "fused_ops.h"  # a source checkout
 
 
-def _bundled_library_path() -> Path:
-    # meson-python installs a shared_library() at its default libdir into
-    # site-packages/.<distribution>.mesonpy.libs, beside this package.
-    return _PACKAGE_DIR.parent / ".fused_ops_py.mesonpy.libs" / _LIBRARY_FILE
+def cuda_driver_version():
+    """The CUDA version the installed driver supports (12040 for 12.4), or
+    None when no driver can be loaded. cuDriverGetVersion needs no cuInit,
+    so this neither starts CUDA nor touches a GPU."""
+    driver_ffi = cffi.FFI()
+    driver_ffi.cdef("int cuDriverGetVersion(int *version);")
+    try:
+        driver = driver_ffi.dlopen(_CUDA_DRIVER)
+    except OSError:
+        return None
+    version = driver_ffi.new("int *")
+    if driver.cuDriverGetVersion(version) != 0:
+        return None
+    return version[0]
+
+
+def cuda_version_text(version: int) -> str:
+    """12040 -> "12.4", as CUDA writes its versions."""
+    return f"{version // 1000}.{version % 1000 // 10}"
+
+
+def choose_variant(driver_version, present):
+    """Which bundled build to load, and why: (file name, reason).
+    driver_version: what cuda_driver_version() returned; present: the names
+    of the bundled files. A build runs only on a driver that supports its
+    CUDA major version; the default build is the fallback, since its CPU
+    kernels work with any driver or none."""
+    if driver_version is None:
+        return DEFAULT_LIBRARY, "the default build: no CUDA driver found"
+    driver = cuda_version_text(driver_version)
+    if driver_version >= 13000:
+        return DEFAULT_LIBRARY, f"the default build: the driver supports CUDA {driver}"
+    if driver_version >= 12000 and CUDA12_LIBRARY in present:
+        return CUDA12_LIBRARY, f"the CUDA 12 build: the driver supports CUDA {driver}, below 13.0"
+    missing = "no CUDA 12 build is bundled" if driver_version >= 12000 else "every build needs 12.0+"
+    return DEFAULT_LIBRARY, f"the default build, though the driver supports only CUDA {driver}: {missing}"
+
+
+def _library_choice(driver_version):
+    """The library to load and where it came from, in words."""
+    from_env = os.environ.get(ENV_VAR)
+    if from_env:
+        return Path(from_env), f"from ${ENV_VAR}"
+    present = {name for name in (DEFAULT_LIBRARY, CUDA12_LIBRARY) if (_BUNDLED_DIR / name).is_file()}
+    name, reason = choose_variant(driver_version, present)
+    return _BUNDLED_DIR / name, f"bundled in the package, {reason} (${ENV_VAR} is not set)"
 
 
 def cdef_from_header(header: str) -> str:
@@ -47,15 +96,10 @@ def _abi_version_of(header: str) -> int:
     return int(re.search(r"#define FO_ABI_VERSION (\d+)", header).group(1))
 
 
-def _load():
+def _load(path, origin):
     header = _header_path().read_text()
     ffi = cffi.FFI()
     ffi.cdef(cdef_from_header(header))
-    from_env = os.environ.get(ENV_VAR)
-    path = Path(from_env) if from_env else _bundled_library_path()
-    origin = (
-        f"from ${ENV_VAR}" if from_env else f"bundled in the package (${ENV_VAR} is not set)"
-    )
     if not path.is_file():
         raise ImportError(
             f"fused_ops_py: library {path} ({origin}) does not exist; "
@@ -81,10 +125,12 @@ def _load():
             f"package needs ABI version {expected}; point ${ENV_VAR} at a "
             f"matching build or unset it"
         )
-    return ffi, lib, path
+    return ffi, lib
 
 
-ffi, lib, library_path = _load()
+driver_version = cuda_driver_version()
+library_path, library_origin = _library_choice(driver_version)
+ffi, lib = _load(library_path, library_origin)
 
 _EXCEPTIONS = {
     lib.FO_ERR_INVALID_ARGUMENT: ValueError,

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Every test: the C tests of a CPU-only build, the same under ASan + UBSan, a
-# a fixed-seed fuzz of the C API, the C tests of a CUDA build (with nvcc), the wheel
-# and its tag, pytest against the installed wheel, again against the CPU-only
-# library swapped in with $FUSED_OPS_PY_LIBRARY, and the same wheel on the
-# oldest torch tested.
+# fixed-seed fuzz of the C API, the release wheel and sdist (scripts/
+# build_wheel.sh: manylinux tag, twine check), the C tests of the wheel's
+# build (CUDA with nvcc), a wheel built from the sdist, pytest against the
+# installed wheel, again against the CPU-only library swapped in with
+# $FUSED_OPS_PY_LIBRARY, the same wheel on the oldest torch tested (CPython
+# 3.9) and on CPython 3.13.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup_env.sh
@@ -60,18 +62,17 @@ else
         "here (not root, or no apt-get); install clang and libclang-rt-N-dev to fuzz"
 fi
 
-if command -v nvcc >/dev/null; then
-    echo "== C tests, CUDA build (the CUDA paths must fail cleanly without a GPU)"
-    meson setup build/cuda -Dcuda=enabled --wipe >/dev/null 2>&1 || meson setup build/cuda -Dcuda=enabled >/dev/null
-    ninja -C build/cuda
-    meson test -C build/cuda --print-errorlogs
-fi
-
-echo "== wheel"
-rm -rf dist
-python -m pip wheel -q --no-deps -w dist .
-python scripts/check_wheel_tag.py dist/fused_ops_py-*.whl
+echo "== wheel and sdist (scripts/build_wheel.sh: the release build, its tag, twine check)"
+scripts/build_wheel.sh
 python -m pip install -q --no-deps --force-reinstall dist/fused_ops_py-*.whl
+
+# The wheel's build directory is the CUDA build when there is nvcc: its C
+# tests run there rather than in a third CUDA build.
+echo "== C tests of the wheel's build (build/rel-wheel; the CUDA paths must fail cleanly without a GPU)"
+"${FUSED_OPS_PY_BUILD_VENV:-$PWD/.venv-build}/bin/meson" test -C build/rel-wheel --print-errorlogs
+
+echo "== a wheel built from the sdist (scripts/test_sdist.sh)"
+scripts/test_sdist.sh
 
 # the library-swap tests load this CPU-only build in a subprocess
 export FO_TEST_CPU_ONLY_LIBRARY="$PWD/build/cpu/libfused_ops.so"
@@ -80,5 +81,7 @@ pytest -q tests
 echo "== pytest, CPU-only library via FUSED_OPS_PY_LIBRARY"
 FUSED_OPS_PY_LIBRARY="$PWD/build/cpu/libfused_ops.so" pytest -q tests
 
-echo "== the same wheel on the oldest torch tested (scripts/test_old_torch.sh)"
+echo "== the same wheel on the oldest torch tested, CPython 3.9 (scripts/test_old_torch.sh)"
 scripts/test_old_torch.sh
+echo "== the same wheel on CPython 3.13 (scripts/test_new_python.sh)"
+scripts/test_new_python.sh
