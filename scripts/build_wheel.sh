@@ -90,7 +90,9 @@ if [ "$with_cuda" = 1 ]; then
         cuda12_library="$(scripts/build_cuda12_library.sh build/rel-cuda12 "${setup_args[@]}" 2>>"$LOG" |
             tail -n 1)" || { tail -n 40 "$LOG"; exit 1; }
     fi
-    setup_args+=(-Dcuda=enabled)
+    # the release's GPUs, meson.options' default, given because a reused
+    # build directory keeps the value of its last configuration
+    setup_args+=(-Dcuda=enabled -Dgpu_archs=80,90,100,120)
 else
     if [ "${FUSED_OPS_PY_CUDA:-auto}" = disabled ]; then
         echo "== FUSED_OPS_PY_CUDA=disabled: building a CPU-only wheel"

@@ -117,10 +117,10 @@ void launch_backward(const fo_norm_backward_params &a, const BackwardPlan &plan,
         break;
     case NormKernel::kShared:
         dispatch_companion<T>(a.h_dtype, [&](auto h_tag) {
+            using H = decltype(h_tag);  // here, not in the inner lambda (norm_plan.cuh)
             dispatch_companion<T>(a.param_dtype, [&](auto param_tag) {
                 if constexpr (kTuning<T>.backward_shared) {
-                    const auto kernel =
-                        norm_backward_shared_kernel<T, decltype(h_tag), decltype(param_tag)>;
+                    const auto kernel = norm_backward_shared_kernel<T, H, decltype(param_tag)>;
                     cudaLaunchConfig_t config =
                         clustered_config(plan.grid, plan.block, plan.shared_bytes, stream,
                                          plan.cluster, attributes[0]);

@@ -182,12 +182,13 @@ inline int shared_backward_cluster(int64_t cols) {
 template <typename T, typename F>
 void with_backward_registers_kernel(const fo_norm_backward_params &a, int cpt, F &&f) {
     dispatch_companion<T>(a.h_dtype, [&](auto h_tag) {
+        using H = decltype(h_tag);  // here, not in an inner lambda (below)
         dispatch_companion<T>(a.param_dtype, [&](auto param_tag) {
+            using P = decltype(param_tag);
             dispatch_row_access<T>(a.cols, [&](auto access) {
                 dispatch_chunks<kBackwardMaxChunks<T>>(cpt, [&](auto chunks) {
                     constexpr auto kernel =
-                        norm_backward_registers_kernel<T, decltype(h_tag), decltype(param_tag),
-                                                       chunks.value, access.value>;
+                        norm_backward_registers_kernel<T, H, P, chunks.value, access.value>;
                     f(std::integral_constant<decltype(kernel), kernel>{});
                 });
             });
@@ -359,8 +360,13 @@ BackwardPlan norm_backward_plan(const fo_norm_backward_params &a, int device,
         int64_t bytes = 0, groups = 0;
         if (aligned && cluster > 0)
             dispatch_companion<T>(a.h_dtype, [&](auto h_tag) {
+                // A tag's type is named where the tag is a parameter: in an
+                // inner lambda, where it is a capture, the host code nvcc
+                // gives g++ 12 made decltype(h_tag) a reference, a kernel
+                // instantiation the device code lacks (invalid device
+                // function, invalid resource handle on the GPU)
+                using H = decltype(h_tag);
                 dispatch_companion<T>(a.param_dtype, [&](auto param_tag) {
-                    using H = decltype(h_tag);
                     using P = decltype(param_tag);
                     bytes = shared_backward_bytes<T, H, P>(a.cols, cluster);
                     if (bytes + kSharedReserve > info.shared_optin) return;
