@@ -271,30 +271,27 @@ def norm_backward(dy, dresidual_out, h, stats, weight, bias, kind, dropout_p, co
     dbias = dense_like(bias) if bias is not None and want_bias else None
     # views (or dense copies) kept alive until the call returns
     dy_rows, h_rows = as_rows(dy, cols)[0], as_rows(h, cols)[0]
-    a.dy, a.h = addresses = dy_rows.data_ptr(), h_rows.data_ptr()
+    a.dy, a.h = dy_rows.data_ptr(), h_rows.data_ptr()
     if dresidual_out is not None:
         dro_rows = as_rows(dresidual_out, cols)[0]
-        a.dresidual_out = address = dro_rows.data_ptr()
-        addresses += (address,)
+        a.dresidual_out = dro_rows.data_ptr()
     if dx is not None:
-        a.dx = address = dx.data_ptr()
-        addresses += (address,)
+        a.dx = dx.data_ptr()
     if dresidual is not None:
-        a.dresidual = address = dresidual.data_ptr()
-        addresses += (address,)
+        a.dresidual = dresidual.data_ptr()
     a.rstd = rstd = stats.data_ptr()
     if kind == LAYER:
         a.mean = rstd + rows * stats.itemsize
     if weight is not None:
         weight = weight.contiguous()
-        a.weight = address = weight.data_ptr()
-        addresses += (address,)
+        a.weight = weight.data_ptr()
     if dropout_p > 0:
         a.seed, a.offset = seed_offset_values(seed_offset)
     if dweight is not None or dbias is not None:
         a.dweight, a.dbias = _address(dweight), _address(dbias)
         # the plan may turn on the operands' alignment: a coarse class of it
         # is part of the signature (the library alone knows the rule)
+        addresses = (a.dy, a.h, a.dresidual_out, a.dx, a.dresidual, a.weight)  # 0: absent
         outputs = (dx is None, dresidual is None, dweight is None, dbias is None,
                    tuple(address % 256 for address in addresses))
         workspace = _workspace(_norm_backward_workspaces, (key, outputs),
