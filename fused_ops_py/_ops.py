@@ -248,7 +248,7 @@ if AVAILABLE:
 
     @rope.register_fake
     def _(q, k, cos, sin, unsqueeze_dim):
-        return q.new_empty(q.shape), k.new_empty(k.shape)
+        return _calls.rope_output(q), _calls.rope_output(k)
 
     @custom_op("fused_ops_py::rope_backward", mutates_args=())
     def rope_backward(dq_embed: Tensor, dk_embed: Tensor, cos: Tensor, sin: Tensor, unsqueeze_dim: int,
@@ -258,8 +258,8 @@ if AVAILABLE:
 
     @rope_backward.register_fake
     def _(dq_embed, dk_embed, cos, sin, unsqueeze_dim, want_q, want_k):
-        return (dq_embed.new_empty(dq_embed.shape) if want_q else _empty(dq_embed),
-                dk_embed.new_empty(dk_embed.shape) if want_k else _empty(dq_embed))
+        return (_calls.rope_output(dq_embed) if want_q else _empty(dq_embed),
+                _calls.rope_output(dk_embed) if want_k else _empty(dq_embed))
 
     def _rope_setup(ctx, inputs, output):
         _autograd.rope_save(ctx, *inputs)

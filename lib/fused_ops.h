@@ -130,8 +130,8 @@ FO_API int fo_get_cpu_threads(void);
  * the value 0), so a caller built against an older header keeps working.
  * A struct_size under the first version's size, or over the library's own, is
  * FO_ERR_INVALID_ARGUMENT, as is a NULL struct pointer (every struct below
- * is in its first version, FO_ABI_VERSION 4: struct_size must be its
- * sizeof). The library reads the struct during the call only. Each struct carries the call's device: device_type
+ * is in its first version, FO_ABI_VERSION 4, but fo_rope_args, whose first
+ * version ends at `reserved`). The library reads the struct during the call only. Each struct carries the call's device: device_type
  * (FO_DEVICE_CPU or FO_DEVICE_CUDA), device_index (the CUDA ordinal; ignored
  * on the CPU) and stream (a cudaStream_t as an integer, 0 = legacy default;
  * ignored on the CPU).
@@ -499,9 +499,9 @@ enum fo_rope_layout {
  *     out[i + h] = x[i + h] * c[i + h] - x[i] * s[i]
  *     out[j]     = x[j]
  * Arithmetic is fp32 (fp64 for fp64). Both entry points take this struct.
- *   q_out, k_out: outputs, dense in q's (k's) shape and layout, `dtype`;
- *            either may be 0, and then that tensor is neither read nor
- *            written.
+ *   q_out, k_out: outputs in q's (k's) shape, `dtype`, placed as
+ *            q_out_strides (k_out_strides) say; either may be 0, and then
+ *            that tensor is neither read nor written.
  *   q, k:    batch x q_heads (k_heads) x tokens x head_dim elements, placed
  *            as `layout` says, read through their strides (elements, in the
  *            tensors' own dimension order; any >= 0, rows may overlap), the
@@ -528,6 +528,12 @@ typedef struct fo_rope_args {
     int32_t dtype;        /* of q, k and the outputs */
     int32_t cos_dtype;    /* of cos and sin */
     int32_t reserved;     /* 0 */
+    /* The outputs' strides (elements, in the tensors' own dimension order,
+     * as q_strides): any layout whose elements do not overlap and whose
+     * last stride is 1 (q's own, where q is a transposed projection, so
+     * that attention reads it with no copy). All 0 (or a struct_size that
+     * ends before them): dense in `layout`. */
+    int64_t q_out_strides[4], k_out_strides[4];
 } fo_rope_args;
 
 FO_API int fo_rope_forward(const fo_rope_args *args);

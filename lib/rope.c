@@ -118,6 +118,35 @@ static int check_strided(const char *op, const char *name, uintptr_t address,
     return FO_OK;
 }
 
+/* An output placed by strides s (all 0: dense, checked as such by the
+ * caller): checked as a strided operand whose elements do not overlap,
+ * each stride, smallest first, past the reach of the ones below it. */
+static int check_placed(const char *op, const char *name, uintptr_t address, const int64_t *n,
+                        const int64_t *s, int dtype) {
+    int status;
+    if ((status = check_strided(op, name, address, n, s, 4, dtype, 1))) return status;
+    int order[4], used = 0;
+    for (int d = 0; d < 4; d++) {
+        if (n[d] == 0) return FO_OK;
+        if (n[d] == 1) continue;
+        int at = used++;
+        for (; at > 0 && s[order[at - 1]] > s[d]; at--) order[at] = order[at - 1];
+        order[at] = d;
+    }
+    for (int i = 1; i < used; i++) {
+        const int64_t below = bounded_product(s[order[i - 1]], n[order[i - 1]]);
+        if (below < 0 || s[order[i]] < below)
+            return fo_fail(FO_ERR_INVALID_ARGUMENT,
+                           "%s: %s strides %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64
+                           " for sizes %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64
+                           " place elements over each other", op, name, s[0], s[1], s[2], s[3],
+                           n[0], n[1], n[2], n[3]);
+    }
+    return FO_OK;
+}
+
+static int all_zero(const int64_t *s) { return !s[0] && !s[1] && !s[2] && !s[3]; }
+
 static int check_args(const char *op, const fo_rope_args *c) {
     int status;
     if ((status = fo_check_device(op, c->device_type, c->device_index)) ||
@@ -149,6 +178,7 @@ static int check_args(const char *op, const fo_rope_args *c) {
     const char *names[2] = {"q", "k"};
     const uintptr_t ins[2] = {c->q, c->k}, outs[2] = {c->q_out, c->k_out};
     const int64_t *strides[2] = {c->q_strides, c->k_strides};
+    const int64_t *out_strides[2] = {c->q_out_strides, c->k_out_strides};
     for (int x = 0; x < 2; x++) {
         /* the sizes in the tensor's own dimension order */
         const int64_t n[4] = {c->batch, c->layout == FO_ROPE_HEADS_FIRST ? heads[x] : c->tokens,
@@ -162,8 +192,10 @@ static int check_args(const char *op, const fo_rope_args *c) {
                            "%s: %s of batch=%" PRId64 " x tokens=%" PRId64 " x heads=%" PRId64
                            " x head_dim=%" PRId64 " overflows 64-bit byte offsets",
                            op, names[x], c->batch, c->tokens, heads[x], c->head_dim);
-        if ((status = fo_check_operand(op, out_name, outs[x], c->head_dim, rows, c->head_dim,
-                                       c->dtype, 1)) ||
+        if ((all_zero(out_strides[x])
+                 ? (status = fo_check_operand(op, out_name, outs[x], c->head_dim, rows,
+                                              c->head_dim, c->dtype, 1))
+                 : (status = check_placed(op, out_name, outs[x], n, out_strides[x], c->dtype))) ||
             (outs[x] && (status = check_strided(op, names[x], ins[x], n, strides[x], 4, c->dtype,
                                                 0))))
             return status;
@@ -176,24 +208,26 @@ static int check_args(const char *op, const fo_rope_args *c) {
     return FO_OK;
 }
 
-/* One tensor's params: its input strides put in (batch, head, token)
- * order, its dense output's strides for the layout. */
+/* One tensor's params: its input and output strides put in (batch, head,
+ * token) order; an output without strides is dense in the layout. */
 static fo_rope_tensor tensor_params(const fo_rope_args *c, uintptr_t out, uintptr_t in,
-                                    const int64_t *s, int64_t heads) {
-    fo_rope_tensor x = {(void *)out, (const void *)in, s[0], 0, 0, 0, 0, 0, heads};
+                                    const int64_t *s, const int64_t *out_s, int64_t heads) {
+    fo_rope_tensor x = {(void *)out, (const void *)in, s[0], 0, 0, out_s[0], 0, 0, heads};
     const int64_t row = c->head_dim;
     if (!c->batch || !c->tokens || !heads || !row) {
         x.out = 0; /* nothing to do for it (and its other sizes may be anything) */
         return x;
     }
-    if (c->layout == FO_ROPE_HEADS_FIRST) {
-        x.in_head_stride = s[1], x.in_token_stride = s[2];
-        x.out_token_stride = row, x.out_head_stride = c->tokens * row;
+    const int heads_first = c->layout == FO_ROPE_HEADS_FIRST;
+    x.in_head_stride = s[heads_first ? 1 : 2], x.in_token_stride = s[heads_first ? 2 : 1];
+    if (all_zero(out_s)) {
+        x.out_head_stride = heads_first ? c->tokens * row : row;
+        x.out_token_stride = heads_first ? row : heads * row;
+        x.out_batch_stride = heads * c->tokens * row;
     } else {
-        x.in_token_stride = s[1], x.in_head_stride = s[2];
-        x.out_head_stride = row, x.out_token_stride = heads * row;
+        x.out_head_stride = out_s[heads_first ? 1 : 2];
+        x.out_token_stride = out_s[heads_first ? 2 : 1];
     }
-    x.out_batch_stride = heads * c->tokens * row;
     return x;
 }
 
@@ -206,8 +240,8 @@ static int rope(const char *op, const fo_rope_args *args, int backward) {
         (status = check_args(op, &c)))
         return status;
     fo_rope_params a = {
-        tensor_params(&c, c.q_out, c.q, c.q_strides, c.q_heads),
-        tensor_params(&c, c.k_out, c.k, c.k_strides, c.k_heads),
+        tensor_params(&c, c.q_out, c.q, c.q_strides, c.q_out_strides, c.q_heads),
+        tensor_params(&c, c.k_out, c.k, c.k_strides, c.k_out_strides, c.k_heads),
         (const void *)c.cos, (const void *)c.sin, c.cos_strides[0], c.cos_strides[1],
         c.sin_strides[0], c.sin_strides[1], c.batch, c.tokens, c.head_dim, c.rotary_dim,
         c.dtype, c.cos_dtype, backward};

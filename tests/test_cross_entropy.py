@@ -353,14 +353,20 @@ def test_linear_inference(device):
                             torch.bfloat16, 10 if reduction == "sum" else 1)
 
 
-def test_chunks_are_a_sixteenth_of_fp32_logits():
+def test_chunks_are_a_sixteenth_of_fp32_logits_and_at_most_twice_the_input():
     # a chunk's logits take at most 1/16 of the bytes of all rows' fp32
-    # logits, or one row where even that is more
-    for rows in (1, 3, 16, 17, 100, 4096, 65537):
-        for element_size in (2, 4, 8):
-            step = _calls._chunk_rows(rows, element_size)
-            assert step == max(1, rows * 4 // (16 * element_size))
-            assert step == 1 or step * element_size <= rows * 4 / 16
+    # logits and twice the input's bytes, or one row where even that is
+    # more; at least half of that allowance, in whole 128-row tiles above 256
+    for rows in (1, 3, 16, 17, 100, 4096, 8192, 65537):
+        for hidden, vocab in ((8, 50), (4096, 32000), (4096, 128256), (2048, 256000)):
+            for element_size in (2, 4, 8):
+                step = _calls._chunk_rows(rows, hidden, vocab, element_size)
+                allowed = min(rows * vocab * 4 / 16, 2 * rows * hidden * element_size) / (vocab * element_size)
+                assert step == 1 or step <= allowed
+                assert step >= min(allowed / 2, 1)
+                assert step < 256 or step % 128 == 0
+    assert _calls._chunk_rows(8192, 4096, 128256, 2) == 512
+    assert _calls._chunk_rows(8192, 4096, 32000, 2) == 1024
 
 
 class LiveLogits(TorchDispatchMode):

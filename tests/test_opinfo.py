@@ -166,20 +166,12 @@ def test_layer_norm_backward_of_one_element_rows_is_exactly_zero(device, dtype, 
     assert torch.equal(dx, torch.zeros_like(x)), f"dx of one-element rows: {dx.flatten().tolist()}"
 
 
-# where a constant row's output and gradients still show a rounded mean
-RECENTRED_ONLY_ON_CPU = {(torch.float32, 64), (torch.float32, 1000), (torch.float16, 1000)}
-
-
-@pytest.mark.parametrize("cols", [7, 64, 1000])
+@pytest.mark.parametrize("cols", [7, 64, 1000, 4096])
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d)[6:])
 @pytest.mark.parametrize("device", DEVICES)
-def test_layer_norm_of_constant_rows_matches_torch(request, device, dtype, cols):
+def test_layer_norm_of_constant_rows_matches_torch(device, dtype, cols):
     # a constant row's mean rounds in most sums, yet x - mean must be 0;
     # values of a few units, so that a rounded mean shows through rstd
-    if str(device).startswith("cuda") and (dtype, cols) in RECENTRED_ONLY_ON_CPU:
-        request.applymarker(pytest.mark.xfail(strict=True, reason=(
-            "the CUDA fp32/16-bit register kernels take a row's mean as its sum over cols: "
-            "made exact it cost fp32 registers and speed; open in issue 34")))
     values = 8 * random((6, 1), dtype, device, seed=0)
     x = values.expand(6, cols).contiguous().requires_grad_()
     weight = random((cols,), dtype, device, seed=1).requires_grad_()
@@ -187,6 +179,32 @@ def test_layer_norm_of_constant_rows_matches_torch(request, device, dtype, cols)
     dy = random((6, cols), dtype, device, seed=3)
     leaves64 = fresh([x, weight, bias], torch.float64)
     y = fo.fused_layer_norm(x, weight, bias, 1e-5)
+    y64 = F.layer_norm(leaves64[0], (cols,), leaves64[1], leaves64[2], 1e-5)
+    check("output", y, y64, dtype)
+    grads = torch.autograd.grad(y, [x, weight, bias], dy)
+    grads64 = torch.autograd.grad(y64, leaves64, dy.double())
+    for what, grad, grad64 in zip(("dx", "dweight", "dbias"), grads, grads64):
+        check(what, grad, grad64, dtype)
+
+
+@pytest.mark.parametrize("residual_dtype", ["same", "float32"])
+@pytest.mark.parametrize("cols", [64, 1000, 4096])
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d)[6:])
+@pytest.mark.parametrize("device", DEVICES)
+def test_add_layer_norm_of_constant_sums_matches_torch(device, dtype, cols, residual_dtype):
+    # h = x + residual constant in each row: as exact as the plain norm's
+    r_dtype = torch.float32 if residual_dtype == "float32" else dtype
+    if r_dtype != dtype and dtype not in (torch.float16, torch.bfloat16):
+        pytest.skip("an fp32 residual goes beside 16-bit x")
+    x = (8 * random((6, 1), dtype, device, seed=0)).expand(6, cols).contiguous().requires_grad_()
+    residual = (4 * random((6, 1), r_dtype, device, seed=4)).expand(6, cols).contiguous()
+    weight = random((cols,), dtype, device, seed=1).requires_grad_()
+    bias = random((cols,), dtype, device, seed=2).requires_grad_()
+    dy = random((6, cols), dtype, device, seed=3)
+    y, h = fo.fused_add_layer_norm(x, residual, weight, bias, 1e-5)
+    h_rounded = (x.detach().to(torch.float64) + residual.to(torch.float64)).to(r_dtype)
+    assert torch.equal(h, h_rounded)
+    leaves64 = fresh([h_rounded.requires_grad_(), weight, bias], torch.float64)
     y64 = F.layer_norm(leaves64[0], (cols,), leaves64[1], leaves64[2], 1e-5)
     check("output", y, y64, dtype)
     grads = torch.autograd.grad(y, [x, weight, bias], dy)

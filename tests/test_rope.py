@@ -7,6 +7,7 @@ import torch
 
 import fused_ops_py as fo
 from fused_ops_py import _calls
+from fused_ops_py._ffi import check as check_status
 from conftest import assert_close, random, requires_gpu
 
 
@@ -77,12 +78,21 @@ CASES = [
 ]
 
 
+def expected_strides(x):
+    """An output's layout: torch.empty_like's for x (x's own where x is
+    dense, as a transposed projection, so that attention reads it as it
+    is), or contiguous where that would not keep rows contiguous."""
+    strides = torch.empty_like(x).stride()
+    return strides if strides[-1] == 1 else x.new_empty(x.shape).stride()
+
+
 def check(q, k, cos, sin, unsqueeze_dim, dtype, seed=20):
     q_embed, k_embed = fo.fused_rope(q, k, cos, sin, unsqueeze_dim=unsqueeze_dim)
     leaves = [t.detach().double().requires_grad_() for t in (q, k)]
     expected = reference(*leaves, cos.double(), sin.double(), unsqueeze_dim)
     for got, want, x in zip((q_embed, k_embed), expected, (q, k)):
-        assert got.shape == x.shape and got.dtype == dtype and got.is_contiguous()
+        assert got.shape == x.shape and got.dtype == dtype
+        assert got.numel() == 0 or got.stride() == expected_strides(x), (got.stride(), x.stride())
         assert_close(got, want, dtype)
     cotangents = [random(x.shape, dtype, x.device, seed=seed + i) for i, x in enumerate((q, k))]
     grads = torch.autograd.grad((q_embed, k_embed), (q, k), cotangents)
@@ -165,6 +175,62 @@ def test_q_and_k_are_read_in_place(device, monkeypatch):
     with torch.no_grad():
         fo.fused_rope(q, k, cos, sin)
     assert spy.seen == [(q.data_ptr(), k.data_ptr())]
+
+
+def test_outputs_and_gradients_keep_the_projection_layout(device):
+    """q_embed of a transposed projection is laid out as q, so that the
+    model's transpose back after attention copies nothing; the gradient of
+    q takes the layout of the gradient that arrives."""
+    q = projected(2, 6, 4, 32, torch.bfloat16, device, 13, 1)
+    k = projected(2, 6, 2, 32, torch.bfloat16, device, 14, 1)
+    cos, sin = tables(2, 6, 32, torch.float32, device)
+    q_embed, k_embed = fo.fused_rope(q, k, cos, sin)
+    assert q_embed.stride() == q.stride() and k_embed.stride() == k.stride()
+    assert q_embed.transpose(1, 2).is_contiguous()
+    dq_embed = random((2, 6, 4, 32), torch.bfloat16, device, seed=15).transpose(1, 2)
+    dq, dk = torch.autograd.grad((q_embed, k_embed), (q, k), (dq_embed, torch.zeros_like(k_embed)))
+    assert dq.stride() == dq_embed.stride()
+    q64, k64 = (t.detach().double().requires_grad_() for t in (q, k))
+    reference(q64, k64, cos.double(), sin.double())[0].backward(dq_embed.double())
+    assert_close(dq, q64.grad, torch.bfloat16)
+
+
+@pytest.mark.parametrize("strides", [(640, 32, 128, 1), (1280, 160, 32, 1), (0, 0, 0, 0)], ids=str)
+def test_output_strides_given_to_the_library(strides, device):
+    """The struct's output strides: any non-overlapping layout (all 0:
+    dense), the values the same."""
+    q = random((2, 4, 5, 32), torch.float32, device, seed=30)
+    cos, sin = tables(2, 5, 32, torch.float32, device)
+    out = torch.full((2 * 1280,), float("nan"), device=device)
+    placed = out.as_strided(q.shape, strides) if any(strides) else out[:q.numel()].view(q.shape)
+    a = _calls._struct(_calls._ROPE, _calls.device_args(q)[:2], stream=_calls.device_args(q)[2],
+                       q_out=placed.data_ptr(), q=q.data_ptr(), q_strides=q.stride(), cos=cos.data_ptr(),
+                       sin=sin.data_ptr(), cos_strides=cos.stride(), sin_strides=sin.stride(), batch=2, tokens=5,
+                       q_heads=4, k_heads=0, head_dim=32, rotary_dim=32, layout=0,
+                       dtype=_calls.DTYPE_CODES[torch.float32], cos_dtype=_calls.DTYPE_CODES[torch.float32],
+                       q_out_strides=strides)
+    assert _calls.lib.fo_rope_forward(a) == 0
+    assert_close(placed, reference(q.double(), q.double(), cos.double(), sin.double())[0], torch.float32)
+
+
+@pytest.mark.parametrize("strides, words", [
+    ((640, 32, 160, 1), ["q_out strides 640, 32, 160, 1", "over each other"]),
+    ((640, 160, 32, 2), ["q_out stride 2", "must be 1"]),
+    ((640, 160, -32, 1), ["q_out stride -32", "negative"]),
+], ids=str)
+def test_overlapping_output_strides_are_refused(strides, words, device):
+    q = random((2, 4, 5, 32), torch.float32, device, seed=31)
+    cos, sin = tables(2, 5, 32, torch.float32, device)
+    out = torch.empty(2 * 640 * 2, device=device)
+    a = _calls._struct(_calls._ROPE, _calls.device_args(q)[:2], q_out=out.data_ptr(), q=q.data_ptr(),
+                       q_strides=q.stride(), cos=cos.data_ptr(), sin=sin.data_ptr(), cos_strides=cos.stride(),
+                       sin_strides=sin.stride(), batch=2, tokens=5, q_heads=4, k_heads=0, head_dim=32,
+                       rotary_dim=32, layout=0, dtype=_calls.DTYPE_CODES[torch.float32],
+                       cos_dtype=_calls.DTYPE_CODES[torch.float32], q_out_strides=strides)
+    with pytest.raises(ValueError) as info:
+        check_status(_calls.lib.fo_rope_forward(a))
+    for word in words:
+        assert word in str(info.value), (word, str(info.value))
 
 
 def test_misaligned_views(device):

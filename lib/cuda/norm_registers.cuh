@@ -255,6 +255,22 @@ __device__ __forceinline__ void sum_deviations(const Held<S, true> (&h)[CPT], in
 // held row through local memory (spills of 100-400 bytes).
 enum ForwardInput { kX, kXPlusResidual, kDropoutXPlusResidual };
 
+// The first element of row r of h, rounded as the row's own: LayerNorm sums
+// the row about it, so that a constant row's mean is exactly its value (the
+// sum of n copies and its product with 1/n round). With dropout 0: one
+// element's mask is a Philox draw.
+template <typename T, typename R, ForwardInput INPUT>
+__device__ __forceinline__ acc_t<T> row_center(const fo_norm_forward_params &a, int64_t r) {
+    using A = acc_t<T>;
+    if constexpr (INPUT == kDropoutXPlusResidual) return A(0);
+    const A x0 = A(to_acc(static_cast<const T *>(a.x)[r * a.x_row_stride]));
+    if constexpr (INPUT == kX) return x0;
+    else
+        return A(to_acc(from_acc<R>(
+            acc_t<R>(to_acc(static_cast<const R *>(a.residual)[r * a.residual_row_stride])) +
+            acc_t<R>(x0))));
+}
+
 // T: x and y; R: residual, residual_out (T, or float with a residual);
 // P: weight, bias. ACCESS: where a chunk's vectors lie, in every operand
 // (kSpread only where T is fp32, and so are R and P). CLUSTER: the blocks
@@ -294,6 +310,8 @@ __maxnreg__((ForwardHeld<T, R, CPT, INPUT != kX, INPUT == kDropoutXPlusResidual>
         // chunk and added it up before the next load kept one 16-byte load
         // in flight a thread, in the SASS, and ran at half the bandwidth.)
         Held<R, true> h[CPT];
+        constexpr bool kCentred = INPUT != kDropoutXPlusResidual;  // (row_center's 0)
+        const A center = kCentred && !rms && active ? row_center<T, R, INPUT>(a, r) : A(0);
         // four sums a thread, not one: a chain of 32 dependent adds is time
         // the last warps of a single-wave grid wait out
         A sums[4] = {};
@@ -336,14 +354,16 @@ __maxnreg__((ForwardHeld<T, R, CPT, INPUT != kX, INPUT == kDropoutXPlusResidual>
                         v, stored, a, r, c, active && c < chunks);
                     h[k].set(v);
                 }
+                if (!kCentred || c < chunks)  // (past the row: zeros, not values about center)
 #pragma unroll
-                for (int i = 0; i < kChunk; i++) sums[i % 4] += v[i];
+                    for (int i = 0; i < kChunk; i++) sums[i % 4] += v[i] - center;
             }
         }
         // the variance about the mean: no cancellation
         A mean =
             rms ? A(0)
-                : cluster_row_sum<CLUSTER>((sums[0] + sums[1]) + (sums[2] + sums[3]), parity) * inv_cols;
+                : center + cluster_row_sum<CLUSTER>((sums[0] + sums[1]) + (sums[2] + sums[3]),
+                                                    parity) * inv_cols;
         A variance;
         if constexpr (kExactNormalize<T> && CLUSTER == 1) {  // (LayerNorm takes no cluster)
             A offsets = 0, squares;
@@ -364,7 +384,10 @@ __maxnreg__((ForwardHeld<T, R, CPT, INPUT != kX, INPUT == kDropoutXPlusResidual>
             if (a.mean) static_cast<A *>(a.mean)[r] = mean;
             if (a.rstd) static_cast<A *>(a.rstd)[r] = rstd;
         }
-        const A shift = -mean * rstd;
+        // a constant row (every h the exact mean, variance 0) is y = b exactly:
+        // h * rstd + shift would leave the rounding of mean * rstd
+        const A y_rstd = variance == A(0) && a.eps > 0 ? A(0) : rstd;  // (eps 0: NaN, as torch)
+        const A shift = -mean * y_rstd;
 #pragma unroll
         for (int k = 0; k < CPT; k++) {
             const int c = lane + k * row_threads;
@@ -377,7 +400,7 @@ __maxnreg__((ForwardHeld<T, R, CPT, INPUT != kX, INPUT == kDropoutXPlusResidual>
             bias_chunk.template load_or_fill<ACCESS>(bias, c, from_acc<P>(0.0f));
             weight_chunk.get(w);
             bias_chunk.get(b);
-            normalize_chunk<kExactNormalize<T>>(v, mean, rstd, shift, w, b);
+            normalize_chunk<kExactNormalize<T>>(v, mean, y_rstd, shift, w, b);
             store_row_chunk<T, ACCESS>(static_cast<T *>(a.y) + r * cols, v, c, cols);
         }
     }

@@ -104,14 +104,17 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
 }
 
-// A tensor's input strides keep 16-byte alignment (where the dimension has
-// more than one entry).
+// A tensor's input and output strides keep 16-byte alignment (where the
+// dimension has more than one entry).
 template <typename T>
 bool tensor_aligned16(const fo_rope_tensor &x, int64_t batch, int64_t tokens) {
     return !x.out || (aligned16(x.in) && aligned16(x.out) &&
                       stride_aligned16<T>(x.in_batch_stride, batch) &&
                       stride_aligned16<T>(x.in_head_stride, x.heads) &&
-                      stride_aligned16<T>(x.in_token_stride, tokens));
+                      stride_aligned16<T>(x.in_token_stride, tokens) &&
+                      stride_aligned16<T>(x.out_batch_stride, batch) &&
+                      stride_aligned16<T>(x.out_head_stride, x.heads) &&
+                      stride_aligned16<T>(x.out_token_stride, tokens));
 }
 
 }  // namespace
@@ -135,8 +138,7 @@ extern "C" int fo_cuda_rope(int device_index, uintptr_t stream, const fo_rope_pa
             int64_t blocks = (items + kThreads - 1) / kThreads;
             if (blocks > kMaxColBlocks) blocks = kMaxColBlocks;
             // 16-byte accesses: whole chunks on both sides of rotary_dim
-            // (the dense outputs' rows then stay aligned too) and every
-            // operand and stride aligned
+            // and every operand and stride aligned
             const bool whole = half % kChunk == 0 && (a.head_dim - a.rotary_dim) % kChunk == 0;
             dispatch_companion<T>(a.cos_dtype, [&](auto cos_tag) {
                 using C = decltype(cos_tag);

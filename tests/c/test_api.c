@@ -1068,11 +1068,15 @@ static int call_geglu_backward(const void *a) { return fo_geglu_backward(a); }
 static int call_rope_forward(const void *a) { return fo_rope_forward(a); }
 static int call_rope_backward(const void *a) { return fo_rope_backward(a); }
 
+/* fo_rope_args before the output strides */
+#define ROPE_FIRST_SIZE (offsetof(fo_rope_args, reserved) + sizeof(int32_t))
+
 typedef struct struct_entry {
     const char *op;
     int (*call)(const void *args);
     const void *valid; /* a call that succeeds, struct_size = size */
     size_t size;
+    size_t first; /* the size of its first version (0: size) */
 } struct_entry;
 
 /* A copy of the first `readable` bytes of `valid`, with struct_size set to
@@ -1111,17 +1115,17 @@ static void test_struct_size(void) {
     const fo_geglu_backward_args geglu_bwd = geglu_backward_base();
     const fo_rope_args rope = rope_base();
     const struct_entry entries[] = {
-        {"fo_bias_scale_relu_forward", call_relu_forward, &relu_fwd, sizeof relu_fwd},
-        {"fo_bias_scale_relu_backward", call_relu_backward, &relu_bwd, sizeof relu_bwd},
+        {"fo_bias_scale_relu_forward", call_relu_forward, &relu_fwd, sizeof relu_fwd, 0},
+        {"fo_bias_scale_relu_backward", call_relu_backward, &relu_bwd, sizeof relu_bwd, 0},
         {"fo_bias_scale_relu_backward_workspace_bytes", call_relu_query, &relu_bwd,
-         sizeof relu_bwd},
-        {"fo_norm_forward", call_norm_forward, &norm_fwd, sizeof norm_fwd},
-        {"fo_norm_backward", call_norm_backward, &norm_bwd, sizeof norm_bwd},
-        {"fo_norm_backward_workspace_bytes", call_norm_query, &norm_bwd, sizeof norm_bwd},
-        {"fo_geglu_forward", call_geglu_forward, &geglu_fwd, sizeof geglu_fwd},
-        {"fo_geglu_backward", call_geglu_backward, &geglu_bwd, sizeof geglu_bwd},
-        {"fo_rope_forward", call_rope_forward, &rope, sizeof rope},
-        {"fo_rope_backward", call_rope_backward, &rope, sizeof rope},
+         sizeof relu_bwd, 0},
+        {"fo_norm_forward", call_norm_forward, &norm_fwd, sizeof norm_fwd, 0},
+        {"fo_norm_backward", call_norm_backward, &norm_bwd, sizeof norm_bwd, 0},
+        {"fo_norm_backward_workspace_bytes", call_norm_query, &norm_bwd, sizeof norm_bwd, 0},
+        {"fo_geglu_forward", call_geglu_forward, &geglu_fwd, sizeof geglu_fwd, 0},
+        {"fo_geglu_backward", call_geglu_backward, &geglu_bwd, sizeof geglu_bwd, 0},
+        {"fo_rope_forward", call_rope_forward, &rope, sizeof rope, ROPE_FIRST_SIZE},
+        {"fo_rope_backward", call_rope_backward, &rope, sizeof rope, ROPE_FIRST_SIZE},
     };
     /* two pages, the second unreadable */
     const size_t page = (size_t)sysconf(_SC_PAGESIZE);
@@ -1141,11 +1145,18 @@ static void test_struct_size(void) {
         CHECK(st == OK, "%s, struct_size = sizeof = %" PRId64 ": status %d (%s)", e->op, size,
               st, fo_last_error());
 
+        /* a caller of the first version (fields since then read as 0): accepted */
+        const int64_t first = e->first ? (int64_t)e->first : size;
+        before_case();
+        st = call_at_page_end(e, page_end, (size_t)first, first);
+        CHECK(st == OK, "%s, struct_size = %" PRId64 " (the first version's): status %d (%s)",
+              e->op, first, st, fo_last_error());
+
         before_case();
         expect_status(e->op, "args NULL", e->call(NULL), INVALID, "args", "null");
 
         /* refused sizes, each named in the message; nothing written */
-        const int64_t refused[] = {0, -1, 8, size - 8, size - 1, size + 1, size + 8,
+        const int64_t refused[] = {0, -1, 8, first - 8, first - 1, size + 1, size + 8,
                                    INT64_MIN, INT64_MAX};
         for (size_t k = 0; k < COUNT(refused); k++) {
             char why[96], needle[64];
