@@ -36,6 +36,7 @@
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -659,14 +660,21 @@ static int64_t take_workspace_bytes(input *in, int64_t needed) {
 /* struct_size of an argument struct of `size` bytes: mostly its sizeof,
  * else a size the library must refuse (under the first version's, which is
  * sizeof for every struct today, or over the library's), or a NULL struct. */
-static void take_struct_size(call *c, input *in, size_t size) {
-    const int64_t sizeof_args = (int64_t)size;
-    const int64_t odd[] = {sizeof_args - 8, sizeof_args + 8, sizeof_args - 1, 0, -1, 8,
-                           INT64_MAX,       INT64_MIN,       sizeof_args + 4096};
+/* struct_size: sizeof, or (b < 240) a first version's size where the struct
+ * has grown since (first < size: the fields past it read as 0, which the
+ * call's own struct holds there too), or a refused one. */
+static void take_struct_size_since(call *c, input *in, size_t size, size_t first) {
+    const int64_t sizeof_args = (int64_t)size, first_size = (int64_t)first;
+    const int64_t odd[] = {first_size - 8, sizeof_args + 8, first_size - 1, 0, -1, 8,
+                           INT64_MAX,      INT64_MIN,       sizeof_args + 4096};
     uint8_t b = u8(in);
     c->struct_size = sizeof_args;
     if (b < 232)
         return;
+    if (b < 240 && first_size < sizeof_args) {
+        c->struct_size = first_size;
+        return;
+    }
     if (b < 248)
         c->struct_size = odd[b % COUNT(odd)];
     else
@@ -676,6 +684,10 @@ static void take_struct_size(call *c, input *in, size_t size) {
     else
         must_fail(&c->v, "struct_size %" PRId64 " (sizeof %" PRId64 ")", c->struct_size,
                   sizeof_args);
+}
+
+static void take_struct_size(call *c, input *in, size_t size) {
+    take_struct_size_since(c, in, size, size);
 }
 
 /* Adds operand `slot`: `passed` says whether the op's flags chose to pass it
@@ -992,7 +1004,8 @@ static void decode_rope(call *c, input *in) {
                                  tables, in);
         judge_strided(c, t);
     }
-    take_struct_size(c, in, sizeof(fo_rope_args));
+    take_struct_size_since(c, in, sizeof(fo_rope_args),
+                           offsetof(fo_rope_args, reserved) + sizeof(int32_t));
     if (c->device_type != FO_DEVICE_CPU)
         must_fail(&c->v, "device_type %d (a CPU-only build)", c->device_type);
     if (!dtype_ok(c->dtype))
