@@ -5,101 +5,110 @@
 namespace fo {
 namespace {
 
-// The heads a thread takes at one token and one chunk of its row: the
-// chunk's cos and sin are read once for all of them, and all their loads
-// are in flight before the first store. 2 (fp64: 1) keep a thread within
-// 128 registers, two 256-thread blocks an SM (sm_90, ptxas -v: 92-126);
-// 4 took 160-230, one block an SM, for the same bytes in flight.
-template <typename T>
-constexpr int kHeadsPerThread = sizeof(T) == 8 ? 1 : 2;
-
-// The launch's items: for each token (batch-major), the head groups of q
-// then of k (none for a tensor skipped), and in each group the chunks of a
-// row: rotation chunks (8 pairs (i, i + rotary_dim / 2) each) then the
-// chunks past rotary_dim, copied. Adjacent threads take adjacent chunks of
-// one row.
-struct RopeItems {
-    int64_t chunks, rotation_chunks;
-    int64_t q_groups, groups;
+// n / d and n % d for n < 2^31 by a multiply and a shift (Granlund and
+// Montgomery), d set on the host: a 32-bit division costs about 20
+// instructions, and each item takes three.
+struct FastDivmod {
+    uint32_t d = 1, m = 1, s = 0;
+    FastDivmod() = default;
+    explicit FastDivmod(uint32_t divisor) : d(divisor) {
+        while ((uint64_t(1) << s) < d) s++;
+        m = uint32_t((uint64_t(1) << 32) * ((uint64_t(1) << s) - d) / d + 1);
+    }
+    __device__ __forceinline__ uint32_t div(uint32_t n) const { return (__umulhi(n, m) + n) >> s; }
 };
 
+// The launch's items: (token, head slice, chunk), the chunk fastest. A
+// thread takes one chunk of a row (8 rotated pairs (i, i + rotary_dim / 2),
+// or 8 elements past rotary_dim, copied) in every `slices`-th head of q and
+// of k at its token: the chunk's cos and sin are loaded once for all of
+// them. (One item a chunk of two heads loaded the tables for every two.)
+struct RopeItems {
+    FastDivmod chunks, slices, tokens;
+    int64_t rotation_chunks;
+};
+
+// q_out, k_out of one tensor's heads s, s + slices, ... at (b, t)
+template <typename T, typename A, bool VEC, bool BACKWARD>
+__device__ __forceinline__ void rotate_heads(const fo_rope_tensor &x, int64_t b, int64_t t, int s,
+                                             int slices, int64_t i, int64_t half, int n,
+                                             const A (&c_lo)[kChunk], const A (&c_hi)[kChunk],
+                                             const A (&s_lo)[kChunk], const A (&s_hi)[kChunk]) {
+    const T *in = static_cast<const T *>(x.in) + b * x.in_batch_stride + t * x.in_token_stride + i;
+    T *out = static_cast<T *>(x.out) + b * x.out_batch_stride + t * x.out_token_stride + i;
+    // two heads' loads in flight: 80 registers (at 64, one head: 0-5% slower)
+#pragma unroll 2
+    for (int64_t h = s; h < x.heads; h += slices) {
+        A lo[kChunk], hi[kChunk], out_lo[kChunk], out_hi[kChunk];
+        load_chunk<T, VEC>(lo, in + h * x.in_head_stride, n);
+        load_chunk<T, VEC>(hi, in + h * x.in_head_stride + half, n);
+#pragma unroll
+        for (int e = 0; e < kChunk; e++) {
+            // forward: lo c_lo - hi s_lo, hi c_hi + lo s_hi; backward: lo
+            // c_lo + hi s_hi, hi c_hi - lo s_lo
+            out_lo[e] = lo[e] * c_lo[e] + (BACKWARD ? A(1) : A(-1)) * (hi[e] * (BACKWARD ? s_hi[e] : s_lo[e]));
+            out_hi[e] = hi[e] * c_hi[e] + (BACKWARD ? A(-1) : A(1)) * (lo[e] * (BACKWARD ? s_lo[e] : s_hi[e]));
+        }
+        store_chunk<T, VEC>(out + h * x.out_head_stride, out_lo, n);
+        store_chunk<T, VEC>(out + h * x.out_head_stride + half, out_hi, n);
+    }
+}
+
+template <typename T, bool VEC>
+__device__ __forceinline__ void copy_heads(const fo_rope_tensor &x, int64_t b, int64_t t, int s,
+                                           int slices, int64_t j, int n) {
+    using A = acc_t<T>;
+    const T *in = static_cast<const T *>(x.in) + b * x.in_batch_stride + t * x.in_token_stride + j;
+    T *out = static_cast<T *>(x.out) + b * x.out_batch_stride + t * x.out_token_stride + j;
+#pragma unroll 2
+    for (int64_t h = s; h < x.heads; h += slices) {
+        A v[kChunk];
+        load_chunk<T, VEC>(v, in + h * x.in_head_stride, n);
+        store_chunk<T, VEC>(out + h * x.out_head_stride, v, n);
+    }
+}
+
 template <typename T, typename C, bool VEC, bool BACKWARD, typename I>
-__global__ void __launch_bounds__(kThreads, 2)
+__global__ void __launch_bounds__(kThreads)
     rope_kernel(const fo_rope_params a, const RopeItems walk, const I items) {
     using A = acc_t<T>;
-    constexpr int G = kHeadsPerThread<T>;
     const int64_t half = a.rotary_dim / 2;
+    const int slices = int(walk.slices.d);
     for (I item = I(blockIdx.x) * blockDim.x + threadIdx.x; item < items;
          item += I(gridDim.x) * blockDim.x) {
-        const I c = item % I(walk.chunks), rest = item / I(walk.chunks);
-        const I group = rest % I(walk.groups), token = rest / I(walk.groups);
-        const int64_t b = int64_t(token / I(a.tokens)), t = int64_t(token % I(a.tokens));
-        // this group's tensor, each field picked by value (a reference
-        // into the parameters would copy them to local memory)
-        const bool is_q = int64_t(group) < walk.q_groups;
-        const int64_t head0 = (is_q ? int64_t(group) : int64_t(group) - walk.q_groups) * G;
-        const int64_t heads = is_q ? a.q.heads : a.k.heads;
-        const int64_t in_head = is_q ? a.q.in_head_stride : a.k.in_head_stride;
-        const int64_t out_head = is_q ? a.q.out_head_stride : a.k.out_head_stride;
-        const T *in = static_cast<const T *>(is_q ? a.q.in : a.k.in) +
-                      b * (is_q ? a.q.in_batch_stride : a.k.in_batch_stride) +
-                      t * (is_q ? a.q.in_token_stride : a.k.in_token_stride) + head0 * in_head;
-        T *out = static_cast<T *>(is_q ? a.q.out : a.k.out) +
-                 b * (is_q ? a.q.out_batch_stride : a.k.out_batch_stride) +
-                 t * (is_q ? a.q.out_token_stride : a.k.out_token_stride) + head0 * out_head;
-        const int count = int(heads - head0 < G ? heads - head0 : G);
+        I c, rest, s, token, b, t;
+        if constexpr (sizeof(I) == 4) {
+            rest = walk.chunks.div(item), c = item - rest * walk.chunks.d;
+            token = walk.slices.div(rest), s = rest - token * walk.slices.d;
+            b = walk.tokens.div(token), t = token - b * walk.tokens.d;
+        } else {
+            rest = item / walk.chunks.d, c = item % walk.chunks.d;
+            token = rest / walk.slices.d, s = rest % walk.slices.d;
+            b = token / I(a.tokens), t = token % I(a.tokens);
+        }
         if (int64_t(c) < walk.rotation_chunks) {
             const int64_t i = int64_t(c) * kChunk;
             const int n = int(half - i < kChunk ? half - i : kChunk);
-            // the pairs' two halves, then each output half from two table
-            // chunks (forward: lo c_lo - hi s_lo, hi c_hi + lo s_hi;
-            // backward: lo c_lo + hi s_hi, hi c_hi - lo s_lo), so that two
-            // of the four table chunks live at a time
-            const C *cos = static_cast<const C *>(a.cos) + b * a.cos_batch_stride +
-                           t * a.cos_token_stride + i;
-            const C *sin = static_cast<const C *>(a.sin) + b * a.sin_batch_stride +
-                           t * a.sin_token_stride + i;
-            A lo[G][kChunk], hi[G][kChunk];
-#pragma unroll
-            for (int h = 0; h < G; h++) {
-                if (h < count) {
-                    load_chunk<T, VEC>(lo[h], in + h * in_head + i, n);
-                    load_chunk<T, VEC>(hi[h], in + h * in_head + half + i, n);
-                }
-            }
-#pragma unroll
-            for (int part = 0; part < 2; part++) {
-                // part 0 writes the first half (its sine term negative
-                // forward), part 1 the second (negative backward)
-                A c[kChunk], s[kChunk];
-                load_chunk<C, VEC>(c, cos + part * half, n);
-                load_chunk<C, VEC>(s, sin + ((part == 0) == BACKWARD ? half : 0), n);
-                const A sign = (part == 0) == BACKWARD ? A(1) : A(-1);
-#pragma unroll
-                for (int h = 0; h < G; h++) {
-                    if (h < count) {
-                        A result[kChunk];
-#pragma unroll
-                        for (int e = 0; e < kChunk; e++) {
-                            const A same = part == 0 ? lo[h][e] : hi[h][e];
-                            const A other = part == 0 ? hi[h][e] : lo[h][e];
-                            result[e] = same * c[e] + sign * (other * s[e]);
-                        }
-                        store_chunk<T, VEC>(out + h * out_head + part * half + i, result, n);
-                    }
-                }
-            }
+            const C *cos = static_cast<const C *>(a.cos) + int64_t(b) * a.cos_batch_stride +
+                           int64_t(t) * a.cos_token_stride + i;
+            const C *sin = static_cast<const C *>(a.sin) + int64_t(b) * a.sin_batch_stride +
+                           int64_t(t) * a.sin_token_stride + i;
+            A c_lo[kChunk], c_hi[kChunk], s_lo[kChunk], s_hi[kChunk];
+            load_chunk<C, VEC>(c_lo, cos, n);
+            load_chunk<C, VEC>(c_hi, cos + half, n);
+            load_chunk<C, VEC>(s_lo, sin, n);
+            load_chunk<C, VEC>(s_hi, sin + half, n);
+            if (a.q.out)
+                rotate_heads<T, A, VEC, BACKWARD>(a.q, b, t, int(s), slices, i, half, n, c_lo, c_hi,
+                                                  s_lo, s_hi);
+            if (a.k.out)
+                rotate_heads<T, A, VEC, BACKWARD>(a.k, b, t, int(s), slices, i, half, n, c_lo, c_hi,
+                                                  s_lo, s_hi);
         } else {
-            // past rotary_dim: copied
             const int64_t j = a.rotary_dim + (int64_t(c) - walk.rotation_chunks) * kChunk;
             const int n = int(a.head_dim - j < kChunk ? a.head_dim - j : kChunk);
-            A v[G][kChunk];
-#pragma unroll
-            for (int h = 0; h < G; h++)
-                if (h < count) load_chunk<T, VEC>(v[h], in + h * in_head + j, n);
-#pragma unroll
-            for (int h = 0; h < G; h++)
-                if (h < count) store_chunk<T, VEC>(out + h * out_head + j, v[h], n);
+            if (a.q.out) copy_heads<T, VEC>(a.q, b, t, int(s), slices, j, n);
+            if (a.k.out) copy_heads<T, VEC>(a.k, b, t, int(s), slices, j, n);
         }
     }
 }
@@ -128,13 +137,17 @@ extern "C" int fo_cuda_rope(int device_index, uintptr_t stream, const fo_rope_pa
         const int64_t half = a.rotary_dim / 2;
         dispatch_dtype(a.dtype, [&](auto tag) {
             using T = decltype(tag);
-            constexpr int G = kHeadsPerThread<T>;
+            // a thread takes about 4 heads of the larger tensor (at most 8
+            // slices): their loads in flight, the tables read once for them
+            const int64_t most_heads = std::max(a.q.out ? a.q.heads : 0, a.k.out ? a.k.heads : 0);
+            const int64_t slices = std::min<int64_t>(8, std::max<int64_t>(1, (most_heads + 3) / 4));
             RopeItems walk;
             walk.rotation_chunks = chunks_per_row(half);
-            walk.chunks = walk.rotation_chunks + chunks_per_row(a.head_dim - a.rotary_dim);
-            walk.q_groups = a.q.out ? (a.q.heads + G - 1) / G : 0;
-            walk.groups = walk.q_groups + (a.k.out ? (a.k.heads + G - 1) / G : 0);
-            const int64_t items = a.batch * a.tokens * walk.groups * walk.chunks;
+            const int64_t chunks = walk.rotation_chunks + chunks_per_row(a.head_dim - a.rotary_dim);
+            const int64_t items = a.batch * a.tokens * slices * chunks;
+            walk.chunks = FastDivmod(uint32_t(chunks));
+            walk.slices = FastDivmod(uint32_t(slices));
+            walk.tokens = FastDivmod(uint32_t(std::min<int64_t>(a.tokens, INT32_MAX)));  // (32-bit items)
             int64_t blocks = (items + kThreads - 1) / kThreads;
             if (blocks > kMaxColBlocks) blocks = kMaxColBlocks;
             // 16-byte accesses: whole chunks on both sides of rotary_dim
