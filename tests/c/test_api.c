@@ -877,7 +877,20 @@ static void test_errors_rope(void) {
     FWD("q's token stride x tokens overflows", INVALID, "q stride", "overflows",
         a.q_strides[2] = BIG);
     FWD("struct_size 16", INVALID, "struct_size=16 ", "sizeof(fo_rope_args)", a.struct_size = 16);
+    FWD("q_out's tokens 2 apart, rows of 4", INVALID, "q_out strides 8, 8, 2, 1",
+        "over each other", (a.q_out_strides[0] = 8, a.q_out_strides[1] = 8,
+                            a.q_out_strides[2] = 2, a.q_out_strides[3] = 1));
+    FWD("k_out's last stride 2", INVALID, "k_out stride 2 (dimension 3, the last) must be 1",
+        NULL, (a.k_out_strides[0] = 16, a.k_out_strides[1] = 16, a.k_out_strides[2] = 8,
+               a.k_out_strides[3] = 2));
+    FWD("q_out's batch stride -8", INVALID, "q_out stride -8", "negative",
+        (a.q_out_strides[0] = -8, a.q_out_strides[1] = 8, a.q_out_strides[2] = 4,
+         a.q_out_strides[3] = 1, a.batch = 2, a.q_strides[0] = 0, a.k_strides[0] = 0,
+         a.cos_strides[0] = a.sin_strides[0] = 0));
     /* accepted boundaries */
+    FWD("q_out's rows 8 apart (a layout with gaps)", OK, NULL, NULL,
+        (a.q_out_strides[0] = 16, a.q_out_strides[1] = 16, a.q_out_strides[2] = 8,
+         a.q_out_strides[3] = 1));
     FWD("bf16 q, f32 tables", OK, NULL, NULL, a.dtype = BF16);
     FWD("tokens first", OK, NULL, NULL, (a.layout = FO_ROPE_TOKENS_FIRST, a.q_strides[1] = 4,
                                          a.q_strides[2] = 4));
