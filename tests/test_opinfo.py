@@ -177,12 +177,17 @@ def test_layer_norm_of_constant_rows_matches_torch(device, dtype, cols):
     weight = random((cols,), dtype, device, seed=1).requires_grad_()
     bias = random((cols,), dtype, device, seed=2).requires_grad_()
     dy = random((6, cols), dtype, device, seed=3)
-    leaves64 = fresh([x, weight, bias], torch.float64)
-    y = fo.fused_layer_norm(x, weight, bias, 1e-5)
-    y64 = F.layer_norm(leaves64[0], (cols,), leaves64[1], leaves64[2], 1e-5)
+    check_layer_norm(fo.fused_layer_norm(x, weight, bias, 1e-5), x, x, weight, bias, dy, dtype)
+
+
+def check_layer_norm(y, x, h, weight, bias, dy, dtype):
+    """y, and its gradients of x, weight and bias, against torch's LayerNorm
+    of h (x, or x + residual as rounded) in float64."""
+    h64, weight64, bias64 = (t.detach().double().requires_grad_() for t in (h, weight, bias))
+    y64 = F.layer_norm(h64, h.shape[-1:], weight64, bias64, 1e-5)
     check("output", y, y64, dtype)
     grads = torch.autograd.grad(y, [x, weight, bias], dy)
-    grads64 = torch.autograd.grad(y64, leaves64, dy.double())
+    grads64 = torch.autograd.grad(y64, [h64, weight64, bias64], dy.double())
     for what, grad, grad64 in zip(("dx", "dweight", "dbias"), grads, grads64):
         check(what, grad, grad64, dtype)
 
@@ -204,13 +209,7 @@ def test_add_layer_norm_of_constant_sums_matches_torch(device, dtype, cols, resi
     y, h = fo.fused_add_layer_norm(x, residual, weight, bias, 1e-5)
     h_rounded = (x.detach().to(torch.float64) + residual.to(torch.float64)).to(r_dtype)
     assert torch.equal(h, h_rounded)
-    leaves64 = fresh([h_rounded.requires_grad_(), weight, bias], torch.float64)
-    y64 = F.layer_norm(leaves64[0], (cols,), leaves64[1], leaves64[2], 1e-5)
-    check("output", y, y64, dtype)
-    grads = torch.autograd.grad(y, [x, weight, bias], dy)
-    grads64 = torch.autograd.grad(y64, leaves64, dy.double())
-    for what, grad, grad64 in zip(("dx", "dweight", "dbias"), grads, grads64):
-        check(what, grad, grad64, dtype)
+    check_layer_norm(y, x, h_rounded, weight, bias, dy, dtype)
 
 
 def ordered(bits):
