@@ -684,7 +684,8 @@ def _rope(entry, q, k, cos, sin, unsqueeze_dim, want_q, want_k):
         batch=q.shape[0], tokens=q.shape[tokens_dim], q_heads=q.shape[heads_dim],
         k_heads=k.shape[heads_dim], head_dim=q.shape[3], rotary_dim=cos.shape[-1],
         layout=_ROPE_LAYOUTS[unsqueeze_dim], dtype=DTYPE_CODES[q.dtype], cos_dtype=DTYPE_CODES[cos.dtype],
-        q_out_strides=q_out.stride() if want_q else (0,) * 4, k_out_strides=k_out.stride() if want_k else (0,) * 4,
+        q_out_strides=q_out.stride() if want_q else (0,) * 4,
+        k_out_strides=k_out.stride() if want_k else (0,) * 4,
     )
     status = entry(a)
     if status or SYNC:

@@ -277,10 +277,10 @@ __device__ __forceinline__ void normalize_chunk(A (&v)[kChunk], A mean, A rstd, 
 }
 // The register and shared-memory forward of fp64 take the exact order and
 // mean (corrected_mean); the register forward of fp32 and 16-bit the FFMAs,
-// a mean exact where the row is constant (kCentredRow) and y = b where
-// the variance is 0: the exact order took two
-// instructions an element more and 64 -> 72 registers at 2 chunks a thread
-// (3 blocks an SM, not 4). The streaming forward is exact in every dtype.
+// a mean exact where the row is constant (kCentredRow) and y = b where the
+// variance is 0: the exact order took two instructions an element more and
+// 64 -> 72 registers at 2 chunks a thread (3 blocks an SM, not 4). The
+// streaming forward is exact in every dtype.
 template <typename T>
 constexpr bool kExactNormalize = std::is_same_v<T, double>;
 
