@@ -664,6 +664,38 @@ def test_linear_memory_is_a_fraction_of_the_logits(dtype):
 
 
 @requires_gpu()
+@pytest.mark.parametrize("vocab, dtype", [(32000, torch.bfloat16), (32000, torch.float32),
+                                          (128256, torch.bfloat16), (256000, torch.bfloat16)], ids=str)
+def test_many_rows_a_block_at_model_vocabularies(vocab, dtype):
+    # more rows than blocks resident at once, so that a block (a cluster of
+    # 1, 2, 4 or 8 at these sizes) copies its next row while it writes one;
+    # every third target ignored, and the gradient in place (the linear
+    # loss's chunks) as well as beside the logits
+    rows = 1500
+    logits = random((rows, vocab), dtype, "cuda", seed=vocab) * 4
+    target = targets((rows,), vocab, "cuda", seed=2, ignored=True)
+    expected = logits.float().clone().requires_grad_()  # torch in fp32: the reference
+    loss = F.cross_entropy(expected, target, reduction="sum")
+    loss.backward()
+    expected_grad = expected.grad.to(dtype)
+    got = logits.clone().requires_grad_()
+    fused = fo.fused_cross_entropy(got, target, reduction="sum")
+    fused.backward()
+    loss_rtol = 1e-5 if dtype == torch.float32 else 1e-2
+    torch.testing.assert_close(fused.float(), loss, rtol=loss_rtol, atol=0)
+    assert_close(got.grad, expected_grad, dtype)
+    in_place = logits.clone()
+    losses = in_place.new_empty(rows, dtype=torch.float32)
+    template = _calls._cross_entropy_struct(in_place, rows, vocab, vocab, -100, 0.0, 0.0, None)
+    a = _calls.ffi.new(_calls._CROSS_ENTROPY, template[0])
+    a.loss, a.target = losses.data_ptr(), target.data_ptr()
+    a.logits = a.dlogits = in_place.data_ptr()
+    _calls._call_cross_entropy(a)
+    torch.testing.assert_close(losses.sum(), loss, rtol=loss_rtol, atol=0)
+    assert_close(in_place, expected_grad, dtype)
+
+
+@requires_gpu()
 def test_gpu_matches_cpu():
     logits = random((16, 32003), torch.float32, "cpu", seed=89)
     target = targets((16,), 32003, "cpu", seed=90, ignored=True)

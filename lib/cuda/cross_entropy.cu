@@ -7,6 +7,8 @@
 // first just read, from L2: the logits come from HBM about once. Rows are
 // reduced in a fixed order (shuffles, then warp 0 over the warps): the same
 // bits on every run.
+#include <cuda_pipeline.h>
+
 #include <cstdio>
 
 #include "common.cuh"
@@ -26,7 +28,13 @@ struct Log2 {
     static constexpr A kLn2 = A(0.6931471805599453);
 };
 
-__device__ __forceinline__ float exp2_of(float v) { return exp2f(v); }
+// ex2.approx.ftz: one MUFU instruction; exp2f adds the scaling of
+// subnormal results, which no sum or gradient here can tell from 0
+__device__ __forceinline__ float exp2_of(float v) {
+    float r;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(v));
+    return r;
+}
 __device__ __forceinline__ double exp2_of(double v) { return exp2(v); }
 __device__ __forceinline__ float log2_of(float v) { return log2f(v); }
 __device__ __forceinline__ double log2_of(double v) { return log2(v); }
@@ -79,24 +87,28 @@ __device__ __forceinline__ A capped(A v, A softcap) {
     else return v;
 }
 
-// Adds the first `valid` of a chunk's z values to a partial.
+// Adds the first `valid` of a chunk's z values to a partial: the chunk's
+// max of z, then one FFMA and one EX2 an element (max(z) * log2(e) is the
+// max of the y); the sum of z only where label smoothing reads it.
 template <typename A>
-__device__ __forceinline__ void add_chunk(Partial<A> &p, const A (&z)[kChunk], int valid) {
-    A y[kChunk], chunk_max = A(-INFINITY);
+__device__ __forceinline__ void add_chunk(Partial<A> &p, const A (&z)[kChunk], int valid, bool smoothing) {
+    A chunk_max = A(-INFINITY);
 #pragma unroll
-    for (int i = 0; i < kChunk; i++) {
-        const bool in_row = i < valid;
-        if (in_row) p.sum_z += z[i];
-        y[i] = in_row ? z[i] * Log2<A>::kLog2e : A(-INFINITY);
-        chunk_max = y[i] > chunk_max ? y[i] : chunk_max;
-    }
+    for (int i = 0; i < kChunk; i++)
+        if (i < valid) chunk_max = z[i] > chunk_max ? z[i] : chunk_max;
+    if (smoothing)
+#pragma unroll
+        for (int i = 0; i < kChunk; i++)
+            if (i < valid) p.sum_z += z[i];
+    chunk_max *= Log2<A>::kLog2e;
     if (chunk_max > p.max) {
         p.sum = p.max == A(-INFINITY) ? A(0) : p.sum * exp2_of(p.max - chunk_max);
         p.max = chunk_max;
     }
     if (p.max == A(-INFINITY)) return;  // all -inf so far: nothing to add
 #pragma unroll
-    for (int i = 0; i < kChunk; i++) p.sum += exp2_of(y[i] - p.max);
+    for (int i = 0; i < kChunk; i++)
+        if (i < valid) p.sum += exp2_of(fma(z[i], Log2<A>::kLog2e, -p.max));
 }
 
 // The loss of a row from its total partial (lse2: log2 of the sum of e^z).
@@ -108,20 +120,31 @@ __device__ __forceinline__ A row_loss(A lse2, A z_t, const Partial<A> &total, A 
 
 // The gradient of a chunk of logits v (overwritten) whose first column is
 // col: softmax - the smoothed one-hot of t, through the softcap, times scale.
+// Without a softcap, two FFMAs and one EX2 an element; the target's term
+// is subtracted in the one chunk that holds it.
 template <typename A, bool SOFTCAP>
 __device__ __forceinline__ void chunk_gradient(A (&v)[kChunk], int64_t col, int64_t t, A lse2, A ls,
                                                int64_t vocab, A softcap, A scale) {
     const A smooth = ls / A(vocab), hit = A(1) - ls;
+    if constexpr (SOFTCAP) {
 #pragma unroll
-    for (int i = 0; i < kChunk; i++) {
-        const A z = capped<A, SOFTCAP>(v[i], softcap);
-        A d = exp2_of(z * Log2<A>::kLog2e - lse2) - smooth;
-        if (col + i == t) d -= hit;
-        if constexpr (SOFTCAP) {
+        for (int i = 0; i < kChunk; i++) {
+            const A z = capped<A, SOFTCAP>(v[i], softcap);
+            A d = exp2_of(z * Log2<A>::kLog2e - lse2) - smooth;
+            if (col + i == t) d -= hit;
             const A th = z / softcap;
-            d *= A(1) - th * th;
+            v[i] = d * (A(1) - th * th) * scale;
         }
-        v[i] = d * scale;
+    } else {
+        const A smooth_scaled = smooth * scale;
+#pragma unroll
+        for (int i = 0; i < kChunk; i++)
+            v[i] = fma(exp2_of(fma(v[i], Log2<A>::kLog2e, -lse2)), scale, -smooth_scaled);
+        const int64_t at = t - col;
+        if (at >= 0 && at < kChunk)
+#pragma unroll
+            for (int i = 0; i < kChunk; i++)
+                if (i == at) v[i] -= hit * scale;
     }
 }
 
@@ -176,7 +199,7 @@ __global__ void __launch_bounds__(kMaxThreads)
 #pragma unroll
                 for (int i = 0; i < kChunk; i++) z[i] = capped<A, SOFTCAP>(v[u][i], softcap);
                 const int64_t left = vocab - c * kChunk;
-                add_chunk(p, z, ACCESS != kScalar || left >= kChunk ? kChunk : int(left));
+                add_chunk(p, z, ACCESS != kScalar || left >= kChunk ? kChunk : int(left), ls != A(0));
             }
         }
         // z of the target, read before the barrier in block_combine: past it,
@@ -197,8 +220,10 @@ __global__ void __launch_bounds__(kMaxThreads)
 }
 
 // The row held in shared memory: a cluster of CLUSTER blocks shares a row,
-// each block a slice of slice_chunks chunks, read from HBM once into shared
-// memory (pass 1) and turned into the gradient from there (pass 2). The
+// each block a slice of slice_chunks chunks, copied from HBM once into
+// shared memory (cp.async; the block's next row is copied while this one's
+// gradient is written), its partial taken from there (pass 1) and turned
+// into the gradient (pass 2). The
 // blocks' partials meet through distributed shared memory, combined in rank
 // order: the same bits in every block.
 constexpr int kHeldThreads = 256;  // fastest of 128-1024 on the H100, at 16-bit and fp32
@@ -244,9 +269,24 @@ __global__ void __launch_bounds__(kHeldThreads)
     const A softcap = A(a.softcap), ls = A(a.label_smoothing);
     const A scale = a.scale ? *static_cast<const A *>(a.scale) : A(1);
     const int64_t clusters = gridDim.x / CLUSTER;
-    // the row loop is uniform across the cluster (cluster_combine holds barriers)
-    for (int64_t r = blockIdx.x / CLUSTER; r < a.rows; r += clusters) {
-        const T *row = logits + r * a.logits_row_stride + first * kChunk;
+    // Row r's slice into shared memory, every copy in flight at once, each
+    // thread into the slots it alone reads and overwrites (no barrier); an
+    // ignored row is never read.
+    auto fetch = [&](int64_t r) {
+        if (r >= a.rows || a.target[r] == a.ignore_index) return;
+        const uint4 *row = reinterpret_cast<const uint4 *>(logits + r * a.logits_row_stride + first * kChunk);
+        for (int64_t k = threadIdx.x; k < mine; k += blockDim.x)
+#pragma unroll
+            for (int v = 0; v < kVectors; v++) __pipeline_memcpy_async(&held[k * kVectors + v], &row[k * kVectors + v], 16);
+        __pipeline_commit();
+    };
+    // the row loop is uniform across the cluster (cluster_combine holds
+    // barriers); the next row's slice is fetched while this one's gradient
+    // is written, from the slots already turned into gradient
+    int64_t r = blockIdx.x / CLUSTER;
+    fetch(r);
+    for (; r < a.rows; r += clusters) {
+        const int64_t next = r + clusters;
         T *out = dlogits + r * vocab + first * kChunk;
         const int64_t t = a.target[r];
         if (t == a.ignore_index) {
@@ -257,6 +297,7 @@ __global__ void __launch_bounds__(kHeldThreads)
                     for (int v = 0; v < kVectors; v++)
                         __stcs(reinterpret_cast<uint4 *>(out) + k * kVectors + v, zero);
             if (rank == 0 && threadIdx.x == 0) static_cast<A *>(a.loss)[r] = A(0);
+            fetch(next);
             continue;
         }
         check_target(r, t, vocab, a.ignore_index, rank == 0 && threadIdx.x == 0);
@@ -265,51 +306,43 @@ __global__ void __launch_bounds__(kHeldThreads)
         const A z_t = rank == 0 && threadIdx.x == 0
                           ? capped<A, SOFTCAP>(to_acc(logits[r * a.logits_row_stride + t]), softcap)
                           : A(0);
-        // pass 1: the slice into shared memory (each thread keeps its own
-        // chunks, so pass 2 needs no barrier), and its partial
+        // pass 1: the slice's partial, from this thread's own slots
+        __pipeline_wait_prior(0);
         Partial<A> p{A(-INFINITY), A(0), A(0)};
-        for (int64_t k0 = threadIdx.x; k0 < mine; k0 += int64_t(blockDim.x) * kUnrollOf<T>) {
-            uint4 raw[kUnrollOf<T>][kVectors];
-#pragma unroll
-            for (int u = 0; u < kUnrollOf<T>; u++) {
-                const int64_t k = k0 + int64_t(u) * blockDim.x;
-                if (k < mine)
-#pragma unroll
-                    for (int v = 0; v < kVectors; v++)
-                        raw[u][v] = __ldg(reinterpret_cast<const uint4 *>(row) + k * kVectors + v);
-            }
-#pragma unroll
-            for (int u = 0; u < kUnrollOf<T>; u++) {
-                const int64_t k = k0 + int64_t(u) * blockDim.x;
-                if (k >= mine) continue;
-#pragma unroll
-                for (int v = 0; v < kVectors; v++) held[k * kVectors + v] = raw[u][v];
-                const T *values = reinterpret_cast<const T *>(raw[u]);
-                A z[kChunk];
-#pragma unroll
-                for (int i = 0; i < kChunk; i++) z[i] = capped<A, SOFTCAP>(to_acc(values[i]), softcap);
-                add_chunk(p, z, kChunk);
-            }
-        }
-        const Partial<A> total = cluster_combine<CLUSTER>(block_combine(p, slots), cluster_slots, parity);
-        const A lse2 = total.max + log2_of(total.sum);
-        if (rank == 0 && threadIdx.x == 0) static_cast<A *>(a.loss)[r] = row_loss(lse2, z_t, total, ls, vocab);
-        if (!dlogits) continue;
-        // pass 2: the gradient of the held slice
         for (int64_t k = threadIdx.x; k < mine; k += blockDim.x) {
             uint4 raw[kVectors];
 #pragma unroll
             for (int v = 0; v < kVectors; v++) raw[v] = held[k * kVectors + v];
-            T *values = reinterpret_cast<T *>(raw);
-            A v[kChunk];
+            const T *values = reinterpret_cast<const T *>(raw);
+            A z[kChunk];
 #pragma unroll
-            for (int i = 0; i < kChunk; i++) v[i] = to_acc(values[i]);
-            chunk_gradient<A, SOFTCAP>(v, (first + k) * kChunk, t, lse2, ls, vocab, softcap, scale);
-#pragma unroll
-            for (int i = 0; i < kChunk; i++) values[i] = from_acc<T>(v[i]);
-#pragma unroll
-            for (int v = 0; v < kVectors; v++) __stcs(reinterpret_cast<uint4 *>(out) + k * kVectors + v, raw[v]);
+            for (int i = 0; i < kChunk; i++) z[i] = capped<A, SOFTCAP>(to_acc(values[i]), softcap);
+            add_chunk(p, z, kChunk, ls != A(0));
         }
+        const Partial<A> total = cluster_combine<CLUSTER>(block_combine(p, slots), cluster_slots, parity);
+        const A lse2 = total.max + log2_of(total.sum);
+        if (rank == 0 && threadIdx.x == 0) static_cast<A *>(a.loss)[r] = row_loss(lse2, z_t, total, ls, vocab);
+        if (dlogits) {
+            // pass 2: the gradient of the held slice
+            for (int64_t k = threadIdx.x; k < mine; k += blockDim.x) {
+                uint4 raw[kVectors];
+#pragma unroll
+                for (int v = 0; v < kVectors; v++) raw[v] = held[k * kVectors + v];
+                T *values = reinterpret_cast<T *>(raw);
+                A v[kChunk];
+#pragma unroll
+                for (int i = 0; i < kChunk; i++) v[i] = to_acc(values[i]);
+                chunk_gradient<A, SOFTCAP>(v, (first + k) * kChunk, t, lse2, ls, vocab, softcap, scale);
+#pragma unroll
+                for (int i = 0; i < kChunk; i++) values[i] = from_acc<T>(v[i]);
+#pragma unroll
+                for (int v = 0; v < kVectors; v++)
+                    __stcs(reinterpret_cast<uint4 *>(out) + k * kVectors + v, raw[v]);
+            }
+        }
+        // (a thread's slots are refilled only after its own reads of them:
+        // each store above waits on the values it read)
+        fetch(next);
     }
     // a block's shared memory must outlive the others' reads of it
     if constexpr (CLUSTER > 1) cluster_sync();
