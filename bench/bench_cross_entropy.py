@@ -13,6 +13,7 @@ or "error: ..." note in its row. TARGETS are stated above each table.
 
     python bench/bench_cross_entropy.py                     # both parts
     python bench/bench_cross_entropy.py --part ce --quick   # smallest shape per part
+    python bench/bench_cross_entropy.py --part ce --providers fused --out /tmp/ab  # A/B of a library
 
 Writes cross_entropy.csv and cross_entropy.md under --out (default
 bench/results/<gpu>/), rewritten after every shape.
@@ -170,8 +171,10 @@ def lce_body(row, ref, args):
 
 def set_targets(case):
     """Sets and returns the fused row's target columns, from its shape's rows; a fused
-    that failed misses them all."""
-    fused = next(r for r in case if r["provider"] == "fused")
+    that failed misses them all. None where fused did not run."""
+    fused = next((r for r in case if r["provider"] == "fused"), None)
+    if fused is None:
+        return None
     peers, ok = [r for r in case if r is not fused], bool(fused.get("ms"))
     best_ms = min([r["ms"] for r in peers if r.get("ms")], default=None)
     if fused["part"] == "ce":
@@ -254,8 +257,11 @@ def main(argv=None):
     p.add_argument("--quick", action="store_true", help="the smallest shape per part, short timing")
     p.add_argument("--warmup-ms", type=int, default=25)
     p.add_argument("--rep-ms", type=int, default=100)
+    p.add_argument("--providers", help="comma list of those to run (default all; lce always runs eager, "
+                                       "its reference)")
     p.add_argument("--out", type=Path, help="default bench/results/<gpu>/")
     args = p.parse_args(argv)
+    chosen = set(args.providers.split(",")) if args.providers else set(CE_PROVIDERS + LCE_PROVIDERS)
     if not torch.cuda.is_available():
         sys.exit("bench_cross_entropy.py needs a CUDA GPU")
     from bench_ops import device_name, results_dir  # imports fused_ops_py: after --help
@@ -283,9 +289,11 @@ def main(argv=None):
         ref = {}  # lce: eager's loss and gradients
         body = (lambda row: ce_body(row, args)) if part == "ce" else (lambda row: lce_body(row, ref, args))
         case = [run_row(dict(part=part, n=n, h=h, v=v, dtype=dtype, provider=provider), body)
-                for provider in (CE_PROVIDERS if part == "ce" else LCE_PROVIDERS)]
+                for provider in (CE_PROVIDERS if part == "ce" else LCE_PROVIDERS)
+                if provider in chosen or (part, provider) == ("lce", "eager")]
         fused = set_targets(case)
-        print("fused targets:", {k: fused[k] for k in ("vs_best_peer", *TARGET_KEYS) if k in fused}, flush=True)
+        if fused:
+            print("fused targets:", {k: fused[k] for k in ("vs_best_peer", *TARGET_KEYS) if k in fused}, flush=True)
         rows += case
         del ref, body
         write_outputs(rows, out, header)

@@ -336,8 +336,7 @@ __global__ void __launch_bounds__(kHeldThreads)
 #pragma unroll
                 for (int i = 0; i < kChunk; i++) values[i] = from_acc<T>(v[i]);
 #pragma unroll
-                for (int v = 0; v < kVectors; v++)
-                    __stcs(reinterpret_cast<uint4 *>(out) + k * kVectors + v, raw[v]);
+                for (int v = 0; v < kVectors; v++) reinterpret_cast<uint4 *>(out)[k * kVectors + v] = raw[v];
             }
         }
         // (a thread's slots are refilled only after its own reads of them:
@@ -378,18 +377,25 @@ inline int threads_for(int64_t chunks) {
 // The held kernel's launch for this call: the smallest cluster whose blocks
 // each hold at most kHeldSliceBytes of a row, and as many clusters as are
 // resident at once; false where the row cannot be held (unaligned rows,
-// rows past 8 blocks, no clusters) and the two-pass kernel runs instead.
+// rows past 16 blocks, no clusters) and the two-pass kernel runs instead.
 template <typename T>
 bool launch_held(const fo_cross_entropy_params &a, cudaStream_t stream) {
     const int64_t chunks = a.vocab / kChunk, chunk_bytes = kChunk * int64_t(sizeof(T));
     int device = 0;
     if (cudaGetDevice(&device) != cudaSuccess) return false;
-    for (int cluster = 1; cluster <= 8; cluster *= 2) {
+    for (int cluster = 1; cluster <= 16; cluster *= 2) {
         const int64_t slice_chunks = (chunks + cluster - 1) / cluster;
         if (slice_chunks * chunk_bytes > kHeldSliceBytes) continue;
         if (cluster > 1 && !has_clusters(device)) return false;
         auto run = [&](auto kernel) {
             const size_t shared = size_t(slice_chunks * chunk_bytes);
+            // past 8 blocks a cluster is non-portable: the kernel opts in
+            // (one call a launch, against a launch of a 1 MB row or more)
+            if (cluster > 8 && cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) !=
+                                   cudaSuccess) {
+                cudaGetLastError();  // a refusal is "no": two passes instead
+                return false;
+            }
             constexpr unsigned kProbeGrid = 1024;  // any grid: a cluster's residency does not depend on it
             const int resident = resident_blocks(reinterpret_cast<const void *>(kernel), device,
                                                  kHeldThreads, shared, cluster, kProbeGrid * cluster);
@@ -408,7 +414,8 @@ bool launch_held(const fo_cross_entropy_params &a, cudaStream_t stream) {
             case 1: return run(cross_entropy_held_kernel<T, kSoftcap, 1>);
             case 2: return run(cross_entropy_held_kernel<T, kSoftcap, 2>);
             case 4: return run(cross_entropy_held_kernel<T, kSoftcap, 4>);
-            default: return run(cross_entropy_held_kernel<T, kSoftcap, 8>);
+            case 8: return run(cross_entropy_held_kernel<T, kSoftcap, 8>);
+            default: return run(cross_entropy_held_kernel<T, kSoftcap, 16>);
             }
         };
         return a.softcap > 0 ? with_cluster(std::true_type{}) : with_cluster(std::false_type{});
