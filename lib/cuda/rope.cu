@@ -28,20 +28,20 @@ struct RopeItems {
     int64_t rotation_chunks;
 };
 
-// q_out, k_out of one tensor's heads s, s + slices, ... at (b, t)
-template <typename T, typename A, bool VEC, bool BACKWARD>
+// q_out, k_out of one tensor's heads s, s + slices, ... at (b, t), element
+// by element (unaligned operands; rotate_grouped takes 16-byte accesses)
+template <typename T, typename A, bool BACKWARD>
 __device__ __forceinline__ void rotate_heads(const fo_rope_tensor &x, int64_t b, int64_t t, int s,
                                              int slices, int64_t i, int64_t half, int n,
                                              const A (&c_lo)[kChunk], const A (&c_hi)[kChunk],
                                              const A (&s_lo)[kChunk], const A (&s_hi)[kChunk]) {
     const T *in = static_cast<const T *>(x.in) + b * x.in_batch_stride + t * x.in_token_stride + i;
     T *out = static_cast<T *>(x.out) + b * x.out_batch_stride + t * x.out_token_stride + i;
-    // two heads' loads in flight: 80 registers (at 64, one head: 0-5% slower)
 #pragma unroll 2
     for (int64_t h = s; h < x.heads; h += slices) {
         A lo[kChunk], hi[kChunk], out_lo[kChunk], out_hi[kChunk];
-        load_chunk<T, VEC>(lo, in + h * x.in_head_stride, n);
-        load_chunk<T, VEC>(hi, in + h * x.in_head_stride + half, n);
+        load_chunk<T, false>(lo, in + h * x.in_head_stride, n);
+        load_chunk<T, false>(hi, in + h * x.in_head_stride + half, n);
 #pragma unroll
         for (int e = 0; e < kChunk; e++) {
             // forward: lo c_lo - hi s_lo, hi c_hi + lo s_hi; backward: lo
@@ -49,8 +49,77 @@ __device__ __forceinline__ void rotate_heads(const fo_rope_tensor &x, int64_t b,
             out_lo[e] = lo[e] * c_lo[e] + (BACKWARD ? A(1) : A(-1)) * (hi[e] * (BACKWARD ? s_hi[e] : s_lo[e]));
             out_hi[e] = hi[e] * c_hi[e] + (BACKWARD ? A(-1) : A(1)) * (lo[e] * (BACKWARD ? s_lo[e] : s_hi[e]));
         }
-        store_chunk<T, VEC>(out + h * x.out_head_stride, out_lo, n);
-        store_chunk<T, VEC>(out + h * x.out_head_stride + half, out_hi, n);
+        store_chunk<T, false>(out + h * x.out_head_stride, out_lo, n);
+        store_chunk<T, false>(out + h * x.out_head_stride + half, out_hi, n);
+    }
+}
+
+// With 16-byte accesses, a thread's heads of a tensor at its token a group
+// at a time: every load of the group issued before any rotation or store
+// (the stores would otherwise hold back the next head's loads), the chunks
+// held as loaded. kGroup<T> heads: 128 bytes in flight (118 registers for
+// 16-bit types, 2 blocks an SM; held to 3 blocks, it spilled and ran 1.5x
+// slower).
+template <typename T>
+constexpr int kGroup = 8 / int(sizeof(T));
+
+template <typename T>
+struct RawChunk {
+    uint4 v[sizeof(T) * kChunk / 16];
+};
+
+template <typename T>
+__device__ __forceinline__ RawChunk<T> load_raw(const T *p) {
+    RawChunk<T> r;
+#pragma unroll
+    for (int v = 0; v < int(sizeof(T) * kChunk / 16); v++) r.v[v] = __ldg(reinterpret_cast<const uint4 *>(p) + v);
+    return r;
+}
+
+template <typename T, typename A, bool BACKWARD>
+__device__ __forceinline__ void rotate_store(const RawChunk<T> &lo_raw, const RawChunk<T> &hi_raw, T *out,
+                                             int64_t half, const A (&c_lo)[kChunk], const A (&c_hi)[kChunk],
+                                             const A (&s_lo)[kChunk], const A (&s_hi)[kChunk]) {
+    const T *lo = reinterpret_cast<const T *>(lo_raw.v), *hi = reinterpret_cast<const T *>(hi_raw.v);
+    RawChunk<T> out_lo, out_hi;
+    T *ol = reinterpret_cast<T *>(out_lo.v), *oh = reinterpret_cast<T *>(out_hi.v);
+#pragma unroll
+    for (int e = 0; e < kChunk; e++) {
+        const A l = to_acc(lo[e]), h = to_acc(hi[e]);
+        ol[e] = from_acc<T>(l * c_lo[e] + (BACKWARD ? A(1) : A(-1)) * (h * (BACKWARD ? s_hi[e] : s_lo[e])));
+        oh[e] = from_acc<T>(h * c_hi[e] + (BACKWARD ? A(-1) : A(1)) * (l * (BACKWARD ? s_lo[e] : s_hi[e])));
+    }
+#pragma unroll
+    for (int v = 0; v < int(sizeof(T) * kChunk / 16); v++) {
+        reinterpret_cast<uint4 *>(out)[v] = out_lo.v[v];
+        reinterpret_cast<uint4 *>(out + half)[v] = out_hi.v[v];
+    }
+}
+
+template <typename T, typename A, bool BACKWARD>
+__device__ __forceinline__ void rotate_grouped(const fo_rope_tensor &x, int64_t b, int64_t t, int s,
+                                               int slices, int64_t i, int64_t half,
+                                               const A (&c_lo)[kChunk], const A (&c_hi)[kChunk],
+                                               const A (&s_lo)[kChunk], const A (&s_hi)[kChunk]) {
+    constexpr int G = kGroup<T>;
+    const T *in = static_cast<const T *>(x.in) + b * x.in_batch_stride + t * x.in_token_stride + i;
+    T *out = static_cast<T *>(x.out) + b * x.out_batch_stride + t * x.out_token_stride + i;
+    for (int64_t h0 = s; h0 < x.heads; h0 += int64_t(G) * slices) {
+        RawChunk<T> lo[G], hi[G];
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+            const int64_t h = h0 + int64_t(g) * slices;
+            if (h < x.heads) {
+                lo[g] = load_raw(in + h * x.in_head_stride);
+                hi[g] = load_raw(in + h * x.in_head_stride + half);
+            }
+        }
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+            const int64_t h = h0 + int64_t(g) * slices;
+            if (h < x.heads)
+                rotate_store<T, A, BACKWARD>(lo[g], hi[g], out + h * x.out_head_stride, half, c_lo, c_hi, s_lo, s_hi);
+        }
     }
 }
 
@@ -98,12 +167,19 @@ __global__ void __launch_bounds__(kThreads)
             load_chunk<C, VEC>(c_hi, cos + half, n);
             load_chunk<C, VEC>(s_lo, sin, n);
             load_chunk<C, VEC>(s_hi, sin + half, n);
-            if (a.q.out)
-                rotate_heads<T, A, VEC, BACKWARD>(a.q, b, t, int(s), slices, i, half, n, c_lo, c_hi,
-                                                  s_lo, s_hi);
-            if (a.k.out)
-                rotate_heads<T, A, VEC, BACKWARD>(a.k, b, t, int(s), slices, i, half, n, c_lo, c_hi,
-                                                  s_lo, s_hi);
+            if constexpr (VEC) {
+                if (a.q.out)
+                    rotate_grouped<T, A, BACKWARD>(a.q, b, t, int(s), slices, i, half, c_lo, c_hi, s_lo, s_hi);
+                if (a.k.out)
+                    rotate_grouped<T, A, BACKWARD>(a.k, b, t, int(s), slices, i, half, c_lo, c_hi, s_lo, s_hi);
+            } else {
+                if (a.q.out)
+                    rotate_heads<T, A, BACKWARD>(a.q, b, t, int(s), slices, i, half, n, c_lo, c_hi,
+                                                      s_lo, s_hi);
+                if (a.k.out)
+                    rotate_heads<T, A, BACKWARD>(a.k, b, t, int(s), slices, i, half, n, c_lo, c_hi,
+                                                      s_lo, s_hi);
+            }
         } else {
             const int64_t j = a.rotary_dim + (int64_t(c) - walk.rotation_chunks) * kChunk;
             const int n = int(a.head_dim - j < kChunk ? a.head_dim - j : kChunk);
