@@ -223,9 +223,8 @@ __global__ void __launch_bounds__(kMaxThreads)
 // each block a slice of slice_chunks chunks, copied from HBM once into
 // shared memory (cp.async; the block's next row is copied while this one's
 // gradient is written), its partial taken from there (pass 1) and turned
-// into the gradient (pass 2). The
-// blocks' partials meet through distributed shared memory, combined in rank
-// order: the same bits in every block.
+// into the gradient (pass 2). The blocks' partials meet through distributed
+// shared memory, combined in rank order: the same bits in every block.
 constexpr int kHeldThreads = 256;  // fastest of 128-1024 on the H100, at 16-bit and fp32
 constexpr int64_t kHeldSliceBytes = 72 * 1024;  // three blocks an SM
 
@@ -274,10 +273,12 @@ __global__ void __launch_bounds__(kHeldThreads)
     // ignored row is never read.
     auto fetch = [&](int64_t r) {
         if (r >= a.rows || a.target[r] == a.ignore_index) return;
-        const uint4 *row = reinterpret_cast<const uint4 *>(logits + r * a.logits_row_stride + first * kChunk);
+        const uint4 *row =
+            reinterpret_cast<const uint4 *>(logits + r * a.logits_row_stride + first * kChunk);
         for (int64_t k = threadIdx.x; k < mine; k += blockDim.x)
 #pragma unroll
-            for (int v = 0; v < kVectors; v++) __pipeline_memcpy_async(&held[k * kVectors + v], &row[k * kVectors + v], 16);
+            for (int v = 0; v < kVectors; v++)
+                __pipeline_memcpy_async(&held[k * kVectors + v], &row[k * kVectors + v], 16);
         __pipeline_commit();
     };
     // the row loop is uniform across the cluster (cluster_combine holds
@@ -336,7 +337,8 @@ __global__ void __launch_bounds__(kHeldThreads)
 #pragma unroll
                 for (int i = 0; i < kChunk; i++) values[i] = from_acc<T>(v[i]);
 #pragma unroll
-                for (int v = 0; v < kVectors; v++) reinterpret_cast<uint4 *>(out)[k * kVectors + v] = raw[v];
+                for (int v = 0; v < kVectors; v++)
+                    reinterpret_cast<uint4 *>(out)[k * kVectors + v] = raw[v];
             }
         }
         // (a thread's slots are refilled only after its own reads of them:
@@ -391,8 +393,8 @@ bool launch_held(const fo_cross_entropy_params &a, cudaStream_t stream) {
             const size_t shared = size_t(slice_chunks * chunk_bytes);
             // past 8 blocks a cluster is non-portable: the kernel opts in
             // (one call a launch, against a launch of a 1 MB row or more)
-            if (cluster > 8 && cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) !=
-                                   cudaSuccess) {
+            if (cluster > 8 &&
+                cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess) {
                 cudaGetLastError();  // a refusal is "no": two passes instead
                 return false;
             }

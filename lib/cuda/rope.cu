@@ -72,7 +72,8 @@ template <typename T>
 __device__ __forceinline__ RawChunk<T> load_raw(const T *p) {
     RawChunk<T> r;
 #pragma unroll
-    for (int v = 0; v < int(sizeof(T) * kChunk / 16); v++) r.v[v] = __ldg(reinterpret_cast<const uint4 *>(p) + v);
+    for (int v = 0; v < int(sizeof(T) * kChunk / 16); v++)
+        r.v[v] = __ldg(reinterpret_cast<const uint4 *>(p) + v);
     return r;
 }
 
@@ -118,7 +119,8 @@ __device__ __forceinline__ void rotate_grouped(const fo_rope_tensor &x, int64_t 
         for (int g = 0; g < G; g++) {
             const int64_t h = h0 + int64_t(g) * slices;
             if (h < x.heads)
-                rotate_store<T, A, BACKWARD>(lo[g], hi[g], out + h * x.out_head_stride, half, c_lo, c_hi, s_lo, s_hi);
+                rotate_store<T, A, BACKWARD>(lo[g], hi[g], out + h * x.out_head_stride, half, c_lo, c_hi,
+                                             s_lo, s_hi);
         }
     }
 }
@@ -169,16 +171,18 @@ __global__ void __launch_bounds__(kThreads)
             load_chunk<C, VEC>(s_hi, sin + half, n);
             if constexpr (VEC) {
                 if (a.q.out)
-                    rotate_grouped<T, A, BACKWARD>(a.q, b, t, int(s), slices, i, half, c_lo, c_hi, s_lo, s_hi);
+                    rotate_grouped<T, A, BACKWARD>(a.q, b, t, int(s), slices, i, half, c_lo, c_hi, s_lo,
+                                                   s_hi);
                 if (a.k.out)
-                    rotate_grouped<T, A, BACKWARD>(a.k, b, t, int(s), slices, i, half, c_lo, c_hi, s_lo, s_hi);
+                    rotate_grouped<T, A, BACKWARD>(a.k, b, t, int(s), slices, i, half, c_lo, c_hi, s_lo,
+                                                   s_hi);
             } else {
                 if (a.q.out)
-                    rotate_heads<T, A, BACKWARD>(a.q, b, t, int(s), slices, i, half, n, c_lo, c_hi,
-                                                      s_lo, s_hi);
+                    rotate_heads<T, A, BACKWARD>(a.q, b, t, int(s), slices, i, half, n, c_lo, c_hi, s_lo,
+                                                 s_hi);
                 if (a.k.out)
-                    rotate_heads<T, A, BACKWARD>(a.k, b, t, int(s), slices, i, half, n, c_lo, c_hi,
-                                                      s_lo, s_hi);
+                    rotate_heads<T, A, BACKWARD>(a.k, b, t, int(s), slices, i, half, n, c_lo, c_hi, s_lo,
+                                                 s_hi);
             }
         } else {
             const int64_t j = a.rotary_dim + (int64_t(c) - walk.rotation_chunks) * kChunk;
