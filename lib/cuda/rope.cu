@@ -28,6 +28,16 @@ struct RopeItems {
     int64_t rotation_chunks;
 };
 
+// The rotation of one pair (lo, hi) = (x[i], x[i + rotary_dim / 2]):
+// forward (lo c_lo - hi s_lo, hi c_hi + lo s_hi), backward (its transpose)
+// (lo c_lo + hi s_hi, hi c_hi - lo s_lo).
+template <typename A, bool BACKWARD>
+__device__ __forceinline__ void rotate_pair(A lo, A hi, A c_lo, A c_hi, A s_lo, A s_hi, A &out_lo,
+                                            A &out_hi) {
+    out_lo = lo * c_lo + (BACKWARD ? A(1) : A(-1)) * (hi * (BACKWARD ? s_hi : s_lo));
+    out_hi = hi * c_hi + (BACKWARD ? A(-1) : A(1)) * (lo * (BACKWARD ? s_lo : s_hi));
+}
+
 // q_out, k_out of one tensor's heads s, s + slices, ... at (b, t), element
 // by element (unaligned operands; rotate_grouped takes 16-byte accesses)
 template <typename T, typename A, bool BACKWARD>
@@ -43,12 +53,8 @@ __device__ __forceinline__ void rotate_heads(const fo_rope_tensor &x, int64_t b,
         load_chunk<T, false>(lo, in + h * x.in_head_stride, n);
         load_chunk<T, false>(hi, in + h * x.in_head_stride + half, n);
 #pragma unroll
-        for (int e = 0; e < kChunk; e++) {
-            // forward: lo c_lo - hi s_lo, hi c_hi + lo s_hi; backward: lo
-            // c_lo + hi s_hi, hi c_hi - lo s_lo
-            out_lo[e] = lo[e] * c_lo[e] + (BACKWARD ? A(1) : A(-1)) * (hi[e] * (BACKWARD ? s_hi[e] : s_lo[e]));
-            out_hi[e] = hi[e] * c_hi[e] + (BACKWARD ? A(-1) : A(1)) * (lo[e] * (BACKWARD ? s_lo[e] : s_hi[e]));
-        }
+        for (int e = 0; e < kChunk; e++)
+            rotate_pair<A, BACKWARD>(lo[e], hi[e], c_lo[e], c_hi[e], s_lo[e], s_hi[e], out_lo[e], out_hi[e]);
         store_chunk<T, false>(out + h * x.out_head_stride, out_lo, n);
         store_chunk<T, false>(out + h * x.out_head_stride + half, out_hi, n);
     }
@@ -86,9 +92,10 @@ __device__ __forceinline__ void rotate_store(const RawChunk<T> &lo_raw, const Ra
     T *ol = reinterpret_cast<T *>(out_lo.v), *oh = reinterpret_cast<T *>(out_hi.v);
 #pragma unroll
     for (int e = 0; e < kChunk; e++) {
-        const A l = to_acc(lo[e]), h = to_acc(hi[e]);
-        ol[e] = from_acc<T>(l * c_lo[e] + (BACKWARD ? A(1) : A(-1)) * (h * (BACKWARD ? s_hi[e] : s_lo[e])));
-        oh[e] = from_acc<T>(h * c_hi[e] + (BACKWARD ? A(-1) : A(1)) * (l * (BACKWARD ? s_lo[e] : s_hi[e])));
+        A l, h;
+        rotate_pair<A, BACKWARD>(to_acc(lo[e]), to_acc(hi[e]), c_lo[e], c_hi[e], s_lo[e], s_hi[e], l, h);
+        ol[e] = from_acc<T>(l);
+        oh[e] = from_acc<T>(h);
     }
 #pragma unroll
     for (int v = 0; v < int(sizeof(T) * kChunk / 16); v++) {

@@ -657,12 +657,11 @@ static int64_t take_workspace_bytes(input *in, int64_t needed) {
     return odd[b % COUNT(odd)];
 }
 
-/* struct_size of an argument struct of `size` bytes: mostly its sizeof,
- * else a size the library must refuse (under the first version's, which is
- * sizeof for every struct today, or over the library's), or a NULL struct. */
-/* struct_size: sizeof, or (b < 240) a first version's size where the struct
- * has grown since (first < size: the fields past it read as 0, which the
- * call's own struct holds there too), or a refused one. */
+/* struct_size of an argument struct of `size` bytes whose first version
+ * ended at `first` bytes: mostly its sizeof; sometimes `first` where the
+ * struct has grown since (the fields past it read as 0, which the call's
+ * own struct holds there too); else a size the library must refuse (under
+ * the first version's, or over the library's), or a NULL struct. */
 static void take_struct_size_since(call *c, input *in, size_t size, size_t first) {
     const int64_t sizeof_args = (int64_t)size, first_size = (int64_t)first;
     const int64_t odd[] = {first_size - 8, sizeof_args + 8, first_size - 1, 0, -1, 8,
