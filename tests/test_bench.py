@@ -283,3 +283,23 @@ def test_cpu_threads_times_every_op_on_one_thread_and_all(tmp_path):
     for _, _, one, several, speedup in rows:
         assert float(one) > 0 and float(several) > 0
         assert float(speedup) == pytest.approx(float(one) / float(several), rel=0.02, abs=0.01)
+
+
+def test_step_kernels_sorts_a_steps_kernels_by_kind():
+    load("bench_train_step")
+    step_kernels = load("step_kernels")
+    kinds = {
+        "nvjet_tst_128x256_64x4_2x1_v_bz_coopA_TNT": "gemm",
+        "void cutlass::Kernel2<cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_32x32_128x2_tn_align8>(T1::Params)": "gemm",
+        "void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4>>(Flash_fwd_params)": "attention",
+        "void cudnn::fusion::compute_dot_do_o_specialized<true, 128>(void const*, float*)": "attention",
+        "void fo::(anonymous namespace)::swiglu_kernel<__nv_bfloat16, false>(fo::swiglu_params)": "fused_ops_py",
+        "_rms_norm_forward_kernel": "triton",
+        "triton_poi_fused_add_0": "triton",
+        "void at::native::vectorized_elementwise_kernel<8, at::native::CUDAFunctor_add<c10::BFloat16>>(int)": "torch",
+        "Memset (Device)": "torch",
+    }
+    assert {name: step_kernels.kind(name) for name in kinds} == kinds
+    shorts = [step_kernels.short(name) for name in kinds]
+    assert shorts[4:] == ["swiglu_kernel", "_rms_norm_forward_kernel", "triton_poi_fused_add_0",
+                          "vectorized_elementwise_kernel", "Memset"]

@@ -104,30 +104,40 @@ __device__ __forceinline__ void rotate_store(const RawChunk<T> &lo_raw, const Ra
     }
 }
 
+// With 16-byte accesses, a thread's heads at its token: q's wanted heads
+// then k's as one list, every `slices`-th from s, a group of kGroup<T> at a
+// time: every load of the group issued before any rotation or store, so no
+// load waits on a store (k's on q's, the next head's on this one's).
 template <typename T, typename A, bool BACKWARD>
-__device__ __forceinline__ void rotate_grouped(const fo_rope_tensor &x, int64_t b, int64_t t, int s,
+__device__ __forceinline__ void rotate_grouped(const fo_rope_params &a, int64_t b, int64_t t, int s,
                                                int slices, int64_t i, int64_t half,
                                                const A (&c_lo)[kChunk], const A (&c_hi)[kChunk],
                                                const A (&s_lo)[kChunk], const A (&s_hi)[kChunk]) {
     constexpr int G = kGroup<T>;
-    const T *in = static_cast<const T *>(x.in) + b * x.in_batch_stride + t * x.in_token_stride + i;
-    T *out = static_cast<T *>(x.out) + b * x.out_batch_stride + t * x.out_token_stride + i;
-    for (int64_t h0 = s; h0 < x.heads; h0 += int64_t(G) * slices) {
+    const int64_t q_heads = a.q.out ? a.q.heads : 0;
+    const int64_t heads = q_heads + (a.k.out ? a.k.heads : 0);
+    for (int64_t h0 = s; h0 < heads; h0 += int64_t(G) * slices) {
         RawChunk<T> lo[G], hi[G];
 #pragma unroll
         for (int g = 0; g < G; g++) {
             const int64_t h = h0 + int64_t(g) * slices;
-            if (h < x.heads) {
-                lo[g] = load_raw(in + h * x.in_head_stride);
-                hi[g] = load_raw(in + h * x.in_head_stride + half);
+            if (h < heads) {
+                const fo_rope_tensor &x = h < q_heads ? a.q : a.k;
+                const T *in = static_cast<const T *>(x.in) + b * x.in_batch_stride + t * x.in_token_stride +
+                              (h < q_heads ? h : h - q_heads) * x.in_head_stride + i;
+                lo[g] = load_raw(in);
+                hi[g] = load_raw(in + half);
             }
         }
 #pragma unroll
         for (int g = 0; g < G; g++) {
             const int64_t h = h0 + int64_t(g) * slices;
-            if (h < x.heads)
-                rotate_store<T, A, BACKWARD>(lo[g], hi[g], out + h * x.out_head_stride, half, c_lo, c_hi,
-                                             s_lo, s_hi);
+            if (h < heads) {
+                const fo_rope_tensor &x = h < q_heads ? a.q : a.k;
+                T *out = static_cast<T *>(x.out) + b * x.out_batch_stride + t * x.out_token_stride +
+                         (h < q_heads ? h : h - q_heads) * x.out_head_stride + i;
+                rotate_store<T, A, BACKWARD>(lo[g], hi[g], out, half, c_lo, c_hi, s_lo, s_hi);
+            }
         }
     }
 }
@@ -177,12 +187,7 @@ __global__ void __launch_bounds__(kThreads)
             load_chunk<C, VEC>(s_lo, sin, n);
             load_chunk<C, VEC>(s_hi, sin + half, n);
             if constexpr (VEC) {
-                if (a.q.out)
-                    rotate_grouped<T, A, BACKWARD>(a.q, b, t, int(s), slices, i, half, c_lo, c_hi, s_lo,
-                                                   s_hi);
-                if (a.k.out)
-                    rotate_grouped<T, A, BACKWARD>(a.k, b, t, int(s), slices, i, half, c_lo, c_hi, s_lo,
-                                                   s_hi);
+                rotate_grouped<T, A, BACKWARD>(a, b, t, int(s), slices, i, half, c_lo, c_hi, s_lo, s_hi);
             } else {
                 if (a.q.out)
                     rotate_heads<T, A, BACKWARD>(a.q, b, t, int(s), slices, i, half, n, c_lo, c_hi, s_lo,
@@ -224,10 +229,11 @@ extern "C" int fo_cuda_rope(int device_index, uintptr_t stream, const fo_rope_pa
         const int64_t half = a.rotary_dim / 2;
         dispatch_dtype(a.dtype, [&](auto tag) {
             using T = decltype(tag);
-            // a thread takes about 4 heads of the larger tensor (at most 8
-            // slices): their loads in flight, the tables read once for them
-            const int64_t most_heads = std::max(a.q.out ? a.q.heads : 0, a.k.out ? a.k.heads : 0);
-            const int64_t slices = std::min<int64_t>(8, std::max<int64_t>(1, (most_heads + 3) / 4));
+            // a thread takes 4 to 7 of the wanted heads of q and k together
+            // (more past 16 slices): their loads in flight, the tables read
+            // once for them (fewer heads a thread, more threads: slower)
+            const int64_t heads = (a.q.out ? a.q.heads : 0) + (a.k.out ? a.k.heads : 0);
+            const int64_t slices = std::min<int64_t>(16, std::max<int64_t>(1, heads / 4));
             RopeItems walk;
             walk.rotation_chunks = chunks_per_row(half);
             const int64_t chunks = walk.rotation_chunks + chunks_per_row(a.head_dim - a.rotary_dim);
