@@ -21,8 +21,8 @@ struct FastDivmod {
 // The launch's items: (token, head slice, chunk), the chunk fastest. A
 // thread takes one chunk of a row (8 rotated pairs (i, i + rotary_dim / 2),
 // or 8 elements past rotary_dim, copied) in every `slices`-th head of q and
-// of k at its token: the chunk's cos and sin are loaded once for all of
-// them. (One item a chunk of two heads loaded the tables for every two.)
+// of k at its token (of the two as one list, with 16-byte accesses): the
+// chunk's cos and sin are loaded once for all of them.
 struct RopeItems {
     FastDivmod chunks, slices, tokens;
     int64_t rotation_chunks;
@@ -60,12 +60,9 @@ __device__ __forceinline__ void rotate_heads(const fo_rope_tensor &x, int64_t b,
     }
 }
 
-// With 16-byte accesses, a thread's heads of a tensor at its token a group
-// at a time: every load of the group issued before any rotation or store
-// (the stores would otherwise hold back the next head's loads), the chunks
-// held as loaded. kGroup<T> heads: 128 bytes in flight (118 registers for
-// 16-bit types, 2 blocks an SM; held to 3 blocks, it spilled and ran 1.5x
-// slower).
+// The heads rotate_grouped loads before it rotates or stores any: 128 bytes
+// in flight, held as loaded (120 registers for 16-bit types, 2 blocks an
+// SM; held to 3 blocks, it spilled and ran 1.5x slower).
 template <typename T>
 constexpr int kGroup = 8 / int(sizeof(T));
 
