@@ -24,7 +24,8 @@ from torch.profiler import ProfilerActivity, profile
 from bench_train_step import FULL, build_model, prepare, run_row, timed_ms
 
 KINDS = ["gemm", "attention", "fused_ops_py", "triton", "torch"]
-FIELDS = ["vocab", "provider", "step_ms", "profiled_step_ms", "kernel_ms", "idle_ms", *(f"{k}_ms" for k in KINDS), "top_kernels", "note"]
+FIELDS = ["vocab", "provider", "step_ms", "profiled_step_ms", "kernel_ms", "idle_ms", *(f"{k}_ms" for k in KINDS),
+          "top_kernels", "note"]
 STEPS = 3
 
 

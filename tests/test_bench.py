@@ -290,7 +290,7 @@ def test_step_kernels_sorts_a_steps_kernels_by_kind():
     step_kernels = load("step_kernels")
     kinds = {
         "nvjet_tst_128x256_64x4_2x1_v_bz_coopA_TNT": "gemm",
-        "void cutlass::Kernel2<cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_32x32_128x2_tn_align8>(T1::Params)": "gemm",
+        "void cutlass::Kernel2<cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_32x32_128x2_tn_align8>(Params)": "gemm",
         "void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4>>(Flash_fwd_params)": "attention",
         "void cudnn::fusion::compute_dot_do_o_specialized<true, 128>(void const*, float*)": "attention",
         "void fo::(anonymous namespace)::swiglu_kernel<__nv_bfloat16, false>(fo::swiglu_params)": "fused_ops_py",
