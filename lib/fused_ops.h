@@ -133,9 +133,9 @@ FO_API int fo_get_cpu_threads(void);
  * is in its first version, FO_ABI_VERSION 4, but fo_rope_args, whose first
  * version ends at `reserved`). The library reads the struct during the call
  * only. Each struct carries the call's device: device_type (FO_DEVICE_CPU or
- * FO_DEVICE_CUDA), device_index (the CUDA ordinal; ignored
- * on the CPU) and stream (a cudaStream_t as an integer, 0 = legacy default;
- * ignored on the CPU).
+ * FO_DEVICE_CUDA), device_index (the CUDA ordinal; ignored on the CPU) and
+ * stream (a cudaStream_t as an integer, 0 = legacy default; ignored on the
+ * CPU).
  */
 
 /*
