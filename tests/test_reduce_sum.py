@@ -31,6 +31,16 @@ def test_sum_and_gradient(shape, dtype, device):
     assert torch.equal(x.grad, torch.full(shape, 0.75, dtype=dtype, device=device))
 
 
+@pytest.mark.parametrize("numel", [2047, 2048, 2049, 2056, 2057])
+def test_one_block_and_two_passes_agree_with_float64(numel, dtype, device):
+    # on CUDA, up to 256 chunks of 8 one block's sum is the result; past
+    # them, blocks' partials are summed by a second kernel
+    x = random((numel,), dtype, device, seed=5)
+    expected = x.double().sum().item()
+    scale = max(1.0, x.double().abs().sum().item() ** 0.5)
+    assert abs(fo.reduce_sum(x).item() - expected) <= SUM_TOLERANCES[dtype] * (scale + abs(expected))
+
+
 def test_empty_sums_to_zero(dtype, device):
     assert fo.reduce_sum(torch.empty((0, 5), dtype=dtype, device=device)).item() == 0.0
 

@@ -3,7 +3,9 @@
 // Two passes and no atomics: a fixed number of blocks (a function of numel
 // only) each sum a fixed, strided set of 8-element chunks and reduce in a
 // fixed tree; one block then sums those partials in order. The same input
-// gives the same bits on every run and every GPU, aligned or not.
+// gives the same bits on every run and every GPU, aligned or not. Where
+// one block takes it all (up to kThreads chunks), its sum is the result:
+// one launch and no workspace.
 #include "common.cuh"
 
 namespace fo {
@@ -50,9 +52,10 @@ __device__ A block_sum(A value) {
 // Each thread sums its chunks (the grid's threads apart) in increasing
 // order, kStepChunks at a time: every load of a step is issued before any
 // is added (a loop that added each chunk before loading the next kept one
-// 16-byte load in flight a thread).
-template <typename T, bool VEC, bool EVICT_FIRST>
-__global__ void __launch_bounds__(kThreads) partial_sum_kernel(acc_t<T> *__restrict__ partials,
+// 16-byte load in flight a thread). Out: acc_t<T> for the partials, T where
+// one block writes the result.
+template <typename T, typename Out, bool VEC, bool EVICT_FIRST>
+__global__ void __launch_bounds__(kThreads) partial_sum_kernel(Out *__restrict__ sums,
                                                               const T *__restrict__ x, int64_t numel) {
     using A = acc_t<T>;
     constexpr int kStep = kStepChunks<T>;
@@ -79,7 +82,7 @@ __global__ void __launch_bounds__(kThreads) partial_sum_kernel(acc_t<T> *__restr
         for (int i = 0; i < kChunk; i++) sum += v[i];
     }
     A total = block_sum(sum);
-    if (threadIdx.x == 0) partials[blockIdx.x] = total;
+    if (threadIdx.x == 0) sums[blockIdx.x] = from_acc<Out>(total);
 }
 
 // Thread t adds partials t, t + kThreads, ... in order; the four loads are
@@ -106,7 +109,8 @@ using namespace fo;
 
 extern "C" int64_t fo_cuda_reduce_sum_workspace_bytes(int64_t numel,
                                                       int dtype) {
-    return sum_blocks(numel) * (dtype == FO_DTYPE_F64 ? 8 : 4);
+    const int64_t blocks = sum_blocks(numel);
+    return blocks == 1 ? 0 : blocks * (dtype == FO_DTYPE_F64 ? 8 : 4);
 }
 
 extern "C" int fo_cuda_reduce_sum(int device_index, uintptr_t stream,
@@ -116,15 +120,22 @@ extern "C" int fo_cuda_reduce_sum(int device_index, uintptr_t stream,
             using T = decltype(tag);
             using A = acc_t<T>;
             const int64_t blocks = sum_blocks(a->numel);
-            A *partials = static_cast<A *>(a->workspace);
             const T *x = static_cast<const T *>(a->x);
+            const bool vec = a->numel % kChunk == 0 && aligned16(x);
             const bool evict_first = a->numel * int64_t(sizeof(T)) <= kEvictFirstMaxBytes;
-            auto kernel = a->numel % kChunk == 0 && aligned16(x)
-                              ? (evict_first ? partial_sum_kernel<T, true, true>
-                                             : partial_sum_kernel<T, true, false>)
-                              : partial_sum_kernel<T, false, false>;
-            kernel<<<unsigned(blocks), kThreads, 0, cudaStream_t(stream)>>>(
-                partials, x, a->numel);
+            auto launch = [&](auto *sums) {
+                using Out = std::remove_pointer_t<decltype(sums)>;
+                auto kernel = vec ? (evict_first ? partial_sum_kernel<T, Out, true, true>
+                                                 : partial_sum_kernel<T, Out, true, false>)
+                                  : partial_sum_kernel<T, Out, false, false>;
+                kernel<<<unsigned(blocks), kThreads, 0, cudaStream_t(stream)>>>(sums, x, a->numel);
+            };
+            if (blocks == 1) {
+                launch(static_cast<T *>(a->out));
+                return;
+            }
+            A *partials = static_cast<A *>(a->workspace);
+            launch(partials);
             final_sum_kernel<T><<<1, kThreads, 0, cudaStream_t(stream)>>>(
                 static_cast<T *>(a->out), partials, blocks);
         });
