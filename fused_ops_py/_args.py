@@ -20,16 +20,15 @@ DTYPE_CODES = {
 }
 HALF_DTYPES = (torch.float16, torch.bfloat16)
 
-# 0.1 us a call, against 2.8 us for torch.cuda.current_stream(); older
-# torches lack it.
-_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
-
-def cuda_stream(index):
-    """The current stream of CUDA device `index` (not of the current device)."""
-    if _raw_stream is not None:
-        return _raw_stream(index)
+def _current_stream(index):
     return torch.cuda.current_stream(index).cuda_stream
+
+
+# cuda_stream(index): the current stream of CUDA device `index` (not of the
+# current device), as an address. torch's raw getter costs 0.1 us a call,
+# against 2.8 us for torch.cuda.current_stream(); older torches lack it.
+cuda_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or _current_stream
 
 
 # The CPU kernels take as many threads as torch's own CPU ops:

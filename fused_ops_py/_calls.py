@@ -51,15 +51,21 @@ def _prepared(plans, key, make, *args):
     return plan
 
 
-def _call_struct(ctype, template, x):
-    """A copy of a prepared struct for a call on x's device, with its current
-    stream on CUDA (on the CPU, the thread count told to the library)."""
+def _call_struct(ctype, template, cuda_index):
+    """A copy of a prepared struct for a call: with the current stream of
+    CUDA device cuda_index, or on the CPU (None) the thread count told to
+    the library."""
     a = ffi.new(ctype, template[0])
-    if x.is_cuda:
-        a.stream = _args.cuda_stream(template.device_index)
-    else:
+    if cuda_index is None:
         _args.sync_cpu_threads()
+    else:
+        a.stream = _args.cuda_stream(cuda_index)
     return a
+
+
+def _cuda_index(x):
+    """x's CUDA device index, None on the CPU: what a plan keeps for _call_struct."""
+    return x.get_device() if x.is_cuda else None
 
 
 def _struct(ctype, device, **fields):
@@ -115,7 +121,7 @@ def check_norm(fn, x, residual, weight, bias, normalized_shape):
 
 
 def _norm_forward_plan(fn, kind, x, residual, weight, bias, eps, dropout_p, normalized_shape):
-    """(template struct, rows, cols, x is used as it is) for a signature."""
+    """(template struct, rows, cols, x is used as it is, CUDA index) for a signature."""
     cols = math.prod(check_norm(fn, x, residual, weight, bias, normalized_shape))
     eps = _args.check_number(fn, "eps", eps)
     dropout_p = _args.check_number(fn, "dropout_p", dropout_p)
@@ -131,7 +137,8 @@ def _norm_forward_plan(fn, kind, x, residual, weight, bias, eps, dropout_p, norm
         param_dtype=DTYPE_CODES[param.dtype] if param is not None else code,
         rows=rows, cols=cols, dtype=code, kind=kind, eps=eps, dropout_p=dropout_p,
     )
-    return template, rows, cols, x.is_contiguous() and (residual is None or residual.is_contiguous())
+    dense = x.is_contiguous() and (residual is None or residual.is_contiguous())
+    return template, rows, cols, dense, _cuda_index(x)
 
 
 _norm_forward_plans = {}
@@ -155,11 +162,11 @@ def norm_forward(fn, kind, x, residual, weight, bias, eps, dropout_p, normalized
                                               residual.device))
     except (AttributeError, TypeError):  # not tensors, or eps and dropout_p not floats
         key = None
-    template, rows, cols, dense = _prepared(
+    template, rows, cols, dense, cuda_index = _prepared(
         _norm_forward_plans, key, _norm_forward_plan,
         fn, kind, x, residual, weight, bias, eps, dropout_p, normalized_shape,
     )
-    a = _call_struct(_NORM_FORWARD, template, x)
+    a = _call_struct(_NORM_FORWARD, template, cuda_index)
     if dense:
         y = torch.empty_like(x)
         x_rows, residual_rows = x, residual
@@ -233,8 +240,8 @@ def _address(tensor):
 
 
 def _norm_backward_plan(dy, dresidual_out, h, stats, weight, bias, kind, dropout_p, cols, x_dtype):
-    """(template struct, rows) for a backward signature: everything but the
-    addresses, the stream and the workspace."""
+    """(template struct, rows, CUDA index) for a backward signature:
+    everything but the addresses, the stream and the workspace."""
     _, rows, _, dy_stride = as_rows(dy, cols)
     code = DTYPE_CODES[x_dtype]
     param = weight if weight is not None else bias
@@ -245,7 +252,7 @@ def _norm_backward_plan(dy, dresidual_out, h, stats, weight, bias, kind, dropout
         param_dtype=DTYPE_CODES[param.dtype] if param is not None else code,
         rows=rows, cols=cols, dtype=code, kind=kind, dropout_p=dropout_p,
     )
-    return template, rows
+    return template, rows, _cuda_index(dy)
 
 
 _norm_backward_plans = {}
@@ -261,9 +268,9 @@ def norm_backward(dy, dresidual_out, h, stats, weight, bias, kind, dropout_p, co
            None if dresidual_out is None else dresidual_out.stride(),
            None if weight is None else weight.dtype, None if bias is None else bias.dtype,
            kind, dropout_p, cols, x_dtype)
-    template, rows = _prepared(_norm_backward_plans, key, _norm_backward_plan,
-                               dy, dresidual_out, h, stats, weight, bias, kind, dropout_p, cols, x_dtype)
-    a = _call_struct(_NORM_BACKWARD, template, dy)
+    template, rows, cuda_index = _prepared(_norm_backward_plans, key, _norm_backward_plan, dy, dresidual_out,
+                                           h, stats, weight, bias, kind, dropout_p, cols, x_dtype)
+    a = _call_struct(_NORM_BACKWARD, template, cuda_index)
     shared = share_dx and has_residual and dropout_p == 0 and h.dtype is x_dtype and want_x
     dx = dense_like(h, x_dtype) if want_x and not shared else None
     dresidual = dense_like(h) if has_residual and (want_residual or shared) else None
@@ -346,7 +353,7 @@ def check_bias_scale_relu(fn, x, bias, scale):
 
 
 def _bias_scale_relu_forward_plan(fn, x, bias, scale):
-    """(template struct, rows, cols, x is used as it is) for a signature."""
+    """(template struct, rows, cols, x is used as it is, CUDA index) for a signature."""
     scale = check_bias_scale_relu(fn, x, bias, scale)
     _, rows, cols, x_stride = as_rows(x)
     code = DTYPE_CODES[x.dtype]
@@ -355,7 +362,7 @@ def _bias_scale_relu_forward_plan(fn, x, bias, scale):
         x_row_stride=x_stride, rows=rows, cols=cols, dtype=code,
         bias_dtype=DTYPE_CODES[bias.dtype] if bias is not None else code, scale=scale,
     )
-    return template, rows, cols, x.is_contiguous()
+    return template, rows, cols, x.is_contiguous(), _cuda_index(x)
 
 
 _bias_scale_relu_forward_plans = {}
@@ -370,10 +377,10 @@ def bias_scale_relu_forward(fn, x, bias, scale, want_mask):
                None if bias is None else (bias.shape, bias.dtype, bias.device))
     except (AttributeError, TypeError):  # not tensors, or scale not a float
         key = None
-    template, rows, cols, dense = _prepared(
+    template, rows, cols, dense, cuda_index = _prepared(
         _bias_scale_relu_forward_plans, key, _bias_scale_relu_forward_plan, fn, x, bias, scale,
     )
-    a = _call_struct(_RELU_FORWARD, template, x)
+    a = _call_struct(_RELU_FORWARD, template, cuda_index)
     if dense:
         y = torch.empty_like(x)
         x_rows = x
@@ -395,14 +402,14 @@ def bias_scale_relu_forward(fn, x, bias, scale, want_mask):
 
 
 def _bias_scale_relu_backward_plan(dy, scale, bias_dtype):
-    """(template struct, cols) for a backward signature."""
+    """(template struct, cols, CUDA index) for a backward signature."""
     _, rows, cols, dy_stride = as_rows(dy)
     code = DTYPE_CODES[dy.dtype]
     template = _struct(
         _RELU_BACKWARD, device_args(dy)[:2], dy_row_stride=dy_stride, rows=rows, cols=cols,
         dtype=code, bias_dtype=DTYPE_CODES[bias_dtype] if bias_dtype is not None else code, scale=scale,
     )
-    return template, cols
+    return template, cols, _cuda_index(dy)
 
 
 _bias_scale_relu_backward_plans = {}
@@ -412,9 +419,9 @@ _bias_scale_relu_backward_workspaces = {}
 def bias_scale_relu_backward(dy, mask, scale, want_dx, bias_dtype):
     """(dx or None, dbias or None); bias_dtype None means no bias gradient."""
     key = (dy.shape, dy.stride(), dy.dtype, dy.device, scale, bias_dtype)
-    template, cols = _prepared(_bias_scale_relu_backward_plans, key, _bias_scale_relu_backward_plan,
-                               dy, scale, bias_dtype)
-    a = _call_struct(_RELU_BACKWARD, template, dy)
+    template, cols, cuda_index = _prepared(_bias_scale_relu_backward_plans, key,
+                                           _bias_scale_relu_backward_plan, dy, scale, bias_dtype)
+    a = _call_struct(_RELU_BACKWARD, template, cuda_index)
     dy_rows = as_rows(dy)[0]  # a view, or a dense copy kept alive until the call returns
     a.dy, a.mask = dy_rows.data_ptr(), mask.data_ptr()
     dx = dbias = None
