@@ -162,6 +162,18 @@ def test_gradient_accumulation(device):
     torch.testing.assert_close(weight.grad.double(), w64.grad, atol=3e-2, rtol=3e-2)
 
 
+def test_scaled_backward_of_more_elements_than_a_wave_of_blocks(device):
+    # a scale of one element walks the gradient with a grid of at most one
+    # wave (132 SMs x 8 blocks x 2048 elements on an H100): more elements
+    # than that, and a scale that is not 1
+    logits = leaf((1400, 2048), torch.bfloat16, device, seed=30)
+    target = targets((1400,), 2048, device, seed=31, ignored=True)
+    (fo.fused_cross_entropy(logits, target) * 0.375).backward()
+    x64 = logits.detach().double().requires_grad_()
+    (reference(x64, target) * 0.375).backward()
+    torch.testing.assert_close(logits.grad.double(), x64.grad, atol=2e-6, rtol=1e-2)
+
+
 def test_inference_saves_nothing(device):
     logits = leaf((5, 30), torch.float32, device, seed=11)
     target = targets((5,), 30, device, seed=12)

@@ -462,7 +462,11 @@ extern "C" int fo_cuda_scale_rows(int device_index, uintptr_t stream,
     return launch_on("fo_scale_rows", device_index, [&] {
         const fo_scale_rows_params a = *in;
         const int64_t chunks = chunks_per_row(a.cols);
-        const int64_t blocks_x = (chunks + kThreads - 1) / kThreads;
+        int64_t blocks_x = (chunks + kThreads - 1) / kThreads;
+        // one scale: at most a wave of blocks, so that a scale of 1 (the
+        // common case) costs one wave, not a block every 2048 elements
+        const int64_t wave = int64_t(device_info(device_index).multiprocessors) * (2048 / kThreads);
+        if (!a.per_row && wave > 0 && blocks_x > wave) blocks_x = wave;
         const dim3 grid(unsigned(blocks_x < 65535 ? blocks_x : 65535),
                         unsigned(a.rows < kMaxGridY ? a.rows : kMaxGridY));
         dispatch_dtype(a.dtype, [&](auto tag) {
