@@ -677,8 +677,8 @@ def test_linear_memory_is_a_fraction_of_the_logits(dtype):
 
 @requires_gpu()
 @pytest.mark.parametrize("vocab, dtype", [(32000, torch.bfloat16), (32000, torch.float32),
-                                          (128256, torch.bfloat16), (256000, torch.bfloat16),
-                                          (256000, torch.float32)], ids=str)
+                                          (128256, torch.bfloat16), (128256, torch.float32),
+                                          (256000, torch.bfloat16), (256000, torch.float32)], ids=str)
 def test_many_rows_a_block_at_model_vocabularies(vocab, dtype):
     # more rows than blocks resident at once, so that a block (a cluster of
     # 1, 2, 4, 8 or 16 at these sizes) copies its next row while it writes one;
