@@ -5,8 +5,8 @@
 // sum of exponentials (online, in the log2 domain: one FFMA and one EX2 an
 // element), the second writes the gradient. The second pass reads what the
 // first just read, from L2: the logits come from HBM about once. Rows are
-// reduced in a fixed order (shuffles, then warp 0 over the warps): the same
-// bits on every run.
+// reduced in a fixed order (shuffles, then every warp over the warps): the
+// same bits on every run.
 #include <cuda_pipeline.h>
 
 #include <cstdio>
@@ -46,39 +46,43 @@ struct Partial {
     A max, sum, sum_z;
 };
 
+// The warp's partial, in every lane: the max first, then each lane's sum
+// rescaled to it once (one EX2 a lane), then the sums. Butterfly shuffles
+// leave the same bits in every lane.
 template <typename A>
-__device__ __forceinline__ Partial<A> combine(Partial<A> p, Partial<A> q) {
-    const A max = p.max > q.max ? p.max : q.max;
-    // equal maxima (both -inf included) need no rescaling
-    const A ps = p.max == max ? p.sum : p.sum * exp2_of(p.max - max);
-    const A qs = q.max == max ? q.sum : q.sum * exp2_of(q.max - max);
-    return {max, ps + qs, p.sum_z + q.sum_z};
-}
-
-template <typename A>
-__device__ __forceinline__ Partial<A> shuffle_xor(Partial<A> p, int lane_mask) {
-    return {__shfl_xor_sync(0xffffffffu, p.max, lane_mask),
-            __shfl_xor_sync(0xffffffffu, p.sum, lane_mask),
-            __shfl_xor_sync(0xffffffffu, p.sum_z, lane_mask)};
-}
-
-// The whole block's partial, in every thread.
-template <typename A>
-__device__ Partial<A> block_combine(Partial<A> p, Partial<A> *slots) {
-    for (int m = 16; m > 0; m /= 2) p = combine(p, shuffle_xor(p, m));
-    const int warp = threadIdx.x / 32, warps = blockDim.x / 32;
-    if (threadIdx.x % 32 == 0) slots[warp] = p;
-    __syncthreads();
-    if (warp == 0) {
-        Partial<A> q = threadIdx.x < warps ? slots[threadIdx.x]
-                                           : Partial<A>{A(-INFINITY), A(0), A(0)};
-        for (int m = 16; m > 0; m /= 2) q = combine(q, shuffle_xor(q, m));
-        if (threadIdx.x == 0) slots[kMaxThreads / 32] = q;
+__device__ __forceinline__ Partial<A> warp_combine(Partial<A> p) {
+    A max = p.max;
+#pragma unroll
+    for (int m = 16; m > 0; m /= 2) {
+        const A other = __shfl_xor_sync(0xffffffffu, max, m);
+        max = other > max ? other : max;
     }
+    // an equal max (both -inf included) needs no rescaling
+    A sum = p.max == max ? p.sum : p.sum * exp2_of(p.max - max), sum_z = p.sum_z;
+#pragma unroll
+    for (int m = 16; m > 0; m /= 2) {
+        sum += __shfl_xor_sync(0xffffffffu, sum, m);
+        sum_z += __shfl_xor_sync(0xffffffffu, sum_z, m);
+    }
+    return {max, sum, sum_z};
+}
+
+// Per-warp partials of a block, two rows' worth: a row's slots are written
+// again only two rows on, past the next row's barrier.
+template <typename A>
+using BlockSlots = Partial<A>[2][kMaxThreads / 32];
+
+// The whole block's partial, in every thread: one barrier, then every warp
+// combines the warps' partials itself, in the same order.
+template <typename A>
+__device__ Partial<A> block_combine(Partial<A> p, BlockSlots<A> &slots, int &parity) {
+    p = warp_combine(p);
+    const int lane = threadIdx.x % 32, warps = blockDim.x / 32;
+    Partial<A> *row = slots[parity];
+    if (lane == 0) row[threadIdx.x / 32] = p;
+    parity ^= 1;
     __syncthreads();
-    const Partial<A> total = slots[kMaxThreads / 32];
-    __syncthreads();  // the slots are reused by the next row
-    return total;
+    return warp_combine(lane < warps ? row[lane] : Partial<A>{A(-INFINITY), A(0), A(0)});
 }
 
 template <typename A, bool SOFTCAP>
@@ -164,7 +168,8 @@ template <typename T, Access ACCESS, bool SOFTCAP>
 __global__ void __launch_bounds__(kMaxThreads)
     cross_entropy_kernel(fo_cross_entropy_params a) {
     using A = acc_t<T>;
-    __shared__ Partial<A> slots[kMaxThreads / 32 + 1];
+    __shared__ BlockSlots<A> slots;
+    int parity = 0;
     const T *logits = static_cast<const T *>(a.logits);
     T *dlogits = static_cast<T *>(a.dlogits);
     const int64_t vocab = a.vocab, chunks = chunks_per_row(vocab);
@@ -205,7 +210,7 @@ __global__ void __launch_bounds__(kMaxThreads)
         // z of the target, read before the barrier in block_combine: past it,
         // pass 2 may overwrite the row (dlogits in place)
         const A z_t = threadIdx.x == 0 ? capped<A, SOFTCAP>(to_acc(row[t]), softcap) : A(0);
-        const Partial<A> total = block_combine(p, slots);
+        const Partial<A> total = block_combine(p, slots, parity);
         const A lse2 = total.max + log2_of(total.sum);  // log2 of the sum of e^z
         if (threadIdx.x == 0) static_cast<A *>(a.loss)[r] = row_loss(lse2, z_t, total, ls, vocab);
         if (!dlogits) continue;
@@ -228,6 +233,8 @@ __global__ void __launch_bounds__(kMaxThreads)
 constexpr int kHeldThreads = 256;  // fastest of 128-1024 on the H100, at 16-bit and fp32
 constexpr int64_t kHeldSliceBytes = 72 * 1024;  // three blocks an SM
 
+// The cluster's partial, in every thread of every block: the same bits
+// everywhere, as every warp combines the blocks' partials in rank order.
 template <int CLUSTER, typename A>
 __device__ Partial<A> cluster_combine(Partial<A> p, Partial<A> (&slots)[2], int &parity) {
     if constexpr (CLUSTER == 1) {
@@ -237,12 +244,11 @@ __device__ Partial<A> cluster_combine(Partial<A> p, Partial<A> (&slots)[2], int 
         cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
         if (threadIdx.x == 0) slots[parity] = p;
         cluster.sync();
-        Partial<A> total = *cluster.map_shared_rank(&slots[parity], 0);
-#pragma unroll
-        for (int rank = 1; rank < CLUSTER; rank++)
-            total = combine(total, *cluster.map_shared_rank(&slots[parity], rank));
+        const int lane = threadIdx.x % 32;
+        const Partial<A> mine = lane < CLUSTER ? *cluster.map_shared_rank(&slots[parity], lane)
+                                               : Partial<A>{A(-INFINITY), A(0), A(0)};
         parity ^= 1;  // a slot is written again two rows on, past the next barrier
-        return total;
+        return warp_combine(mine);
 #else
         __trap();  // launched only where the device has clusters
         return p;
@@ -256,9 +262,9 @@ __global__ void __launch_bounds__(kHeldThreads)
     using A = acc_t<T>;
     constexpr int kVectors = kVectorsPerChunk<T>;
     extern __shared__ uint4 held[];
-    __shared__ Partial<A> slots[kMaxThreads / 32 + 1];
+    __shared__ BlockSlots<A> slots;
     __shared__ Partial<A> cluster_slots[2];
-    int parity = 0;
+    int parity = 0, block_parity = 0;
     const int rank = CLUSTER > 1 ? cluster_rank() : 0;
     const T *logits = static_cast<const T *>(a.logits);
     T *dlogits = static_cast<T *>(a.dlogits);
@@ -320,7 +326,8 @@ __global__ void __launch_bounds__(kHeldThreads)
             for (int i = 0; i < kChunk; i++) z[i] = capped<A, SOFTCAP>(to_acc(values[i]), softcap);
             add_chunk(p, z, kChunk, ls != A(0));
         }
-        const Partial<A> total = cluster_combine<CLUSTER>(block_combine(p, slots), cluster_slots, parity);
+        const Partial<A> block = block_combine(p, slots, block_parity);
+        const Partial<A> total = cluster_combine<CLUSTER>(block, cluster_slots, parity);
         const A lse2 = total.max + log2_of(total.sum);
         if (rank == 0 && threadIdx.x == 0) static_cast<A *>(a.loss)[r] = row_loss(lse2, z_t, total, ls, vocab);
         if (dlogits) {
