@@ -806,8 +806,10 @@ def _cross_entropy_struct(x, rows, vocab, row_stride, ignore_index, label_smooth
 def _mean_scale(targets, ignore_index, loss_dtype):
     """1 / (the targets not ignored), computed on the device: no host
     synchronization, so CUDA graphs capture it (inf for none: the loss is
-    then 0 * inf = NaN, and every gradient row, ignored, is 0, as in torch)."""
-    return (targets != ignore_index).sum().to(loss_dtype).reciprocal()
+    then 0 * inf = NaN, and every gradient row, ignored, is 0, as in torch).
+    The reciprocal of the int64 count is fp32 itself: one op fewer."""
+    count = (targets != ignore_index).sum()
+    return count.reciprocal() if loss_dtype is torch.float32 else count.to(loss_dtype).reciprocal()
 
 
 def _reduced(loss_rows, reduction, scale):
@@ -822,24 +824,54 @@ def _reduced(loss_rows, reduction, scale):
     return loss_rows
 
 
+def _cross_entropy_plan(logits, ignore_index, label_smoothing, softcap):
+    """(template struct, CUDA index) for a signature."""
+    _, rows, vocab, row_stride = as_rows(logits)
+    template = _struct(
+        _CROSS_ENTROPY, device_args(logits)[:2], logits_row_stride=row_stride, rows=rows, vocab=vocab,
+        ignore_index=ignore_index, dtype=DTYPE_CODES[logits.dtype], label_smoothing=label_smoothing,
+        softcap=softcap,
+    )
+    return template, _cuda_index(logits)
+
+
+_cross_entropy_plans = {}
+
+
 def cross_entropy_forward(logits, target, ignore_index, label_smoothing, softcap, reduction, want_grad):
     """(loss, dlogits or None), the arguments checked (check_cross_entropy).
     loss is fp32 (fp64 for fp64): 0-d for mean and sum, target's shape for none.
     With want_grad, dlogits (new, dense, logits' shape and dtype) is the
     gradient of loss for an incoming gradient of 1: of the mean, the sum,
     or of each row's own loss for none."""
-    logits_rows, rows, vocab, row_stride = as_rows(logits)
+    key = (logits.shape, logits.stride(), logits.dtype, logits.device, ignore_index, label_smoothing, softcap)
+    template, cuda_index = _prepared(_cross_entropy_plans, key, _cross_entropy_plan, logits, ignore_index,
+                                     label_smoothing, softcap)
+    a = _call_struct(_CROSS_ENTROPY, template, cuda_index)
+    logits_rows = logits if logits.is_contiguous() else as_rows(logits)[0]
     targets = target.contiguous().view(-1)
     loss_dtype = stats_dtype(logits.dtype)
     scale = _mean_scale(targets, ignore_index, loss_dtype) if reduction == "mean" else None
-    a = _cross_entropy_struct(logits, rows, vocab, row_stride, ignore_index, label_smoothing, softcap,
-                              scale if want_grad else None)
+    if want_grad:
+        a.scale = _address(scale)
     loss_rows = logits.new_empty(target.shape, dtype=loss_dtype)
     dlogits = dense_like(logits) if want_grad else None
     a.loss, a.dlogits = loss_rows.data_ptr(), _address(dlogits)
     a.logits, a.target = logits_rows.data_ptr(), targets.data_ptr()
     _call_cross_entropy(a)
     return _reduced(loss_rows, reduction, scale), dlogits
+
+
+def _scale_rows_plan(x, scale):
+    """(template struct, CUDA index) for a signature of scale_rows_."""
+    per_row = scale.numel() != 1
+    rows = scale.numel() if per_row else 1
+    template = _struct(_SCALE_ROWS, device_args(x)[:2], rows=rows, cols=x.numel() // rows,
+                       dtype=DTYPE_CODES[x.dtype], scale_dtype=DTYPE_CODES[scale.dtype], per_row=int(per_row))
+    return template, _cuda_index(x)
+
+
+_scale_rows_plans = {}
 
 
 def scale_rows_(x, scale):
@@ -849,15 +881,13 @@ def scale_rows_(x, scale):
     if x.numel() == 0:
         return x
     scale = scale.contiguous()
-    per_row = scale.numel() != 1
-    rows = scale.numel() if per_row else 1
-    device = device_args(x)
-    a = _struct(_SCALE_ROWS, device, stream=device[2], x=x.data_ptr(), scale=scale.data_ptr(),
-                rows=rows, cols=x.numel() // rows, dtype=DTYPE_CODES[x.dtype],
-                scale_dtype=DTYPE_CODES[scale.dtype], per_row=int(per_row))
+    key = (x.numel(), x.dtype, x.device, scale.numel(), scale.dtype)
+    template, cuda_index = _prepared(_scale_rows_plans, key, _scale_rows_plan, x, scale)
+    a = _call_struct(_SCALE_ROWS, template, cuda_index)
+    a.x, a.scale = x.data_ptr(), scale.data_ptr()
     status = lib.fo_scale_rows(a)
     if status or SYNC:
-        finish(lib.fo_scale_rows, status, device)
+        finish(lib.fo_scale_rows, status, (a.device_type, a.device_index))
     return x
 
 
