@@ -244,9 +244,15 @@ __device__ Partial<A> cluster_combine(Partial<A> p, Partial<A> (&slots)[2], int 
         cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
         if (threadIdx.x == 0) slots[parity] = p;
         cluster.sync();
+        // lane r keeps rank r's partial; every lane loads every rank's, so
+        // that each load has one address (one remote block) for the warp
         const int lane = threadIdx.x % 32;
-        const Partial<A> mine = lane < CLUSTER ? *cluster.map_shared_rank(&slots[parity], lane)
-                                               : Partial<A>{A(-INFINITY), A(0), A(0)};
+        Partial<A> mine{A(-INFINITY), A(0), A(0)};
+#pragma unroll
+        for (int rank = 0; rank < CLUSTER; rank++) {
+            const Partial<A> theirs = *cluster.map_shared_rank(&slots[parity], rank);
+            if (lane == rank) mine = theirs;
+        }
         parity ^= 1;  // a slot is written again two rows on, past the next barrier
         return warp_combine(mine);
 #else
