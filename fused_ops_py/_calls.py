@@ -825,13 +825,10 @@ def _reduced(loss_rows, reduction, scale):
 
 
 def _cross_entropy_plan(logits, ignore_index, label_smoothing, softcap):
-    """(template struct, CUDA index) for a signature."""
+    """(template struct, CUDA index) for a signature (its stream and scale
+    are each call's)."""
     _, rows, vocab, row_stride = as_rows(logits)
-    template = _struct(
-        _CROSS_ENTROPY, device_args(logits)[:2], logits_row_stride=row_stride, rows=rows, vocab=vocab,
-        ignore_index=ignore_index, dtype=DTYPE_CODES[logits.dtype], label_smoothing=label_smoothing,
-        softcap=softcap,
-    )
+    template = _cross_entropy_struct(logits, rows, vocab, row_stride, ignore_index, label_smoothing, softcap, None)
     return template, _cuda_index(logits)
 
 
@@ -848,7 +845,7 @@ def cross_entropy_forward(logits, target, ignore_index, label_smoothing, softcap
     template, cuda_index = _prepared(_cross_entropy_plans, key, _cross_entropy_plan, logits, ignore_index,
                                      label_smoothing, softcap)
     a = _call_struct(_CROSS_ENTROPY, template, cuda_index)
-    logits_rows = logits if logits.is_contiguous() else as_rows(logits)[0]
+    logits_rows = as_rows(logits)[0]
     targets = target.contiguous().view(-1)
     loss_dtype = stats_dtype(logits.dtype)
     scale = _mean_scale(targets, ignore_index, loss_dtype) if reduction == "mean" else None
