@@ -791,44 +791,29 @@ def _call_cross_entropy(a):
         finish(lib.fo_cross_entropy, status, (a.device_type, a.device_index))
 
 
-def _cross_entropy_struct(x, rows, vocab, row_stride, ignore_index, label_smoothing, softcap, scale):
+REDUCTION_CODES = {"none": lib.FO_REDUCTION_NONE, "sum": lib.FO_REDUCTION_SUM, "mean": lib.FO_REDUCTION_MEAN}
+
+
+def _cross_entropy_struct(x, rows, vocab, row_stride, ignore_index, label_smoothing, softcap, scale,
+                          reduction="none"):
     """The arguments every row of a call shares (scale: None, or the one
     loss-dtype element that multiplies the gradient); the addresses of
-    loss, logits, dlogits and target are the caller's to write."""
+    loss, total, logits, dlogits and target are the caller's to write."""
     device = device_args(x)
     return _struct(
         _CROSS_ENTROPY, device, stream=device[2], logits_row_stride=row_stride,
         scale=_address(scale), rows=rows, vocab=vocab, ignore_index=ignore_index,
-        dtype=DTYPE_CODES[x.dtype], label_smoothing=label_smoothing, softcap=softcap,
+        dtype=DTYPE_CODES[x.dtype], reduction=REDUCTION_CODES[reduction],
+        label_smoothing=label_smoothing, softcap=softcap,
     )
 
 
-def _mean_scale(targets, ignore_index, loss_dtype):
-    """1 / (the targets not ignored), computed on the device: no host
-    synchronization, so CUDA graphs capture it (inf for none: the loss is
-    then 0 * inf = NaN, and every gradient row, ignored, is 0, as in torch).
-    The reciprocal of the int64 count is fp32 itself: one op fewer."""
-    count = (targets != ignore_index).sum()
-    return count.reciprocal() if loss_dtype is torch.float32 else count.to(loss_dtype).reciprocal()
-
-
-def _reduced(loss_rows, reduction, scale):
-    """The loss of row losses: a 0-d mean (scale is 1 / count) or sum, or
-    the rows themselves; in the rows' fp32 (fp64): the public functions
-    round it to the input's dtype, and patch() keeps it, as Hugging Face's
-    loss is fp32."""
-    if reduction == "sum":
-        return loss_rows.sum()
-    if reduction == "mean":
-        return loss_rows.sum() * scale
-    return loss_rows
-
-
-def _cross_entropy_plan(logits, ignore_index, label_smoothing, softcap):
-    """(template struct, CUDA index) for a signature (its stream and scale
-    are each call's)."""
+def _cross_entropy_plan(logits, ignore_index, label_smoothing, softcap, reduction):
+    """(template struct, CUDA index) for a signature (its stream is each
+    call's)."""
     _, rows, vocab, row_stride = as_rows(logits)
-    template = _cross_entropy_struct(logits, rows, vocab, row_stride, ignore_index, label_smoothing, softcap, None)
+    template = _cross_entropy_struct(logits, rows, vocab, row_stride, ignore_index, label_smoothing, softcap,
+                                     None, reduction)
     return template, _cuda_index(logits)
 
 
@@ -837,26 +822,29 @@ _cross_entropy_plans = {}
 
 def cross_entropy_forward(logits, target, ignore_index, label_smoothing, softcap, reduction, want_grad):
     """(loss, dlogits or None), the arguments checked (check_cross_entropy).
-    loss is fp32 (fp64 for fp64): 0-d for mean and sum, target's shape for none.
-    With want_grad, dlogits (new, dense, logits' shape and dtype) is the
-    gradient of loss for an incoming gradient of 1: of the mean, the sum,
-    or of each row's own loss for none."""
-    key = (logits.shape, logits.stride(), logits.dtype, logits.device, ignore_index, label_smoothing, softcap)
+    loss is 0-d of logits' dtype for mean and sum (reduced in fp32, fp64
+    for fp64, and rounded once, as torch's), and each row's fp32 (fp64)
+    loss for none, target's shape. With want_grad, dlogits (new, dense,
+    logits' shape and dtype) is the gradient of loss for an incoming
+    gradient of 1: of the mean, the sum, or of each row's own loss for none.
+    The library reduces the rows itself, counting a mean's rows on the
+    device (no synchronization: CUDA graphs capture it)."""
+    key = (logits.shape, logits.stride(), logits.dtype, logits.device, ignore_index, label_smoothing, softcap,
+           reduction)
     template, cuda_index = _prepared(_cross_entropy_plans, key, _cross_entropy_plan, logits, ignore_index,
-                                     label_smoothing, softcap)
+                                     label_smoothing, softcap, reduction)
     a = _call_struct(_CROSS_ENTROPY, template, cuda_index)
-    logits_rows = as_rows(logits)[0]
-    targets = target.contiguous().view(-1)
     loss_dtype = stats_dtype(logits.dtype)
-    scale = _mean_scale(targets, ignore_index, loss_dtype) if reduction == "mean" else None
-    if want_grad:
-        a.scale = _address(scale)
-    loss_rows = logits.new_empty(target.shape, dtype=loss_dtype)
+    if reduction == "none":
+        loss_rows, total = logits.new_empty(target.shape, dtype=loss_dtype), None
+    else:  # a mean's scale goes after the rows
+        loss_rows, total = logits.new_empty(target.numel() + 1, dtype=loss_dtype), logits.new_empty(())
     dlogits = dense_like(logits) if want_grad else None
-    a.loss, a.dlogits = loss_rows.data_ptr(), _address(dlogits)
+    logits_rows, targets = as_rows(logits)[0], target.contiguous()  # held through the call
+    a.loss, a.total, a.dlogits = loss_rows.data_ptr(), _address(total), _address(dlogits)
     a.logits, a.target = logits_rows.data_ptr(), targets.data_ptr()
     _call_cross_entropy(a)
-    return _reduced(loss_rows, reduction, scale), dlogits
+    return loss_rows if total is None else total, dlogits
 
 
 def _scale_rows_plan(x, scale):
@@ -1006,11 +994,15 @@ def linear_cross_entropy_forward(x, weight, bias, target, ignore_index, label_sm
     if reduction == "none":
         want_input = want_weight = want_bias = False
     grads = _linear_grad_buffers(x, rows, weight, bias, want_input, want_weight, want_bias)
-    scale = _mean_scale(targets, ignore_index, loss_dtype) if reduction == "mean" else None
+    # the chunks' gradients are all scaled by the mean's 1 / count: counted
+    # first, on the device (inf for none: the loss is then 0 * inf = NaN,
+    # and every gradient row, ignored, is 0, as in torch)
+    scale = (targets != ignore_index).sum().to(loss_dtype).reciprocal() if reduction == "mean" else None
     template = _cross_entropy_struct(x, rows, vocab, vocab, ignore_index, label_smoothing, softcap, scale)
     loss_rows = x.new_empty(target.shape, dtype=loss_dtype)
     _linear_chunks(x_rows, weight, bias, targets, template, loss_rows, None, grads)
-    return (_reduced(loss_rows, reduction, scale), *_linear_grads(x, weight, bias, grads))
+    loss = loss_rows if reduction == "none" else loss_rows.sum()
+    return (loss * scale if reduction == "mean" else loss, *_linear_grads(x, weight, bias, grads))
 
 
 def linear_cross_entropy_backward(dloss, x, weight, bias, target, ignore_index, label_smoothing, softcap,

@@ -295,7 +295,8 @@ if AVAILABLE:
     @cross_entropy.register_fake
     def _(logits, target, ignore_index, label_smoothing, softcap, reduction, want_grad):
         dlogits = logits.new_empty(logits.shape) if want_grad else _empty(logits)
-        return logits.new_empty(_loss_shape(target, reduction), dtype=_calls.stats_dtype(logits.dtype)), dlogits
+        loss_dtype = _calls.stats_dtype(logits.dtype) if reduction == "none" else logits.dtype
+        return logits.new_empty(_loss_shape(target, reduction), dtype=loss_dtype), dlogits
 
     def _cross_entropy_setup(ctx, inputs, output):
         _autograd.cross_entropy_save(ctx, output[1])

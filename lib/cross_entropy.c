@@ -83,6 +83,47 @@ static int check_targets(const char *op, const fo_cross_entropy_params *a) {
     return FO_OK;
 }
 
+/* 1 / (rows not ignored) into scale, in loss_dtype: inf where every row is
+ * ignored, so that the mean is NaN, as torch's. */
+static void store_mean_scale(void *scale, const fo_cross_entropy_params *a, int loss_dtype) {
+    int64_t counted = 0;
+    for (int64_t r = 0; r < a->rows; r++) counted += a->target[r] != a->ignore_index;
+    const double inverse = 1.0 / (double)counted;
+    fo_cpu_store(scale, 0, &inverse, 1, loss_dtype);
+}
+
+/* The rows' losses summed in row order, times the mean's scale, rounded
+ * once into total (of the logits' dtype). */
+static void store_total(const fo_cross_entropy_params *a, int loss_dtype) {
+    double sum = 0.0, v;
+    for (int64_t r = 0; r < a->rows; r++) {
+        fo_cpu_load(&v, a->loss, r, 1, loss_dtype);
+        sum += v;
+    }
+    if (a->reduction == FO_REDUCTION_MEAN) {
+        fo_cpu_load(&v, a->scale, 0, 1, loss_dtype);
+        sum *= v;
+    }
+    fo_cpu_store(a->total, 0, &sum, 1, a->dtype);
+}
+
+static int check_reduction(const char *op, const fo_cross_entropy_args *c) {
+    if (c->reduction < FO_REDUCTION_NONE || c->reduction > FO_REDUCTION_MEAN)
+        return fo_fail(FO_ERR_INVALID_ARGUMENT,
+                       "%s: reduction=%d must be FO_REDUCTION_NONE (0), SUM (1) or MEAN (2)",
+                       op, c->reduction);
+    if (c->reduction == FO_REDUCTION_NONE && c->total)
+        return fo_fail(FO_ERR_INVALID_ARGUMENT,
+                       "%s: total=0x%" PRIxPTR " must be 0 with reduction=FO_REDUCTION_NONE",
+                       op, c->total);
+    if (c->reduction == FO_REDUCTION_MEAN && c->scale)
+        return fo_fail(FO_ERR_INVALID_ARGUMENT,
+                       "%s: scale=0x%" PRIxPTR " must be 0 with reduction=FO_REDUCTION_MEAN, "
+                       "which scales the gradient by 1 / (rows not ignored)",
+                       op, c->scale);
+    return FO_OK;
+}
+
 static int check_reserved(const char *op, int32_t reserved) {
     if (reserved != 0)
         return fo_fail(FO_ERR_INVALID_ARGUMENT, "%s: reserved=%d must be 0", op, reserved);
@@ -101,7 +142,7 @@ int fo_cross_entropy(const fo_cross_entropy_args *args) {
         (status = fo_check_device(op, c.device_type, c.device_index)) ||
         (status = fo_check_shape(op, c.rows, c.vocab)) ||
         (status = fo_check_dtype(op, "dtype", c.dtype)) ||
-        (status = check_reserved(op, c.reserved)))
+        (status = check_reduction(op, &c)))
         return status;
     const int loss_dtype = fo_stats_dtype(c.dtype);
     if (c.rows > 0 && c.vocab == 0)
@@ -119,7 +160,9 @@ int fo_cross_entropy(const fo_cross_entropy_args *args) {
                                    c.dtype, 0)) ||
         /* int64 targets: checked as 8-byte elements */
         (status = fo_check_operand(op, "target", c.target, 1, c.rows, 1, FO_DTYPE_F64, 0)) ||
-        (status = fo_check_operand(op, "scale", c.scale, 1, 1, 1, loss_dtype, 1)))
+        (status = fo_check_operand(op, "scale", c.scale, 1, 1, 1, loss_dtype, 1)) ||
+        (status = fo_check_operand(op, "total", c.total, 1, 1, 1, c.dtype,
+                                   c.reduction == FO_REDUCTION_NONE)))
         return status;
     if (c.dlogits && c.dlogits == c.logits && c.rows > 1 && c.logits_row_stride != c.vocab)
         return fo_fail(FO_ERR_INVALID_ARGUMENT,
@@ -129,14 +172,20 @@ int fo_cross_entropy(const fo_cross_entropy_args *args) {
     fo_cross_entropy_params a = {
         (void *)c.loss, (void *)c.dlogits, (const void *)c.logits, c.logits_row_stride,
         (const int64_t *)c.target, (const void *)c.scale, c.rows, c.vocab, c.ignore_index,
-        c.dtype, c.label_smoothing, c.softcap};
-    if (c.rows == 0)
+        c.dtype, c.label_smoothing, c.softcap, c.reduction, (void *)c.total};
+    if (c.rows == 0 && c.reduction == FO_REDUCTION_NONE)
         return FO_OK;
     if (c.device_type == FO_DEVICE_CUDA)
         return fo_cuda_cross_entropy(c.device_index, c.stream, &a);
     if ((status = check_targets(op, &a)))
         return status;
+    if (c.reduction == FO_REDUCTION_MEAN) {  /* loss[rows] */
+        a.scale = (char *)a.loss + c.rows * fo_dtype_size(loss_dtype);
+        store_mean_scale((void *)a.scale, &a, loss_dtype);
+    }
     fo_cpu_parallel(c.rows, c.vocab * (a.dlogits ? 3 : 2), cpu_rows, &a);
+    if (c.reduction != FO_REDUCTION_NONE)
+        store_total(&a, loss_dtype);
     return FO_OK;
 }
 

@@ -131,11 +131,11 @@ FO_API int fo_get_cpu_threads(void);
  * A struct_size under the first version's size, or over the library's own, is
  * FO_ERR_INVALID_ARGUMENT, as is a NULL struct pointer (every struct below
  * is in its first version, FO_ABI_VERSION 4, but fo_rope_args, whose first
- * version ends at `reserved`). The library reads the struct during the call
- * only. Each struct carries the call's device: device_type (FO_DEVICE_CPU or
- * FO_DEVICE_CUDA), device_index (the CUDA ordinal; ignored on the CPU) and
- * stream (a cudaStream_t as an integer, 0 = legacy default; ignored on the
- * CPU).
+ * version ends at `reserved`, and fo_cross_entropy_args, at `softcap`). The
+ * library reads the struct during the call only. Each struct carries the
+ * call's device: device_type (FO_DEVICE_CPU or FO_DEVICE_CUDA), device_index
+ * (the CUDA ordinal; ignored on the CPU) and stream (a cudaStream_t as an
+ * integer, 0 = legacy default; ignored on the CPU).
  */
 
 /*
@@ -380,16 +380,33 @@ FO_API int fo_swiglu_backward(
  * FO_ERR_INVALID_ARGUMENT on the CPU; on CUDA the kernel stops with a
  * device-side trap, as torch's device asserts do (the CPU path checks every
  * target before writing; a GPU check would need a synchronization).
- *   loss:     rows elements of loss_dtype = fp32 (fp64 for fp64 logits).
+ *   loss:     rows elements of loss_dtype = fp32 (fp64 for fp64 logits);
+ *             rows + 1 with FO_REDUCTION_MEAN, the last for the gradient's
+ *             scale, 1 / (rows not ignored), which the library writes there.
  *   dlogits:  optional, rows x vocab dense of `dtype`; it may be logits
  *             itself (dense logits, overwritten in place by their gradient).
  *   logits:   rows x vocab with row stride logits_row_stride, `dtype`.
  *   target:   rows int64 elements.
  *   scale:    optional address of one loss_dtype element (device memory on
- *             CUDA) that multiplies the gradient, e.g. 1 / (rows not
- *             ignored) for a mean; 0 means 1.
+ *             CUDA) that multiplies the gradient; 0 means 1. It must be 0
+ *             with FO_REDUCTION_MEAN, which scales by 1 / (rows not ignored).
  *   softcap:  0 for none, else > 0.
+ *   reduction, total: with FO_REDUCTION_SUM or FO_REDUCTION_MEAN, total is
+ *             the address of one element of `dtype` (device memory on CUDA)
+ *             that receives the rows' losses reduced in loss_dtype and
+ *             rounded once, as torch's loss (loss still receives each
+ *             row's); 0 with FO_REDUCTION_NONE. The first version of this
+ *             struct ends at softcap, with 0 (none) in reduction.
  */
+enum fo_reduction {
+    FO_REDUCTION_NONE = 0, /* each row's loss, in loss, and nothing more */
+    FO_REDUCTION_SUM = 1,  /* total = the sum of the rows' losses, in a fixed order */
+    /* total = that sum / (rows not ignored), NaN where every row is (as
+     * torch), and the gradient is scaled by 1 / (rows not ignored): the
+     * library counts them on the device, with no synchronization */
+    FO_REDUCTION_MEAN = 2
+};
+
 typedef struct fo_cross_entropy_args {
     int64_t struct_size;  /* sizeof(fo_cross_entropy_args) */
     int32_t device_type, device_index;
@@ -400,8 +417,9 @@ typedef struct fo_cross_entropy_args {
     uintptr_t target, scale;
     int64_t rows, vocab;
     int64_t ignore_index;
-    int32_t dtype, reserved; /* reserved: 0 */
+    int32_t dtype, reduction; /* reduction: enum fo_reduction */
     double label_smoothing, softcap;
+    uintptr_t total;
 } fo_cross_entropy_args;
 
 FO_API int fo_cross_entropy(const fo_cross_entropy_args *args);

@@ -159,6 +159,8 @@ typedef struct fo_cross_entropy_params {
     int64_t ignore_index;
     int dtype;
     double label_smoothing, softcap;
+    int reduction;       /* enum fo_reduction */
+    void *total;         /* one loss-dtype element, with a sum or a mean */
 } fo_cross_entropy_params;
 
 typedef struct fo_scale_rows_params {

@@ -12,6 +12,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import fused_ops_py as fo
 from fused_ops_py import _calls, _ops
+from fused_ops_py._ffi import check
 from conftest import TOLERANCES, assert_close, random, requires_gpu
 
 REDUCTIONS = ["mean", "sum", "none"]
@@ -147,6 +148,21 @@ def test_no_rows(reduction, device):
     torch.testing.assert_close(loss, expected, equal_nan=True)
     loss.sum().backward()
     assert logits.grad.shape == (0, 9)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+def test_reduced_over_more_rows_than_a_block_of_threads(reduction, device):
+    # the library's count and total take one block of 1024 threads, each
+    # over every 1024th row: 2500 rows leave some threads three
+    logits = leaf((2500, 7), torch.float32, device, seed=11)
+    target = targets((2500,), 7, device, seed=12, ignored=True)
+    loss = fo.fused_cross_entropy(logits, target, reduction=reduction)
+    l64 = as64(logits)
+    expected = reference(l64, target, reduction=reduction)
+    torch.testing.assert_close(loss.double(), expected.detach(), rtol=1e-6, atol=0)
+    loss.backward()
+    expected.backward()
+    torch.testing.assert_close(logits.grad.double(), l64.grad, rtol=1e-5, atol=1e-9)
 
 
 def test_gradient_accumulation(device):
@@ -519,6 +535,48 @@ def test_bad_input(call, exception, words):
         call()
     for word in words:
         assert word in str(info.value)
+
+
+def _library_call(struct_size=None, **fields):
+    """fo_cross_entropy of 3 x 5 fp32 CPU logits with fields set; loss, total
+    and the rest are kept alive with it."""
+    logits, target = torch.randn(3, 5), torch.tensor([1, -100, 4])
+    loss, total = torch.full((3,), 7.0), torch.full((), 7.0)
+    a = _calls.ffi.new(_calls._CROSS_ENTROPY, _calls._cross_entropy_struct(logits, 3, 5, 5, -100, 0.0, 0.0, None)[0])
+    a.loss, a.logits, a.target = loss.data_ptr(), logits.data_ptr(), target.data_ptr()
+    for name, value in fields.items():
+        setattr(a, name, value if name != "total" else total.data_ptr())
+    if struct_size is not None:
+        a.struct_size = struct_size
+    status = _calls.lib.fo_cross_entropy(a)
+    return status, logits, target, loss, total
+
+
+@pytest.mark.parametrize(
+    "fields, words",
+    [
+        (dict(reduction=3), ["fo_cross_entropy", "reduction=3"]),
+        (dict(reduction=_calls.lib.FO_REDUCTION_NONE, total=True), ["total=0x", "FO_REDUCTION_NONE"]),
+        (dict(reduction=_calls.lib.FO_REDUCTION_MEAN, total=True, scale=16), ["scale=0x10", "FO_REDUCTION_MEAN"]),
+        (dict(reduction=_calls.lib.FO_REDUCTION_SUM), ["total is a null address"]),
+    ],
+)
+def test_library_refuses_a_bad_reduction(fields, words):
+    with pytest.raises(ValueError) as info:
+        check(_library_call(**fields)[0])
+    for word in words:
+        assert word in str(info.value), (word, str(info.value))
+
+
+def test_library_first_struct_version_reduces_nothing():
+    # a caller of the first version (its struct ends at softcap, its 0 in
+    # reduction was `reserved`) gets the rows' losses alone: the total past
+    # its struct_size reads as 0, and is neither refused nor written
+    first = _calls.ffi.offsetof("fo_cross_entropy_args", "total")
+    status, logits, target, loss, total = _library_call(first, total=True)
+    assert status == 0
+    torch.testing.assert_close(loss.double(), reference(logits, target, reduction="none"))
+    assert total.item() == 7.0
 
 
 @requires_gpu()

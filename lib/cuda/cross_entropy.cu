@@ -382,6 +382,59 @@ __global__ void scale_rows_kernel(fo_scale_rows_params a) {
     }
 }
 
+// The reductions of a mean or sum: one block, each thread over every
+// kReduceThreads-th row in order, kReduceBatch rows loaded before any is
+// added (one round of memory latency for 8192 rows), then a fixed tree.
+constexpr int kReduceThreads = 1024;
+constexpr int kReduceBatch = 8;
+
+// The sum over rows of value(r), in a fixed order; the result is in thread 0.
+template <typename V, typename Value>
+__device__ V rows_total(int64_t rows, Value value) {
+    V sum = 0;
+    for (int64_t r0 = threadIdx.x; r0 < rows; r0 += int64_t(kReduceThreads) * kReduceBatch) {
+        V v[kReduceBatch];
+#pragma unroll
+        for (int i = 0; i < kReduceBatch; i++) {
+            const int64_t r = r0 + int64_t(i) * kReduceThreads;
+            v[i] = r < rows ? value(r) : V(0);
+        }
+#pragma unroll
+        for (int i = 0; i < kReduceBatch; i++) sum += v[i];
+    }
+    __shared__ V warp_sums[kReduceThreads / 32];
+#pragma unroll
+    for (int m = 16; m > 0; m /= 2) sum += __shfl_down_sync(0xffffffffu, sum, m);
+    if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = sum;
+    __syncthreads();
+    V total = 0;
+    if (threadIdx.x == 0)
+        for (int w = 0; w < kReduceThreads / 32; w++) total += warp_sums[w];
+    return total;
+}
+
+__device__ __forceinline__ float reciprocal(float v) { return __frcp_rn(v); }
+__device__ __forceinline__ double reciprocal(double v) { return __drcp_rn(v); }
+
+// 1 / (rows not ignored) into *scale, rounded once: inf where every row
+// is ignored, so that the mean is NaN, as torch's.
+template <typename A>
+__global__ void __launch_bounds__(kReduceThreads)
+    mean_scale_kernel(A *scale, const int64_t *target, int64_t rows, int64_t ignore_index) {
+    const long long counted =
+        rows_total<long long>(rows, [&](int64_t r) { return (long long)(target[r] != ignore_index); });
+    if (threadIdx.x == 0) *scale = reciprocal(A(counted));
+}
+
+// The rows' losses summed, times the mean's scale (if any), rounded once
+// into *total, of the logits' type.
+template <typename T, typename A>
+__global__ void __launch_bounds__(kReduceThreads)
+    total_kernel(T *total, const A *loss, int64_t rows, const A *scale) {
+    const A sum = rows_total<A>(rows, [&](int64_t r) { return loss[r]; });
+    if (threadIdx.x == 0) *total = from_acc<T>(scale ? sum * *scale : sum);
+}
+
 // Threads a row: enough for kUnroll chunks each, a power of two in [32, 1024].
 inline int threads_for(int64_t chunks) {
     int threads = 32;
@@ -438,6 +491,27 @@ bool launch_held(const fo_cross_entropy_params &a, cudaStream_t stream) {
     return false;
 }
 
+// The rows' kernel: the held kernel where a row fits a cluster, else the
+// two passes.
+template <typename T>
+void launch_rows(const fo_cross_entropy_params &a, cudaStream_t stream) {
+    const bool vec = a.vocab % kChunk == 0 && aligned16(a.logits) && aligned16(a.dlogits) &&
+                     stride_aligned16<T>(a.logits_row_stride, a.rows);
+    if constexpr (!std::is_same_v<T, double>)  // (fp64 would spill: the two passes take it)
+        if (vec && launch_held<T>(a, stream)) return;
+    const dim3 grid(unsigned(a.rows < kMaxColBlocks ? a.rows : kMaxColBlocks));
+    const dim3 block(unsigned(threads_for(chunks_per_row(a.vocab))));
+    auto launch = [&](auto access) {
+        constexpr Access kAccess = decltype(access)::value;
+        auto kernel = a.softcap > 0 ? cross_entropy_kernel<T, kAccess, true>
+                                    : cross_entropy_kernel<T, kAccess, false>;
+        kernel<<<grid, block, 0, stream>>>(a);
+    };
+    // side by side: the target's column is then c * 8 + i
+    if (vec) launch(std::integral_constant<Access, kVector>{});
+    else launch(std::integral_constant<Access, kScalar>{});
+}
+
 }  // namespace
 }  // namespace fo
 
@@ -446,26 +520,22 @@ using namespace fo;
 extern "C" int fo_cuda_cross_entropy(int device_index, uintptr_t stream,
                                      const fo_cross_entropy_params *in) {
     return launch_on("fo_cross_entropy", device_index, [&] {
-        const fo_cross_entropy_params a = *in;
-        const int64_t chunks = chunks_per_row(a.vocab);
-        const dim3 grid(unsigned(a.rows < kMaxColBlocks ? a.rows : kMaxColBlocks));
-        const dim3 block(unsigned(threads_for(chunks)));
+        fo_cross_entropy_params a = *in;
+        const cudaStream_t on = cudaStream_t(stream);
         dispatch_dtype(a.dtype, [&](auto tag) {
             using T = decltype(tag);
-            const bool vec = a.vocab % kChunk == 0 && aligned16(a.logits) &&
-                             aligned16(a.dlogits) &&
-                             stride_aligned16<T>(a.logits_row_stride, a.rows);
-            if constexpr (!std::is_same_v<T, double>)  // (fp64 would spill: the two passes take it)
-                if (vec && launch_held<T>(a, cudaStream_t(stream))) return;
-            auto launch = [&](auto access) {
-                constexpr Access kAccess = decltype(access)::value;
-                auto kernel = a.softcap > 0 ? cross_entropy_kernel<T, kAccess, true>
-                                            : cross_entropy_kernel<T, kAccess, false>;
-                kernel<<<grid, block, 0, cudaStream_t(stream)>>>(a);
-            };
-            // side by side: the target's column is then c * 8 + i
-            if (vec) launch(std::integral_constant<Access, kVector>{});
-            else launch(std::integral_constant<Access, kScalar>{});
+            using A = acc_t<T>;
+            A *loss = static_cast<A *>(a.loss);
+            if (a.reduction == FO_REDUCTION_MEAN) {  // the gradient's scale, counted first, in loss[rows]
+                mean_scale_kernel<A><<<1, kReduceThreads, 0, on>>>(loss + a.rows, a.target, a.rows,
+                                                                    a.ignore_index);
+                a.scale = loss + a.rows;
+            }
+            if (a.rows > 0) launch_rows<T>(a, on);
+            if (a.reduction != FO_REDUCTION_NONE)
+                total_kernel<T, A><<<1, kReduceThreads, 0, on>>>(
+                    static_cast<T *>(a.total), loss, a.rows,
+                    a.reduction == FO_REDUCTION_MEAN ? loss + a.rows : nullptr);
         });
     });
 }
