@@ -462,6 +462,22 @@ struct RowGeometry {
 
 constexpr int kThreads = 256;
 constexpr int64_t kMaxRowBlocks = 256;  // also the bias partials per column
+
+// Sum of `value` over a block of THREADS threads, in a fixed order; the
+// result is in thread 0.
+template <int THREADS, typename A>
+__device__ A block_sum(A value) {
+    __shared__ A warp_sums[THREADS / 32];
+    for (int offset = 16; offset > 0; offset /= 2)
+        value += __shfl_down_sync(0xffffffffu, value, offset);
+    if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = value;
+    __syncthreads();
+    A total = 0;
+    if (threadIdx.x == 0)
+        for (int w = 0; w < THREADS / 32; w++) total += warp_sums[w];
+    return total;
+}
+
 // gridDim.x's limit: the dense elementwise kernels give every thread one
 // chunk instead of walking 65535 blocks' worth in turn; with one 16-byte load
 // in flight a thread, that walk ran 2% under torch at 1G elements (H100).

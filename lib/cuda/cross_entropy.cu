@@ -402,15 +402,7 @@ __device__ V rows_total(int64_t rows, Value value) {
 #pragma unroll
         for (int i = 0; i < kReduceBatch; i++) sum += v[i];
     }
-    __shared__ V warp_sums[kReduceThreads / 32];
-#pragma unroll
-    for (int m = 16; m > 0; m /= 2) sum += __shfl_down_sync(0xffffffffu, sum, m);
-    if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = sum;
-    __syncthreads();
-    V total = 0;
-    if (threadIdx.x == 0)
-        for (int w = 0; w < kReduceThreads / 32; w++) total += warp_sums[w];
-    return total;
+    return block_sum<kReduceThreads>(sum);
 }
 
 __device__ __forceinline__ float reciprocal(float v) { return __frcp_rn(v); }

@@ -35,19 +35,6 @@ inline int64_t sum_blocks(int64_t numel) {
     return blocks < 1 ? 1 : (blocks > kMaxBlocks ? kMaxBlocks : blocks);
 }
 
-// Sum of `value` over the block, in a fixed order; the result is in thread 0.
-template <typename A>
-__device__ A block_sum(A value) {
-    __shared__ A warp_sums[kThreads / 32];
-    for (int offset = 16; offset > 0; offset /= 2)
-        value += __shfl_down_sync(0xffffffffu, value, offset);
-    if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = value;
-    __syncthreads();
-    A total = 0;
-    if (threadIdx.x == 0)
-        for (int w = 0; w < kThreads / 32; w++) total += warp_sums[w];
-    return total;
-}
 
 // Each thread sums its chunks (the grid's threads apart) in increasing
 // order, kStepChunks at a time: every load of a step is issued before any
@@ -81,7 +68,7 @@ __global__ void __launch_bounds__(kThreads) partial_sum_kernel(Out *__restrict__
 #pragma unroll
         for (int i = 0; i < kChunk; i++) sum += v[i];
     }
-    A total = block_sum(sum);
+    A total = block_sum<kThreads>(sum);
     if (threadIdx.x == 0) sums[blockIdx.x] = from_acc<Out>(total);
 }
 
@@ -98,7 +85,7 @@ __global__ void __launch_bounds__(kThreads) final_sum_kernel(T *__restrict__ out
         const int64_t i = threadIdx.x + int64_t(k) * kThreads;
         v[k] = i < count ? partials[i] : A(0);
     }
-    A total = block_sum(((v[0] + v[1]) + v[2]) + v[3]);
+    A total = block_sum<kThreads>(((v[0] + v[1]) + v[2]) + v[3]);
     if (threadIdx.x == 0) *out = from_acc<T>(total);
 }
 
