@@ -52,7 +52,8 @@ def layer_norm(x, w, b):
     return F.layer_norm(x, x.shape[-1:], w, b, EPS)
 
 
-# op: (ours, torch's, the inputs: "x" rows x cols, "w" a vector of cols)
+# op: (ours, torch's, the inputs: "x" rows x cols, "w" a vector of cols,
+# "t" a class in [0, cols) for each row, int64, never requiring grad)
 OPS = {
     "layer_norm": (lambda x, w, b: fo.fused_layer_norm(x, w, b, EPS), layer_norm, "xww"),
     "rms_norm": (lambda x, w: fo.fused_rms_norm(x, w, EPS), rms_norm, "xw"),
@@ -66,6 +67,8 @@ OPS = {
     "square": (fo.square, lambda x: x * x, "x"),
     "reduce_sum": (fo.reduce_sum, torch.sum, "x"),
     "swiglu": (fo.fused_swiglu, lambda g, u: F.silu(g) * u, "xx"),
+    "geglu": (fo.fused_geglu, lambda g, u: F.gelu(g, approximate="tanh") * u, "xx"),
+    "cross_entropy": (fo.fused_cross_entropy, F.cross_entropy, "xt"),
 }
 
 
@@ -80,7 +83,7 @@ class _FloorFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         lib.fo_abi_version()
-        return tuple(torch.empty_like(x) for x in ctx.saved_tensors)
+        return tuple(torch.empty_like(x) if x.requires_grad else None for x in ctx.saved_tensors)
 
 
 _apply_floor = eager_apply(_FloorFunction)
@@ -98,12 +101,14 @@ def make_call(fn, kinds, shape, dtype, device, mode):
     """A no-argument call of fn on new random inputs, which require grad
     unless the mode is infer; fwdbwd adds the backward of a random dy."""
     grad = mode != "infer"
-    inputs = [torch.randn(shape if k == "x" else shape[-1:], dtype=dtype, device=device).requires_grad_(grad)
+    inputs = [torch.randint(0, shape[-1], shape[:-1], device=device) if k == "t" else
+              torch.randn(shape if k == "x" else shape[-1:], dtype=dtype, device=device).requires_grad_(grad)
               for k in kinds]
     if mode != "fwdbwd":
         return lambda: fn(*inputs)
     dy = torch.randn(fn(*inputs).shape, dtype=dtype, device=device)
-    return lambda: torch.autograd.grad(fn(*inputs), inputs, dy)
+    wanted = [x for x in inputs if x.requires_grad]
+    return lambda: torch.autograd.grad(fn(*inputs), wanted, dy)
 
 
 def per_call_us(calls, device, mode, repeats, loop_s, max_calls):
@@ -175,7 +180,8 @@ def main(argv=None):
         "",
         f"{where}; torch {torch.__version__}; fused_ops_py {fo.__version__}; median of {repeats} "
         f"loops of about {args.loop_ms:g} ms. torch's op: F.layer_norm, F.rms_norm, the add then "
-        "the norm, relu(x*0.5+b), relu, x*x, x.sum(), silu(g)*u. Targets (ours / torch at most): "
+        "the norm, relu(x*0.5+b), relu, x*x, x.sum(), silu(g)*u, gelu(g)*u (tanh), F.cross_entropy "
+        "(mean). Targets (ours / torch at most): "
         + ", ".join(f"{mode} {target}" for mode, target in TARGETS.items()) + ".",
         "",
         f"**{met} met, {len(rows) - met} missed** of {len(rows)}; the floor of the design "
