@@ -716,7 +716,7 @@ def rope_backward(dq_embed, dk_embed, cos, sin, unsqueeze_dim, want_q, want_k):
 
 _CROSS_ENTROPY = ffi.typeof("fo_cross_entropy_args *")
 _SCALE_ROWS = ffi.typeof("fo_scale_rows_args *")
-REDUCTIONS = ("mean", "sum", "none")
+REDUCTION_CODES = {"mean": lib.FO_REDUCTION_MEAN, "sum": lib.FO_REDUCTION_SUM, "none": lib.FO_REDUCTION_NONE}
 
 
 def _check_target(fn, target, x, x_name):
@@ -745,7 +745,7 @@ def _cross_entropy_config(fn, ignore_index, label_smoothing, reduction, softcap)
     as it is, which checks it with label_smoothing."""
     if isinstance(ignore_index, bool) or not isinstance(ignore_index, int):
         raise TypeError(f"{fn}: ignore_index must be an int, got {type(ignore_index).__name__}")
-    if not isinstance(reduction, str) or reduction not in REDUCTIONS:
+    if not isinstance(reduction, str) or reduction not in REDUCTION_CODES:
         raise ValueError(f"{fn}: reduction={reduction!r} must be 'mean', 'sum' or 'none'")
     label_smoothing = _args.check_number(fn, "label_smoothing", label_smoothing)
     softcap = 0.0 if softcap is None else _args.check_number(fn, "softcap", softcap)
@@ -789,9 +789,6 @@ def _call_cross_entropy(a):
     status = lib.fo_cross_entropy(a)
     if status or SYNC:
         finish(lib.fo_cross_entropy, status, (a.device_type, a.device_index))
-
-
-REDUCTION_CODES = {"none": lib.FO_REDUCTION_NONE, "sum": lib.FO_REDUCTION_SUM, "mean": lib.FO_REDUCTION_MEAN}
 
 
 def _cross_entropy_struct(x, rows, vocab, row_stride, ignore_index, label_smoothing, softcap, scale,

@@ -160,7 +160,7 @@ typedef struct fo_cross_entropy_params {
     int dtype;
     double label_smoothing, softcap;
     int reduction;       /* enum fo_reduction */
-    void *total;         /* one loss-dtype element, with a sum or a mean */
+    void *total;         /* one element of dtype, with a sum or a mean */
 } fo_cross_entropy_params;
 
 typedef struct fo_scale_rows_params {

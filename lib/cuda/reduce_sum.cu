@@ -35,7 +35,6 @@ inline int64_t sum_blocks(int64_t numel) {
     return blocks < 1 ? 1 : (blocks > kMaxBlocks ? kMaxBlocks : blocks);
 }
 
-
 // Each thread sums its chunks (the grid's threads apart) in increasing
 // order, kStepChunks at a time: every load of a step is issued before any
 // is added (a loop that added each chunk before loading the next kept one
