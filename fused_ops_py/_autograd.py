@@ -55,6 +55,13 @@ def norm_save(ctx, x, residual, residual_out, stats, weight, bias, kind, dropout
     ctx.norm = (kind, dropout_p, cols, x.dtype, residual is not None, seed_offset)
 
 
+def _norm_wants(ctx, weight, bias, has_residual):
+    """(want_x, want_residual, want_weight, want_bias): the gradients to compute."""
+    want_x, want_residual, want_weight, want_bias = ctx.needs_input_grad[:4]
+    return (want_x, has_residual and want_residual, weight is not None and want_weight,
+            bias is not None and want_bias)
+
+
 def norm_grads(backward, ctx, dy, dresidual_out):
     """(dx, dresidual, dweight, dbias) for inputs (x, residual, weight,
     bias, ...), from backward(dy, dresidual_out, h, stats, weight, bias,
@@ -66,16 +73,11 @@ def norm_grads(backward, ctx, dy, dresidual_out):
     kind, dropout_p, cols, x_dtype, has_residual, seed_offset = ctx.norm
     if len(saved) > 4:
         seed_offset = saved[4]
-    want_x, want_residual, want_weight, want_bias = ctx.needs_input_grad[:4]
-    want_residual = has_residual and want_residual
-    want_weight = weight is not None and want_weight
-    want_bias = bias is not None and want_bias
+    wanted = _norm_wants(ctx, weight, bias, has_residual)
     if dy is None:  # only residual_out was used
         dy = torch.zeros(h.shape, dtype=x_dtype, device=h.device)
     grads = backward(dy, dresidual_out if has_residual else None, h, stats, weight, bias, kind,
-                     dropout_p, cols, seed_offset, x_dtype, has_residual,
-                     want_x, want_residual, want_weight, want_bias)
-    wanted = (want_x, want_residual, want_weight, want_bias)
+                     dropout_p, cols, seed_offset, x_dtype, has_residual, *wanted)
     return tuple(g if want else None for g, want in zip(grads, wanted))
 
 
@@ -89,13 +91,18 @@ def _norm_backward_sharing_dx(*args):
 class NormFunction(torch.autograd.Function):
     """apply(x, residual, weight, bias, config), config = (fn, kind, eps,
     dropout_p, normalized_shape): the fewest arguments, since apply costs
-    0.2 us an argument. Returns y, or (y, residual_out) with a residual."""
+    0.2 us an argument. Returns y, or (y, residual_out) with a residual.
+
+    Forward prepares backward's struct on the caller's thread, where
+    Python runs faster than on autograd's CUDA thread; backward takes it
+    when the gradients are dense and h is the tensor forward saw (a
+    saved-tensor hook may hand back another)."""
 
     @staticmethod
     def forward(ctx, x, residual, weight, bias, config):
         fn, kind, eps, dropout_p, normalized_shape = config
-        y, residual_out, stats, seed_offset, cols = _calls.norm_forward(
-            fn, kind, x, residual, weight, bias, eps, dropout_p, normalized_shape, True,
+        y, residual_out, stats, seed_offset, cols, ctx.prepared = _calls.norm_forward(
+            fn, kind, x, residual, weight, bias, eps, dropout_p, normalized_shape, True, None, True,
         )
         norm_save(ctx, x, residual, residual_out, stats, weight, bias, kind, dropout_p, cols, seed_offset)
         if residual is None:
@@ -107,6 +114,14 @@ class NormFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dy, dresidual_out=None):
+        if dy is not None and dy.is_contiguous() and (dresidual_out is None or dresidual_out.is_contiguous()):
+            h, stats, weight, bias = ctx.saved_tensors[:4]
+            if h.data_ptr() == ctx.prepared[0].h:
+                _, _, _, x_dtype, has_residual, _ = ctx.norm
+                wanted = _norm_wants(ctx, weight, bias, has_residual)
+                grads = _calls.norm_backward_prepared(ctx.prepared, dy, dresidual_out, h, stats, weight, bias,
+                                                      x_dtype, has_residual, *wanted, share_dx=True)
+                return (*grads, None)  # None where not wanted
         return (*norm_grads(_norm_backward_sharing_dx, ctx, dy, dresidual_out), None)
 
 
@@ -118,28 +133,42 @@ def bias_scale_relu_save(ctx, bias, scale, mask):
     ctx.bias_scale_relu = (scale, None if bias is None else bias.dtype)
 
 
+def _bias_scale_relu_wants(ctx):
+    """(want_dx, the bias's dtype where its gradient is wanted, else None)."""
+    _, bias_dtype = ctx.bias_scale_relu
+    wants = ctx.needs_input_grad
+    return wants[0], bias_dtype if bias_dtype is not None and wants[1] else None
+
+
 def bias_scale_relu_grads(backward, ctx, dy):
     """(dx, dbias) from backward(dy, mask, scale, want_dx, bias_dtype or None)."""
     (mask,) = ctx.saved_tensors
-    scale, bias_dtype = ctx.bias_scale_relu
-    wants = ctx.needs_input_grad
-    want_bias = bias_dtype is not None and wants[1]
-    dx, dbias = backward(dy, mask, scale, wants[0], bias_dtype if want_bias else None)
-    return dx if wants[0] else None, dbias if want_bias else None
+    want_dx, bias_dtype = _bias_scale_relu_wants(ctx)
+    dx, dbias = backward(dy, mask, ctx.bias_scale_relu[0], want_dx, bias_dtype)
+    return dx if want_dx else None, dbias if bias_dtype is not None else None
 
 
 class BiasScaleReLUFunction(torch.autograd.Function):
-    """apply(x, bias, (fn, scale))."""
+    """apply(x, bias, (fn, scale)). Forward prepares backward's struct, as
+    NormFunction's does; backward takes it for a dense dy and the mask
+    forward saw."""
 
     @staticmethod
     def forward(ctx, x, bias, config):
         fn, scale = config
-        y, mask = _calls.bias_scale_relu_forward(fn, x, bias, scale, want_mask=True)
+        y, mask, ctx.prepared = _calls.bias_scale_relu_forward(fn, x, bias, scale, True, True)
         bias_scale_relu_save(ctx, bias, scale, mask)
         return y
 
     @staticmethod
     def backward(ctx, dy):
+        if dy.is_contiguous():
+            (mask,) = ctx.saved_tensors
+            if mask.data_ptr() == ctx.prepared[0].mask:
+                want_dx, bias_dtype = _bias_scale_relu_wants(ctx)
+                dx, dbias = _calls.bias_scale_relu_backward_prepared(ctx.prepared, dy, dy, want_dx,
+                                                                     bias_dtype)
+                return dx, dbias, None  # None where not wanted
         return (*bias_scale_relu_grads(_calls.bias_scale_relu_backward, ctx, dy), None)
 
 

@@ -138,19 +138,22 @@ def _norm_forward_plan(fn, kind, x, residual, weight, bias, eps, dropout_p, norm
         rows=rows, cols=cols, dtype=code, kind=kind, eps=eps, dropout_p=dropout_p,
     )
     dense = x.is_contiguous() and (residual is None or residual.is_contiguous())
-    return template, rows, cols, dense, _cuda_index(x)
+    # the last item holds the backward's template for dense gradients,
+    # made by the first forward that prepares a backward
+    return template, rows, cols, dense, _cuda_index(x), [None]
 
 
 _norm_forward_plans = {}
 
 
 def norm_forward(fn, kind, x, residual, weight, bias, eps, dropout_p, normalized_shape,
-                 save_stats, seed_offset=None):
-    """(y, residual_out or None, stats or None, seed_offset or None, cols):
-    the forward pass; stats (for backward) only when save_stats. The dropout
-    stream is seed_offset when given (a (seed, offset) pair: ints, or an
-    int64 tensor under torch.compile), else drawn from torch's generator of
-    x's device."""
+                 save_stats, seed_offset=None, prepare_backward=False):
+    """(y, residual_out or None, stats or None, seed_offset or None, cols,
+    backward or None): the forward pass; stats (for backward) only when
+    save_stats, and with prepare_backward the backward's struct for dense
+    gradients (norm_backward_prepared). The dropout stream is seed_offset
+    when given (a (seed, offset) pair: ints, or an int64 tensor under
+    torch.compile), else drawn from torch's generator of x's device."""
     try:
         # only float scalars are remembered: True == 1 == 1.0 as keys
         if type(eps) is not float or type(dropout_p) is not float:
@@ -162,7 +165,7 @@ def norm_forward(fn, kind, x, residual, weight, bias, eps, dropout_p, normalized
                                               residual.device))
     except (AttributeError, TypeError):  # not tensors, or eps and dropout_p not floats
         key = None
-    template, rows, cols, dense, cuda_index = _prepared(
+    template, rows, cols, dense, cuda_index, backward_template = _prepared(
         _norm_forward_plans, key, _norm_forward_plan,
         fn, kind, x, residual, weight, bias, eps, dropout_p, normalized_shape,
     )
@@ -200,7 +203,20 @@ def norm_forward(fn, kind, x, residual, weight, bias, eps, dropout_p, normalized
     status = lib.fo_norm_forward(a)
     if status or SYNC:
         finish(lib.fo_norm_forward, status, (a.device_type, a.device_index))
-    return y, residual_out, stats, seed_offset, cols
+    backward = None
+    if prepare_backward:
+        # y and residual_out stand in for the gradients: dense, of their
+        # shapes and dtypes. h = x (as the call read it) or residual_out.
+        if backward_template[0] is None:
+            backward_template[0] = _norm_backward_plan(y, residual_out, x if residual is None else residual_out,
+                                                       weight, bias, kind, dropout_p, cols, x.dtype)[0]
+        template = backward_template[0]
+        b = ffi.new(_NORM_BACKWARD, template[0])
+        b.stream = a.stream  # autograd runs backward on the forward's stream
+        b.h = a.x if residual is None else a.residual_out
+        b.seed, b.offset = a.seed, a.offset
+        backward = (b, template)
+    return y, residual_out, stats, seed_offset, cols, backward
 
 
 def refuse_dropout_in_capture(x):
@@ -239,7 +255,11 @@ def _address(tensor):
     return tensor.data_ptr() if tensor is not None else 0
 
 
-def _norm_backward_plan(dy, dresidual_out, h, stats, weight, bias, kind, dropout_p, cols, x_dtype):
+def _dtype(tensor):
+    return tensor.dtype if tensor is not None else None
+
+
+def _norm_backward_plan(dy, dresidual_out, h, weight, bias, kind, dropout_p, cols, x_dtype):
     """(template struct, rows, CUDA index) for a backward signature:
     everything but the addresses, the stream and the workspace."""
     _, rows, _, dy_stride = as_rows(dy, cols)
@@ -268,41 +288,54 @@ def norm_backward(dy, dresidual_out, h, stats, weight, bias, kind, dropout_p, co
            None if dresidual_out is None else dresidual_out.stride(),
            None if weight is None else weight.dtype, None if bias is None else bias.dtype,
            kind, dropout_p, cols, x_dtype)
-    template, rows, cuda_index = _prepared(_norm_backward_plans, key, _norm_backward_plan, dy, dresidual_out,
-                                           h, stats, weight, bias, kind, dropout_p, cols, x_dtype)
+    template, _, cuda_index = _prepared(_norm_backward_plans, key, _norm_backward_plan, dy, dresidual_out,
+                                        h, weight, bias, kind, dropout_p, cols, x_dtype)
     a = _call_struct(_NORM_BACKWARD, template, cuda_index)
-    shared = share_dx and has_residual and dropout_p == 0 and h.dtype is x_dtype and want_x
+    # views (or dense copies) kept alive until the call returns
+    h_rows = as_rows(h, cols)[0]
+    a.h = h_rows.data_ptr()
+    if dropout_p > 0:
+        a.seed, a.offset = seed_offset_values(seed_offset)
+    dy_rows = as_rows(dy, cols)[0]
+    dro_rows = as_rows(dresidual_out, cols)[0] if dresidual_out is not None else None
+    return norm_backward_prepared((a, template), dy_rows, dro_rows, h, stats, weight, bias, x_dtype,
+                                  has_residual, want_x, want_residual, want_weight, want_bias, share_dx)
+
+
+def norm_backward_prepared(backward, dy, dresidual_out, h, stats, weight, bias, x_dtype, has_residual,
+                           want_x, want_residual, want_weight, want_bias, share_dx=False):
+    """norm_backward from backward = (struct, its template), the struct
+    filled but for the incoming gradients, the statistics, the weight, the
+    outputs and the workspace: norm_forward's prepared backward (for dense
+    dy and dresidual_out) or norm_backward's own. dy and dresidual_out have
+    rows as the struct's row strides say."""
+    a, template = backward
+    shared = share_dx and has_residual and a.dropout_p == 0 and h.dtype is x_dtype and want_x
     dx = dense_like(h, x_dtype) if want_x and not shared else None
     dresidual = dense_like(h) if has_residual and (want_residual or shared) else None
     dweight = dense_like(weight) if weight is not None and want_weight else None
     dbias = dense_like(bias) if bias is not None and want_bias else None
-    # views (or dense copies) kept alive until the call returns
-    dy_rows, h_rows = as_rows(dy, cols)[0], as_rows(h, cols)[0]
-    a.dy, a.h = dy_rows.data_ptr(), h_rows.data_ptr()
+    a.dy = dy_address = dy.data_ptr()
     if dresidual_out is not None:
-        dro_rows = as_rows(dresidual_out, cols)[0]
-        a.dresidual_out = dro_rows.data_ptr()
+        a.dresidual_out = dresidual_out.data_ptr()
     if dx is not None:
         a.dx = dx.data_ptr()
     if dresidual is not None:
         a.dresidual = dresidual.data_ptr()
     a.rstd = rstd = stats.data_ptr()
-    if kind == LAYER:
-        a.mean = rstd + rows * stats.itemsize
+    if a.kind == LAYER:
+        a.mean = rstd + a.rows * stats.itemsize
     if weight is not None:
-        weight = weight.contiguous()
+        weight = weight.contiguous()  # the library reads cols dense elements
         a.weight = weight.data_ptr()
-    if dropout_p > 0:
-        a.seed, a.offset = seed_offset_values(seed_offset)
     if dweight is not None or dbias is not None:
         a.dweight, a.dbias = _address(dweight), _address(dbias)
         # the plan may turn on the operands' alignment: a coarse class of it
         # is part of the signature (the library alone knows the rule)
-        addresses = (a.dy, a.h, a.dresidual_out, a.dx, a.dresidual, a.weight)  # 0: absent
-        outputs = (dx is None, dresidual is None, dweight is None, dbias is None,
-                   tuple(address % 256 for address in addresses))
-        workspace = _workspace(_norm_backward_workspaces, (key, outputs),
-                               lib.fo_norm_backward_workspace_bytes, a, h)
+        classes = (dy_address % 256, a.h % 256, a.dresidual_out % 256, a.dx % 256, a.dresidual % 256,
+                   a.weight % 256)  # 0: absent
+        key = (template, dx is None, dresidual is None, dweight is None, dbias is None, classes)
+        workspace = _workspace(_norm_backward_workspaces, key, lib.fo_norm_backward_workspace_bytes, a, h)
         if workspace is not None:
             a.workspace, a.workspace_bytes = workspace.data_ptr(), workspace.numel()
     status = lib.fo_norm_backward(a)
@@ -362,14 +395,17 @@ def _bias_scale_relu_forward_plan(fn, x, bias, scale):
         x_row_stride=x_stride, rows=rows, cols=cols, dtype=code,
         bias_dtype=DTYPE_CODES[bias.dtype] if bias is not None else code, scale=scale,
     )
-    return template, rows, cols, x.is_contiguous(), _cuda_index(x)
+    # the last item holds the backward's template for a dense dy
+    return template, rows, cols, x.is_contiguous(), _cuda_index(x), [None]
 
 
 _bias_scale_relu_forward_plans = {}
 
 
-def bias_scale_relu_forward(fn, x, bias, scale, want_mask):
-    """(y, mask or None)."""
+def bias_scale_relu_forward(fn, x, bias, scale, want_mask, prepare_backward=False):
+    """(y, mask or None, backward or None): with prepare_backward (and
+    want_mask), the backward's struct for a dense dy
+    (bias_scale_relu_backward_prepared)."""
     try:
         if type(scale) is not float:  # True == 1 == 1.0 as keys
             raise TypeError
@@ -377,7 +413,7 @@ def bias_scale_relu_forward(fn, x, bias, scale, want_mask):
                None if bias is None else (bias.shape, bias.dtype, bias.device))
     except (AttributeError, TypeError):  # not tensors, or scale not a float
         key = None
-    template, rows, cols, dense, cuda_index = _prepared(
+    template, rows, cols, dense, cuda_index, backward_template = _prepared(
         _bias_scale_relu_forward_plans, key, _bias_scale_relu_forward_plan, fn, x, bias, scale,
     )
     a = _call_struct(_RELU_FORWARD, template, cuda_index)
@@ -398,7 +434,16 @@ def bias_scale_relu_forward(fn, x, bias, scale, want_mask):
     status = lib.fo_bias_scale_relu_forward(a)
     if status or SYNC:
         finish(lib.fo_bias_scale_relu_forward, status, (a.device_type, a.device_index))
-    return y, mask
+    backward = None
+    if prepare_backward:
+        if backward_template[0] is None:  # y stands in for dy: dense, of its shape and dtype
+            backward_template[0] = _bias_scale_relu_backward_plan(y, a.scale, _dtype(bias))[0]
+        template = backward_template[0]
+        b = ffi.new(_RELU_BACKWARD, template[0])
+        b.stream = a.stream  # autograd runs backward on the forward's stream
+        b.mask = a.mask
+        backward = (b, template)
+    return y, mask, backward
 
 
 def _bias_scale_relu_backward_plan(dy, scale, bias_dtype):
@@ -419,19 +464,30 @@ _bias_scale_relu_backward_workspaces = {}
 def bias_scale_relu_backward(dy, mask, scale, want_dx, bias_dtype):
     """(dx or None, dbias or None); bias_dtype None means no bias gradient."""
     key = (dy.shape, dy.stride(), dy.dtype, dy.device, scale, bias_dtype)
-    template, cols, cuda_index = _prepared(_bias_scale_relu_backward_plans, key,
-                                           _bias_scale_relu_backward_plan, dy, scale, bias_dtype)
+    template, _, cuda_index = _prepared(_bias_scale_relu_backward_plans, key,
+                                        _bias_scale_relu_backward_plan, dy, scale, bias_dtype)
     a = _call_struct(_RELU_BACKWARD, template, cuda_index)
+    a.mask = mask.data_ptr()
     dy_rows = as_rows(dy)[0]  # a view, or a dense copy kept alive until the call returns
-    a.dy, a.mask = dy_rows.data_ptr(), mask.data_ptr()
+    return bias_scale_relu_backward_prepared((a, template), dy, dy_rows, want_dx, bias_dtype)
+
+
+def bias_scale_relu_backward_prepared(backward, dy, dy_rows, want_dx, bias_dtype):
+    """bias_scale_relu_backward from backward = (struct, its template), the
+    struct filled but for dy, the outputs and the workspace:
+    bias_scale_relu_forward's prepared backward (for a dense dy) or
+    bias_scale_relu_backward's own. dy_rows is dy with rows as the struct
+    says (dy itself where dense)."""
+    a, template = backward
+    a.dy = dy_rows.data_ptr()
     dx = dbias = None
     if want_dx:
         dx = dense_like(dy)
         a.dx = dx.data_ptr()
     if bias_dtype is not None:
-        dbias = dy.new_empty(cols, dtype=bias_dtype)
+        dbias = dy.new_empty(a.cols, dtype=bias_dtype)
         a.dbias = dbias.data_ptr()
-        workspace = _workspace(_bias_scale_relu_backward_workspaces, key,
+        workspace = _workspace(_bias_scale_relu_backward_workspaces, template,
                                lib.fo_bias_scale_relu_backward_workspace_bytes, a, dy)
         if workspace is not None:
             a.workspace, a.workspace_bytes = workspace.data_ptr(), workspace.numel()

@@ -56,7 +56,7 @@ if AVAILABLE:
         x: Tensor, residual: Optional[Tensor], weight: Optional[Tensor], bias: Optional[Tensor],
         kind: int, eps: float, dropout_p: float, normalized_shape: List[int], seed_offset: Optional[Tensor],
     ) -> Tuple[Tensor, Tensor, Tensor]:
-        y, residual_out, stats, _, _ = _calls.norm_forward(
+        y, residual_out, stats, _, _, _ = _calls.norm_forward(
             "fused_ops_py::norm", kind, x, residual, weight, bias, eps, dropout_p, tuple(normalized_shape),
             True, seed_offset,
         )
@@ -109,7 +109,7 @@ if AVAILABLE:
 
     @custom_op("fused_ops_py::bias_scale_relu", mutates_args=())
     def bias_scale_relu(x: Tensor, bias: Optional[Tensor], scale: float, want_mask: bool) -> Tuple[Tensor, Tensor]:
-        y, mask = _calls.bias_scale_relu_forward("fused_ops_py::bias_scale_relu", x, bias, scale, want_mask)
+        y, mask, _ = _calls.bias_scale_relu_forward("fused_ops_py::bias_scale_relu", x, bias, scale, want_mask)
         return y, mask if mask is not None else _empty(x).to(torch.uint8)
 
     @bias_scale_relu.register_fake

@@ -250,6 +250,38 @@ def test_expanded_gradient(dtype, device):
     check_grads([(x.grad, x64.grad, False), (weight.grad, w64.grad, True)], dtype, 6)
 
 
+@pytest.mark.parametrize("op", ["layer_norm", "add_rms_norm"])
+def test_prepared_backward_matches_the_general_one(op, dtype, device):
+    """Forward prepares backward's call for dense gradients; strided ones
+    (here the same values through a transposed view) take the general
+    path. Both give the same bits, and each matches float64."""
+    x, residual = leaf((6, 40), dtype, device, 30), leaf((6, 40), dtype, device, 31)
+    weight, bias = leaf((40,), dtype, device, 32), leaf((40,), dtype, device, 33)
+    dy = random((6, 40), dtype, device, seed=34)
+    strided = dy.t().contiguous().t()  # dy's values, column-major
+    assert not strided.is_contiguous()
+    inputs = (x, residual, weight) if op == "add_rms_norm" else (x, weight, bias)
+
+    def run(*tensors):
+        if op == "add_rms_norm":
+            return fo.fused_add_rms_norm(*tensors)[0]
+        return fo.fused_layer_norm(*tensors)
+
+    dense_grads = torch.autograd.grad(run(*inputs), inputs, dy)
+    strided_grads = torch.autograd.grad(run(*inputs), inputs, strided)
+    for dense, general in zip(dense_grads, strided_grads):
+        assert torch.equal(dense, general)
+    inputs64 = [as64(t) for t in inputs]
+    if op == "add_rms_norm":
+        h = inputs64[0] + inputs64[1]
+        expected = rms_norm_reference(h, (40,), inputs64[2], torch.finfo(dtype).eps)
+    else:
+        expected = F.layer_norm(inputs64[0], (40,), inputs64[1], inputs64[2], 1e-5)
+    expected_grads = torch.autograd.grad(expected, inputs64, dy.double())
+    check_grads([(a, e, i == 2 or (op == "layer_norm" and i == 1))
+                 for i, (a, e) in enumerate(zip(dense_grads, expected_grads))], dtype, 6)
+
+
 def test_more_rows_than_a_grid_holds(device):
     # 70000 rows of 4: more rows than one launch's blocks (a grid-stride loop)
     x = leaf((70000, 4), torch.float32, device, 24)
