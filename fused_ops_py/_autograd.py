@@ -95,8 +95,8 @@ class NormFunction(torch.autograd.Function):
 
     Forward prepares backward's struct on the caller's thread, where
     Python runs faster than on autograd's CUDA thread; backward takes it
-    when the gradients are dense and h is the tensor forward saw (a
-    saved-tensor hook may hand back another)."""
+    when the gradients are dense and h is dense at the address forward saw
+    (a saved-tensor hook may hand back another tensor)."""
 
     @staticmethod
     def forward(ctx, x, residual, weight, bias, config):
@@ -114,12 +114,14 @@ class NormFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dy, dresidual_out=None):
-        if dy is not None and dy.is_contiguous() and (dresidual_out is None or dresidual_out.is_contiguous()):
+        prepared = ctx.prepared
+        if (prepared is not None and dy is not None and dy.is_contiguous()
+                and (dresidual_out is None or dresidual_out.is_contiguous())):
             h, stats, weight, bias = ctx.saved_tensors[:4]
-            if h.data_ptr() == ctx.prepared[0].h:
+            if h.data_ptr() == prepared[0].h and h.is_contiguous():
                 _, _, _, x_dtype, has_residual, _ = ctx.norm
                 wanted = _norm_wants(ctx, weight, bias, has_residual)
-                grads = _calls.norm_backward_prepared(ctx.prepared, dy, dresidual_out, h, stats, weight, bias,
+                grads = _calls.norm_backward_prepared(prepared, dy, dresidual_out, h, stats, weight, bias,
                                                       x_dtype, has_residual, *wanted, share_dx=True)
                 return (*grads, None)  # None where not wanted
         return (*norm_grads(_norm_backward_sharing_dx, ctx, dy, dresidual_out), None)

@@ -151,7 +151,7 @@ def norm_forward(fn, kind, x, residual, weight, bias, eps, dropout_p, normalized
     """(y, residual_out or None, stats or None, seed_offset or None, cols,
     backward or None): the forward pass; stats (for backward) only when
     save_stats, and with prepare_backward the backward's struct for dense
-    gradients (norm_backward_prepared). The dropout stream is seed_offset
+    gradients and a dense h (norm_backward_prepared). The dropout stream is seed_offset
     when given (a (seed, offset) pair: ints, or an int64 tensor under
     torch.compile), else drawn from torch's generator of x's device."""
     try:
@@ -204,9 +204,10 @@ def norm_forward(fn, kind, x, residual, weight, bias, eps, dropout_p, normalized
     if status or SYNC:
         finish(lib.fo_norm_forward, status, (a.device_type, a.device_index))
     backward = None
-    if prepare_backward:
+    if prepare_backward and (residual is not None or dense):
         # y and residual_out stand in for the gradients: dense, of their
-        # shapes and dtypes. h = x (as the call read it) or residual_out.
+        # shapes and dtypes. h (x, or residual_out) is dense too: a
+        # saved-tensor hook's copy at h's address then has h's layout.
         if backward_template[0] is None:
             backward_template[0] = _norm_backward_plan(y, residual_out, x if residual is None else residual_out,
                                                        weight, bias, kind, dropout_p, cols, x.dtype)[0]
