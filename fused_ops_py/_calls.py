@@ -256,10 +256,6 @@ def _address(tensor):
     return tensor.data_ptr() if tensor is not None else 0
 
 
-def _dtype(tensor):
-    return tensor.dtype if tensor is not None else None
-
-
 def _norm_backward_plan(dy, dresidual_out, h, weight, bias, kind, dropout_p, cols, x_dtype):
     """(template struct, rows, CUDA index) for a backward signature:
     everything but the addresses, the stream and the workspace."""
@@ -438,7 +434,8 @@ def bias_scale_relu_forward(fn, x, bias, scale, want_mask, prepare_backward=Fals
     backward = None
     if prepare_backward:
         if backward_template[0] is None:  # y stands in for dy: dense, of its shape and dtype
-            backward_template[0] = _bias_scale_relu_backward_plan(y, a.scale, _dtype(bias))[0]
+            bias_dtype = bias.dtype if bias is not None else None
+            backward_template[0] = _bias_scale_relu_backward_plan(y, a.scale, bias_dtype)[0]
         template = backward_template[0]
         b = ffi.new(_RELU_BACKWARD, template[0])
         b.stream = a.stream  # autograd runs backward on the forward's stream
