@@ -151,9 +151,10 @@ def norm_forward(fn, kind, x, residual, weight, bias, eps, dropout_p, normalized
     """(y, residual_out or None, stats or None, seed_offset or None, cols,
     backward or None): the forward pass; stats (for backward) only when
     save_stats, and with prepare_backward the backward's struct for dense
-    gradients and a dense h (norm_backward_prepared). The dropout stream is seed_offset
-    when given (a (seed, offset) pair: ints, or an int64 tensor under
-    torch.compile), else drawn from torch's generator of x's device."""
+    gradients and a dense h (norm_backward_prepared). The dropout stream
+    is seed_offset when given (a (seed, offset) pair: ints, or an int64
+    tensor under torch.compile), else drawn from torch's generator of x's
+    device."""
     try:
         # only float scalars are remembered: True == 1 == 1.0 as keys
         if type(eps) is not float or type(dropout_p) is not float:
