@@ -248,7 +248,7 @@ class SwiGLUFunction(torch.autograd.Function):
     def forward(ctx, gate, up, over_inputs):
         swiglu_save(ctx, gate, up)
         ctx.over_inputs = over_inputs
-        return _calls.swiglu_forward(gate, up)
+        return _calls.swiglu_forward("fused_swiglu", gate, up)
 
     @staticmethod
     def backward(ctx, dy):
@@ -273,13 +273,25 @@ def geglu_grads(backward, ctx, dy):
 
 
 class GeGLUFunction(torch.autograd.Function):
+    """apply(gate, up, approximate). Forward prepares backward's struct, as
+    NormFunction's does; backward takes it for a dense dy and the gate and
+    up forward saw."""
+
     @staticmethod
     def forward(ctx, gate, up, approximate):
         geglu_save(ctx, gate, up, approximate)
-        return _calls.geglu_forward(gate, up, approximate)
+        y, ctx.prepared = _calls.geglu_forward("fused_geglu", gate, up, approximate, True)
+        return y
 
     @staticmethod
     def backward(ctx, dy):
+        prepared = ctx.prepared
+        if prepared is not None and dy.is_contiguous():
+            gate, up = ctx.saved_tensors
+            if gate.data_ptr() == prepared.gate and up.data_ptr() == prepared.up and gate.is_contiguous() \
+                    and up.is_contiguous():
+                want_gate, want_up = ctx.needs_input_grad[:2]
+                return (*_calls.geglu_backward_prepared(prepared, dy, want_gate, want_up, gate), None)
         return (*geglu_grads(_calls.geglu_backward, ctx, dy), None)
 
 
@@ -359,12 +371,14 @@ def cross_entropy_grads(scale, ctx, dloss):
 
 
 class CrossEntropyFunction(torch.autograd.Function):
-    """apply(logits, target, config), config = (ignore_index,
-    label_smoothing, softcap, reduction) as _calls checked them."""
+    """apply(logits, target, config), config = (fn, ignore_index,
+    label_smoothing, softcap, reduction) as the user gave them (the raw call
+    checks them)."""
 
     @staticmethod
     def forward(ctx, logits, target, config):
-        loss, dlogits = _calls.cross_entropy_forward(logits, target, *config, True)
+        fn, *config = config
+        loss, dlogits = _calls.cross_entropy_forward(fn, logits, target, *config, True)
         cross_entropy_save(ctx, dlogits)
         ctx.scaled_in_place = False
         return loss

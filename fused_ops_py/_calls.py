@@ -568,13 +568,35 @@ def check_swiglu(fn, gate, up):
     _args.check_same_shape(fn, "up", up, gate, "gate")
 
 
-def swiglu_forward(gate, up):
-    gate_view, rows, cols, gate_stride = as_rows(gate)
-    up_view, _, _, up_stride = as_rows(up)
+def _swiglu_plan(fn, gate, up):
+    """(rows, cols, gate's and up's row strides, dtype code, gate and up are
+    used as they are, CUDA index) for a signature."""
+    check_swiglu(fn, gate, up)
+    _, rows, cols, gate_stride = as_rows(gate)
+    return (rows, cols, gate_stride, as_rows(up)[3], DTYPE_CODES[gate.dtype],
+            gate.is_contiguous() and up.is_contiguous(), _cuda_index(gate))
+
+
+_swiglu_plans = {}
+
+
+def swiglu_forward(fn, gate, up):
+    try:
+        key = (gate.shape, gate.stride(), gate.dtype, gate.device, up.shape, up.stride(), up.dtype, up.device)
+    except AttributeError:  # not tensors: the checks name what is wrong
+        key = None
+    rows, cols, gate_stride, up_stride, code, dense, cuda_index = _prepared(_swiglu_plans, key, _swiglu_plan,
+                                                                            fn, gate, up)
     y = dense_like(gate)
-    device = device_args(gate)
-    status = lib.fo_swiglu_forward(*device, y.data_ptr(), gate_view.data_ptr(), gate_stride,
-                                   up_view.data_ptr(), up_stride, rows, cols, DTYPE_CODES[gate.dtype])
+    if not dense:  # views, or copies where no view has dense rows: kept alive until the call returns
+        gate, up = as_rows(gate)[0], as_rows(up)[0]
+    if cuda_index is None:
+        _args.sync_cpu_threads()
+        device = (lib.FO_DEVICE_CPU, 0, 0)
+    else:
+        device = (lib.FO_DEVICE_CUDA, cuda_index, _args.cuda_stream(cuda_index))
+    status = lib.fo_swiglu_forward(*device, y.data_ptr(), gate.data_ptr(), gate_stride, up.data_ptr(),
+                                   up_stride, rows, cols, code)
     if status or SYNC:
         finish(lib.fo_swiglu_forward, status, device)
     return y
@@ -614,36 +636,71 @@ def check_geglu(fn, gate, up, approximate):
         raise ValueError(f"{fn}: approximate={approximate!r} must be 'tanh' or 'none'")
 
 
-def geglu_forward(gate, up, approximate):
-    gate_view, rows, cols, gate_stride = as_rows(gate)
-    up_view, _, _, up_stride = as_rows(up)
+def _geglu_plan(fn, gate, up, approximate):
+    """(forward template, backward template for a dense dy, gate and up are
+    used as they are, CUDA index) for a signature."""
+    check_geglu(fn, gate, up, approximate)
+    _, rows, cols, gate_stride = as_rows(gate)
+    device = (lib.FO_DEVICE_CUDA if gate.is_cuda else lib.FO_DEVICE_CPU, max(gate.get_device(), 0))
+    shared = dict(gate_row_stride=gate_stride, up_row_stride=as_rows(up)[3], rows=rows, cols=cols,
+                  dtype=DTYPE_CODES[gate.dtype], approximate=GELU_APPROXIMATIONS[approximate])
+    forward = _struct(_GEGLU_FORWARD, device, **shared)
+    backward = _struct(_GEGLU_BACKWARD, device, dy_row_stride=cols, **shared)
+    return forward, backward, gate.is_contiguous() and up.is_contiguous(), _cuda_index(gate)
+
+
+_geglu_plans = {}
+
+
+def geglu_forward(fn, gate, up, approximate, prepare_backward=False):
+    """(y, backward or None): with prepare_backward, where gate and up are
+    dense, the backward's struct for a dense dy (geglu_backward_prepared)."""
+    try:
+        key = (gate.shape, gate.stride(), gate.dtype, gate.device, up.shape, up.stride(), up.dtype, up.device,
+               approximate)
+    except AttributeError:  # not tensors: the checks name what is wrong
+        key = None
+    forward, backward_template, dense, cuda_index = _prepared(_geglu_plans, key, _geglu_plan, fn, gate, up,
+                                                              approximate)
+    a = _call_struct(_GEGLU_FORWARD, forward, cuda_index)
     y = dense_like(gate)
-    device = device_args(gate)
-    a = _struct(_GEGLU_FORWARD, device, stream=device[2], y=y.data_ptr(), gate=gate_view.data_ptr(),
-                gate_row_stride=gate_stride, up=up_view.data_ptr(), up_row_stride=up_stride, rows=rows,
-                cols=cols, dtype=DTYPE_CODES[gate.dtype], approximate=GELU_APPROXIMATIONS[approximate])
+    if not dense:  # views, or copies where no view has dense rows: kept alive until the call returns
+        gate, up = as_rows(gate)[0], as_rows(up)[0]
+    a.y, a.gate, a.up = y.data_ptr(), gate.data_ptr(), up.data_ptr()
     status = lib.fo_geglu_forward(a)
     if status or SYNC:
-        finish(lib.fo_geglu_forward, status, device)
-    return y
+        finish(lib.fo_geglu_forward, status, (a.device_type, a.device_index))
+    backward = None
+    if prepare_backward and dense:
+        b = ffi.new(_GEGLU_BACKWARD, backward_template[0])
+        b.stream, b.gate, b.up = a.stream, a.gate, a.up  # autograd runs backward on the forward's stream
+        backward = b
+    return y, backward
+
+
+def geglu_backward_prepared(b, dy_rows, want_gate, want_up, gate):
+    """(dgate or None, dup or None) from b, a backward struct filled but for
+    dy and the gradients (geglu_forward's, for a dense dy, or
+    geglu_backward's own); dy_rows is dy with rows as b says."""
+    dgate = dense_like(gate) if want_gate else None
+    dup = dense_like(gate) if want_up else None
+    b.dy, b.dgate, b.dup = dy_rows.data_ptr(), _address(dgate), _address(dup)
+    status = lib.fo_geglu_backward(b)
+    if status or SYNC:
+        finish(lib.fo_geglu_backward, status, (b.device_type, b.device_index))
+    return dgate, dup
 
 
 def geglu_backward(dy, gate, up, approximate, want_gate, want_up):
-    """(dgate or None, dup or None)."""
+    """(dgate or None, dup or None): any layout of dy, gate and up."""
     gate_view, rows, cols, gate_stride = as_rows(gate)
     up_view, _, _, up_stride = as_rows(up)
     dy_view, _, _, dy_stride = as_rows(dy)
-    dgate = dense_like(gate) if want_gate else None
-    dup = dense_like(gate) if want_up else None
     device = device_args(gate)
-    a = _struct(_GEGLU_BACKWARD, device, stream=device[2], dgate=_address(dgate), dup=_address(dup),
-                dy=dy_view.data_ptr(), dy_row_stride=dy_stride, gate=gate_view.data_ptr(),
+    b = _struct(_GEGLU_BACKWARD, device, stream=device[2], dy_row_stride=dy_stride, gate=gate_view.data_ptr(),
                 gate_row_stride=gate_stride, up=up_view.data_ptr(), up_row_stride=up_stride, rows=rows,
                 cols=cols, dtype=DTYPE_CODES[gate.dtype], approximate=GELU_APPROXIMATIONS[approximate])
-    status = lib.fo_geglu_backward(a)
-    if status or SYNC:
-        finish(lib.fo_geglu_backward, status, device)
-    return dgate, dup
+    return geglu_backward_prepared(b, dy_view, want_gate, want_up, gate)
 
 
 # rope: q and k in one call, read in place through their strides (typically
@@ -860,31 +917,40 @@ def _cross_entropy_struct(x, rows, vocab, row_stride, ignore_index, label_smooth
     )
 
 
-def _cross_entropy_plan(logits, ignore_index, label_smoothing, softcap, reduction):
-    """(template struct, CUDA index) for a signature (its stream is each
-    call's)."""
+def _cross_entropy_plan(fn, logits, target, ignore_index, label_smoothing, softcap, reduction):
+    """(template struct, the reduction, CUDA index) for a signature, the
+    arguments checked (its stream is each call's)."""
+    ignore_index, label_smoothing, softcap, reduction = check_cross_entropy(
+        fn, logits, target, ignore_index, label_smoothing, reduction, softcap)
     _, rows, vocab, row_stride = as_rows(logits)
     template = _cross_entropy_struct(logits, rows, vocab, row_stride, ignore_index, label_smoothing, softcap,
                                      None, reduction)
-    return template, _cuda_index(logits)
+    return template, reduction, _cuda_index(logits)
 
 
 _cross_entropy_plans = {}
 
 
-def cross_entropy_forward(logits, target, ignore_index, label_smoothing, softcap, reduction, want_grad):
-    """(loss, dlogits or None), the arguments checked (check_cross_entropy).
-    loss is 0-d of logits' dtype for mean and sum (reduced in fp32, fp64
-    for fp64, and rounded once, as torch's), and each row's fp32 (fp64)
-    loss for none, target's shape. With want_grad, dlogits (new, dense,
-    logits' shape and dtype) is the gradient of loss for an incoming
-    gradient of 1: of the mean, the sum, or of each row's own loss for none.
-    The library reduces the rows itself, counting a mean's rows on the
-    device (no synchronization: CUDA graphs capture it)."""
-    key = (logits.shape, logits.stride(), logits.dtype, logits.device, ignore_index, label_smoothing, softcap,
-           reduction)
-    template, cuda_index = _prepared(_cross_entropy_plans, key, _cross_entropy_plan, logits, ignore_index,
-                                     label_smoothing, softcap, reduction)
+def cross_entropy_forward(fn, logits, target, ignore_index, label_smoothing, softcap, reduction, want_grad):
+    """(loss, dlogits or None). loss is 0-d of logits' dtype for mean and
+    sum (reduced in fp32, fp64 for fp64, and rounded once, as torch's), and
+    each row's fp32 (fp64) loss for none, target's shape. With want_grad,
+    dlogits (new, dense, logits' shape and dtype) is the gradient of loss
+    for an incoming gradient of 1: of the mean, the sum, or of each row's
+    own loss for none. The library reduces the rows itself, counting a
+    mean's rows on the device (no synchronization: CUDA graphs capture it).
+    softcap None (or 0.0) is none."""
+    try:
+        # only exact types are remembered: True == 1 and 0 == 0.0 as keys
+        if (type(ignore_index) is not int or type(label_smoothing) is not float
+                or (softcap is not None and type(softcap) is not float) or type(reduction) is not str):
+            raise TypeError
+        key = (logits.shape, logits.stride(), logits.dtype, logits.device, target.shape, target.dtype,
+               target.device, ignore_index, label_smoothing, softcap, reduction)
+    except (AttributeError, TypeError):  # not tensors, or arguments of other types: checked each call
+        key = None
+    template, reduction, cuda_index = _prepared(_cross_entropy_plans, key, _cross_entropy_plan, fn, logits,
+                                                target, ignore_index, label_smoothing, softcap, reduction)
     a = _call_struct(_CROSS_ENTROPY, template, cuda_index)
     loss_dtype = stats_dtype(logits.dtype)
     if reduction == "none":

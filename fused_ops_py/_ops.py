@@ -187,7 +187,7 @@ if AVAILABLE:
 
     @custom_op("fused_ops_py::swiglu", mutates_args=())
     def swiglu(gate: Tensor, up: Tensor) -> Tensor:
-        return _calls.swiglu_forward(gate, up)
+        return _calls.swiglu_forward("fused_ops_py::swiglu", gate, up)
 
     @swiglu.register_fake
     def _(gate, up):
@@ -215,7 +215,7 @@ if AVAILABLE:
 
     @custom_op("fused_ops_py::geglu", mutates_args=())
     def geglu(gate: Tensor, up: Tensor, approximate: str) -> Tensor:
-        return _calls.geglu_forward(gate, up, approximate)
+        return _calls.geglu_forward("fused_ops_py::geglu", gate, up, approximate)[0]
 
     @geglu.register_fake
     def _(gate, up, approximate):
@@ -288,8 +288,8 @@ if AVAILABLE:
         logits: Tensor, target: Tensor, ignore_index: int, label_smoothing: float, softcap: float,
         reduction: str, want_grad: bool,
     ) -> Tuple[Tensor, Tensor]:
-        loss, dlogits = _calls.cross_entropy_forward(logits, target, ignore_index, label_smoothing, softcap,
-                                                     reduction, want_grad)
+        loss, dlogits = _calls.cross_entropy_forward("fused_ops_py::cross_entropy", logits, target, ignore_index,
+                                                     label_smoothing, softcap, reduction, want_grad)
         return loss, _or_empty(dlogits, logits)
 
     @cross_entropy.register_fake

@@ -81,12 +81,17 @@ def swiglu_over_inputs(gate, up):
 
 
 def _swiglu(gate, up, over_inputs):
-    _calls.check_swiglu("fused_swiglu", gate, up)
+    fn = "fused_swiglu"
     if compiling():  # (a registered op may not write over its inputs)
+        _calls.check_swiglu(fn, gate, up)
         return torch.ops.fused_ops_py.swiglu(gate, up)
-    if _wants_grad(gate, up):
+    try:
+        wants_grad = _wants_grad(gate, up)
+    except AttributeError:  # not tensors: the raw call names what is wrong
+        wants_grad = False
+    if wants_grad:
         return apply_swiglu(gate, up, over_inputs)
-    return _calls.swiglu_forward(gate, up)
+    return _calls.swiglu_forward(fn, gate, up)
 
 
 def fused_geglu(gate, up, approximate="tanh"):
@@ -94,12 +99,17 @@ def fused_geglu(gate, up, approximate="tanh"):
     of Gemma-style models); approximate is "tanh" (the default here, as
     Gemma's gelu_pytorch_tanh) or "none" (erf); gate and up have one shape
     and dtype. Gradients flow to both."""
-    _calls.check_geglu("fused_geglu", gate, up, approximate)
+    fn = "fused_geglu"
     if compiling():
+        _calls.check_geglu(fn, gate, up, approximate)
         return torch.ops.fused_ops_py.geglu(gate, up, approximate)
-    if _wants_grad(gate, up):
+    try:
+        wants_grad = _wants_grad(gate, up)
+    except AttributeError:  # not tensors: the raw call names what is wrong
+        wants_grad = False
+    if wants_grad:
         return apply_geglu(gate, up, approximate)
-    return _calls.geglu_forward(gate, up, approximate)
+    return _calls.geglu_forward(fn, gate, up, approximate)[0]
 
 
 def fused_rope(q, k, cos, sin, unsqueeze_dim=1):

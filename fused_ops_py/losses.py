@@ -21,14 +21,20 @@ def fused_cross_entropy(logits, target, *, ignore_index=-100, label_smoothing=0.
     (a tensor of logits' size, kept until backward), and backward scales it
     by the incoming gradient."""
     fn = "fused_cross_entropy"
-    config = _calls.check_cross_entropy(fn, logits, target, ignore_index, label_smoothing, reduction, softcap)
-    want_grad = torch.is_grad_enabled() and logits.requires_grad
     if compiling():
-        loss = torch.ops.fused_ops_py.cross_entropy(logits, target, *config, want_grad)[0]
-    elif want_grad:
-        loss = apply_cross_entropy(logits, target, config)
+        config = _calls.check_cross_entropy(fn, logits, target, ignore_index, label_smoothing, reduction,
+                                            softcap)
+        want_grad = torch.is_grad_enabled() and logits.requires_grad
+        return torch.ops.fused_ops_py.cross_entropy(logits, target, *config, want_grad)[0].to(logits.dtype)
+    try:
+        want_grad = torch.is_grad_enabled() and logits.requires_grad
+    except AttributeError:  # not a tensor: the raw call names what is wrong
+        want_grad = False
+    if want_grad:  # (the raw call checks the arguments)
+        loss = apply_cross_entropy(logits, target, (fn, ignore_index, label_smoothing, softcap, reduction))
     else:
-        loss = _calls.cross_entropy_forward(logits, target, *config, False)[0]
+        loss = _calls.cross_entropy_forward(fn, logits, target, ignore_index, label_smoothing, softcap,
+                                            reduction, False)[0]
     return loss.to(logits.dtype)
 
 

@@ -66,6 +66,24 @@ def test_strided_inputs_and_odd_gradients(offset, device):
     assert_close(up.grad, F.gelu(gate.detach().double()), torch.bfloat16)
 
 
+def test_prepared_backward_matches_the_general_one(device):
+    """Forward prepares backward's call for a dense dy; a strided one (the
+    same values, column-major) takes the general path: the same bits, and
+    both match float64."""
+    gate = random((6, 40), torch.bfloat16, device, seed=8).requires_grad_()
+    up = random((6, 40), torch.bfloat16, device, seed=9).requires_grad_()
+    dy = random((6, 40), torch.bfloat16, device, seed=10)
+    strided = dy.t().contiguous().t()
+    assert not strided.is_contiguous()
+    dense_grads = torch.autograd.grad(fo.fused_geglu(gate, up), (gate, up), dy)
+    strided_grads = torch.autograd.grad(fo.fused_geglu(gate, up), (gate, up), strided)
+    g64, u64 = (t.detach().double().requires_grad_() for t in (gate, up))
+    expected = torch.autograd.grad(reference(g64, u64, "tanh"), (g64, u64), dy.double())
+    for dense, general, want in zip(dense_grads, strided_grads, expected):
+        assert torch.equal(dense, general)
+        assert_close(dense, want, torch.bfloat16)
+
+
 def test_gate_up_halves_of_one_projection(device):
     """Phi-3's gate_up_proj(x).chunk(2, dim=-1): strided rows, no copy needed."""
     fused = random((3, 5, 2 * 48), torch.float32, device, seed=6).requires_grad_()

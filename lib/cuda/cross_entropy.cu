@@ -408,23 +408,38 @@ __device__ V rows_total(int64_t rows, Value value) {
 __device__ __forceinline__ float reciprocal(float v) { return __frcp_rn(v); }
 __device__ __forceinline__ double reciprocal(double v) { return __drcp_rn(v); }
 
-// 1 / (rows not ignored) into *scale, rounded once: inf where every row
+// 1 / (rows not ignored), rounded once, in thread 0: inf where every row
 // is ignored, so that the mean is NaN, as torch's.
+template <typename A>
+__device__ A mean_scale(const int64_t *target, int64_t rows, int64_t ignore_index) {
+    const long long counted =
+        rows_total<long long>(rows, [&](int64_t r) { return (long long)(target[r] != ignore_index); });
+    return reciprocal(A(counted));
+}
+
 template <typename A>
 __global__ void __launch_bounds__(kReduceThreads)
     mean_scale_kernel(A *scale, const int64_t *target, int64_t rows, int64_t ignore_index) {
-    const long long counted =
-        rows_total<long long>(rows, [&](int64_t r) { return (long long)(target[r] != ignore_index); });
-    if (threadIdx.x == 0) *scale = reciprocal(A(counted));
+    const A factor = mean_scale<A>(target, rows, ignore_index);
+    if (threadIdx.x == 0) *scale = factor;
 }
 
 // The rows' losses summed, times the mean's scale (if any), rounded once
-// into *total, of the logits' type.
+// into *total, of the logits' type. With count, the scale is counted here
+// and written to *scale first: a mean with no gradient takes one launch less.
 template <typename T, typename A>
 __global__ void __launch_bounds__(kReduceThreads)
-    total_kernel(T *total, const A *loss, int64_t rows, const A *scale) {
+    total_kernel(T *total, const A *loss, int64_t rows, A *scale, bool count, const int64_t *target,
+                 int64_t ignore_index) {
+    A factor = A(1);
+    if (count) {
+        factor = mean_scale<A>(target, rows, ignore_index);
+        if (threadIdx.x == 0) *scale = factor;
+    } else if (scale) {
+        factor = *scale;
+    }
     const A sum = rows_total<A>(rows, [&](int64_t r) { return loss[r]; });
-    if (threadIdx.x == 0) *total = from_acc<T>(scale ? sum * *scale : sum);
+    if (threadIdx.x == 0) *total = from_acc<T>(scale ? sum * factor : sum);
 }
 
 // Threads a row: enough for kUnroll chunks each, a power of two in [32, 1024].
@@ -518,7 +533,11 @@ extern "C" int fo_cuda_cross_entropy(int device_index, uintptr_t stream,
             using T = decltype(tag);
             using A = acc_t<T>;
             A *loss = static_cast<A *>(a.loss);
-            if (a.reduction == FO_REDUCTION_MEAN) {  // the gradient's scale, counted first, in loss[rows]
+            // a mean's scale, in loss[rows]: counted before the rows where
+            // it scales their gradient, else with the total
+            const bool mean = a.reduction == FO_REDUCTION_MEAN;
+            const bool count_first = mean && a.dlogits;
+            if (count_first) {
                 mean_scale_kernel<A><<<1, kReduceThreads, 0, on>>>(loss + a.rows, a.target, a.rows,
                                                                     a.ignore_index);
                 a.scale = loss + a.rows;
@@ -526,8 +545,8 @@ extern "C" int fo_cuda_cross_entropy(int device_index, uintptr_t stream,
             if (a.rows > 0) launch_rows<T>(a, on);
             if (a.reduction != FO_REDUCTION_NONE)
                 total_kernel<T, A><<<1, kReduceThreads, 0, on>>>(
-                    static_cast<T *>(a.total), loss, a.rows,
-                    a.reduction == FO_REDUCTION_MEAN ? loss + a.rows : nullptr);
+                    static_cast<T *>(a.total), loss, a.rows, mean ? loss + a.rows : nullptr,
+                    mean && !count_first, a.target, a.ignore_index);
         });
     });
 }
