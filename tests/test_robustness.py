@@ -90,6 +90,15 @@ def test_eight_threads_get_correct_results(device):
                 torch.testing.assert_close(y, expected, atol=1e-5, rtol=1e-5)
                 total = fo.reduce_sum(fo.fused_bias_scale_relu(x, b, 0.5))
                 torch.testing.assert_close(total, torch.relu(x.detach() * 0.5 + b.detach()).sum(), rtol=1e-5, atol=1e-3)
+                # calls of one signature share their plan's free structs
+                with torch.no_grad():
+                    torch.testing.assert_close(fo.fused_add_layer_norm(x, r, w, b)[0], expected,
+                                               atol=1e-5, rtol=1e-5)
+                    gelu = torch.nn.functional.gelu(x, approximate="tanh") * r
+                    torch.testing.assert_close(fo.fused_geglu(x, r), gelu, atol=1e-5, rtol=1e-5)
+                    target = torch.arange(x.shape[0], device=device) % x.shape[-1]
+                    torch.testing.assert_close(fo.fused_cross_entropy(x, target),
+                                               torch.nn.functional.cross_entropy(x, target), atol=1e-5, rtol=1e-5)
         if stream is not None:
             stream.synchronize()
 
