@@ -1,5 +1,6 @@
-"""The norms and relu(x * scale + bias) remember what they worked out for a
-call's signature; a call that hits that memory must be answered exactly as
+"""The norms, relu(x * scale + bias), GeGLU, SwiGLU and cross-entropy
+remember what they worked out for a call's signature (its checks passed, a
+template struct); a call that hits that memory must be answered exactly as
 a fresh one: over good calls with some arguments swapped for bad or unusual
 ones, each call gives the same result (values, or the exception and its
 message) with the signatures of every earlier call remembered as with none."""
@@ -148,3 +149,68 @@ def test_bias_scale_relu_remembers_as_fresh_calls(device):
             assert same(remembered[1], fresh[1]), ((x, bias, scale), remembered, fresh)
             ok += fresh[0] == "ok"
     assert ok > SAMPLES // 10
+
+
+def swapped(rng, goods, pools, count, most):
+    """Calls from goods with 0 to `most` of their arguments swapped for any
+    value of that position's pool."""
+    for _ in range(count):
+        call = list(rng.choice(goods))
+        for position in rng.sample(range(len(call)), rng.randint(0, most)):
+            call[position] = rng.choice(pools[position])
+        yield call
+
+
+def answers_as_fresh(plans, calls):
+    """Each of calls answers as it does with plans forgotten (and then
+    restored, every earlier signature remembered)."""
+    ok = 0
+    with torch.no_grad():
+        for args, call in calls:
+            remembered = outcome(call)
+            kept = dict(plans)
+            plans.clear()
+            fresh = outcome(call)
+            plans.update(kept)
+            assert remembered[0] == fresh[0], (args, remembered, fresh)
+            assert same(remembered[1], fresh[1]), (args, remembered, fresh)
+            ok += fresh[0] == "ok"
+    assert ok > SAMPLES // 10
+
+
+def test_gated_units_remember_as_fresh_calls(device):
+    rng = stdlib_random.Random(2)
+    values = tensors(device)
+    g, u = torch.randn(4, 8, device=device), torch.randn(4, 8, device=device)
+    goods = [[g, u, "tanh"], [g.bfloat16(), u.bfloat16(), "none"], [g.t().contiguous().t(), u, "tanh"]]
+    pools = [values, values, ["tanh", "none", "erf", None, 1, ["tanh"]]]
+    geglu = ((args, lambda args=args: fo.fused_geglu(*args)) for args in swapped(rng, goods, pools, SAMPLES, 2))
+    answers_as_fresh(_calls._geglu_plans, geglu)
+    swiglu = ((args, lambda args=args: fo.fused_swiglu(*args[:2]))
+              for args in swapped(rng, goods, pools, SAMPLES, 2))
+    answers_as_fresh(_calls._swiglu_plans, swiglu)
+
+
+def test_cross_entropy_remembers_as_fresh_calls(device):
+    rng = stdlib_random.Random(3)
+    # logits whose classes hold every target drawn (no out-of-range class:
+    # on CUDA that is a device-side stop, not an answer)
+    logits = [v for v in tensors(device) if not (isinstance(v, torch.Tensor) and v.dim() and v.shape[-1] < 7)]
+    x = torch.randn(4, 8, device=device)
+    t = torch.randint(0, 7, (4,), device=device)
+    targets = [t, torch.tensor([0, -100, 3, -100], device=device), t.int(), t.float(), t[:3], t.view(4, 1),
+               torch.randint(0, 7, (2, 4), device=device), [0, 1, 2, 3], None]
+    if torch.cuda.is_available():
+        targets.append(t.to("cpu" if device.type == "cuda" else "cuda"))
+    goods = [[x, t, -100, 0.0, "mean", None], [x.bfloat16(), t, 3, 0.1, "sum", 30.0],
+             [x.t().contiguous().t(), t, -100, 0.0, "none", None]]
+    pools = [logits, targets, [-100, 0, 3, True, 1.5, None], NUMBERS,
+             ["mean", "sum", "none", "avg", None, 1], [None, 0.0, 1.0, 30.0, -1.0, float("nan"), 1, "x"]]
+
+    def call(args):
+        x, target, ignore_index, label_smoothing, reduction, softcap = args
+        return lambda: fo.fused_cross_entropy(x, target, ignore_index=ignore_index, label_smoothing=label_smoothing,
+                                              reduction=reduction, softcap=softcap)
+
+    answers_as_fresh(_calls._cross_entropy_plans,
+                     ((args, call(args)) for args in swapped(rng, goods, pools, SAMPLES, 2)))
