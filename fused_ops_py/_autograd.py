@@ -288,8 +288,8 @@ class GeGLUFunction(torch.autograd.Function):
         prepared = ctx.prepared
         if prepared is not None and dy.is_contiguous():
             gate, up = ctx.saved_tensors
-            if gate.data_ptr() == prepared.gate and up.data_ptr() == prepared.up and gate.is_contiguous() \
-                    and up.is_contiguous():
+            if (gate.data_ptr() == prepared.gate and up.data_ptr() == prepared.up
+                    and gate.is_contiguous() and up.is_contiguous()):
                 want_gate, want_up = ctx.needs_input_grad[:2]
                 return (*_calls.geglu_backward_prepared(prepared, dy, want_gate, want_up, gate), None)
         return (*geglu_grads(_calls.geglu_backward, ctx, dy), None)

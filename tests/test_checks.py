@@ -72,85 +72,6 @@ NUMBERS = [1e-5, 1e-6, 0.0, -1e-5, 0.5, 0.99, 1.0, 2.0, float("nan"), float("inf
 SHAPES = [None, (8,), 8, [8], torch.Size([8]), (4, 8), (7,), (), (0,), (2, 4, 8)]
 
 
-def samples(device, count):
-    """(x, residual, weight, bias, eps, dropout_p, normalized_shape): a good
-    call with 0 to 3 of its arguments swapped for any value, so that near
-    misses of a remembered signature come up often."""
-    rng = stdlib_random.Random(0)
-    values = tensors(device)
-    x, r = torch.randn(4, 8, device=device), torch.randn(4, 8, device=device)
-    w, b = torch.randn(8, device=device), torch.randn(8, device=device)
-    half = x.bfloat16()
-    goods = [[x, r, w, b, 1e-5, 0.0, None], [x, None, w, None, None, 0.0, (8,)],
-             [half, r, w, b, 1e-6, 0.5, None], [half, half, w.bfloat16(), None, 1e-5, 0.1, None],
-             [x.double(), None, None, None, 1e-5, 0.0, None]]
-    pools = [values] * 4 + [NUMBERS, NUMBERS, SHAPES]
-    for _ in range(count):
-        call = list(rng.choice(goods))
-        for position in rng.sample(range(7), rng.randint(0, 3)):
-            call[position] = rng.choice(pools[position])
-        yield call
-
-
-def norm_call(x, residual, weight, bias, eps, dropout_p, normalized_shape):
-    """The call a sample stands for, with the dropout stream fixed."""
-    def call():
-        torch.manual_seed(0)
-        if residual is None and dropout_p in (0.0, None) and normalized_shape is not None:
-            return fo.fused_layer_norm(x, weight, bias, eps, normalized_shape)
-        if residual is None:
-            return fo.fused_rms_norm(x, weight, eps)
-        return fo.fused_add_layer_norm(x, residual, weight, bias, eps, dropout_p)
-    return call
-
-
-def test_remembered_signatures_answer_as_fresh_calls(device):
-    ok = 0
-    with torch.no_grad():
-        for sample in samples(device, SAMPLES):
-            call = norm_call(*sample)
-            remembered = outcome(call)
-            plans = dict(_calls._norm_forward_plans)
-            _calls._norm_forward_plans.clear()
-            fresh = outcome(call)
-            _calls._norm_forward_plans.update(plans)  # every earlier signature stays remembered
-            assert remembered[0] == fresh[0], (sample, remembered, fresh)
-            assert same(remembered[1], fresh[1]), (sample, remembered, fresh)
-            ok += fresh[0] == "ok"
-    assert ok > SAMPLES // 10  # the sample reaches good calls
-
-
-def relu_samples(device, count):
-    """(x, bias, scale): a good call with 0 to 2 of its arguments swapped."""
-    rng = stdlib_random.Random(1)
-    values = tensors(device)
-    x, b = torch.randn(4, 8, device=device), torch.randn(8, device=device)
-    goods = [[x, b, 0.5], [x, None, 1.0], [x.bfloat16(), b, 2.0], [x.bfloat16(), b.bfloat16(), -1.0]]
-    pools = [values, values, NUMBERS]
-    for _ in range(count):
-        call = list(rng.choice(goods))
-        for position in rng.sample(range(3), rng.randint(0, 2)):
-            call[position] = rng.choice(pools[position])
-        yield call
-
-
-def test_bias_scale_relu_remembers_as_fresh_calls(device):
-    ok = 0
-    with torch.no_grad():
-        for x, bias, scale in relu_samples(device, SAMPLES):
-            def call():
-                return fo.fused_bias_scale_relu(x, bias, scale)
-            remembered = outcome(call)
-            plans = dict(_calls._bias_scale_relu_forward_plans)
-            _calls._bias_scale_relu_forward_plans.clear()
-            fresh = outcome(call)
-            _calls._bias_scale_relu_forward_plans.update(plans)
-            assert remembered[0] == fresh[0], ((x, bias, scale), remembered, fresh)
-            assert same(remembered[1], fresh[1]), ((x, bias, scale), remembered, fresh)
-            ok += fresh[0] == "ok"
-    assert ok > SAMPLES // 10
-
-
 def swapped(rng, goods, pools, count, most):
     """Calls from goods with 0 to `most` of their arguments swapped for any
     value of that position's pool."""
@@ -176,6 +97,53 @@ def answers_as_fresh(plans, calls):
             assert same(remembered[1], fresh[1]), (args, remembered, fresh)
             ok += fresh[0] == "ok"
     assert ok > SAMPLES // 10
+
+
+def samples(device, count):
+    """(x, residual, weight, bias, eps, dropout_p, normalized_shape): a good
+    call with 0 to 3 of its arguments swapped for any value, so that near
+    misses of a remembered signature come up often."""
+    rng = stdlib_random.Random(0)
+    values = tensors(device)
+    x, r = torch.randn(4, 8, device=device), torch.randn(4, 8, device=device)
+    w, b = torch.randn(8, device=device), torch.randn(8, device=device)
+    half = x.bfloat16()
+    goods = [[x, r, w, b, 1e-5, 0.0, None], [x, None, w, None, None, 0.0, (8,)],
+             [half, r, w, b, 1e-6, 0.5, None], [half, half, w.bfloat16(), None, 1e-5, 0.1, None],
+             [x.double(), None, None, None, 1e-5, 0.0, None]]
+    return swapped(rng, goods, [values] * 4 + [NUMBERS, NUMBERS, SHAPES], count, 3)
+
+
+def norm_call(x, residual, weight, bias, eps, dropout_p, normalized_shape):
+    """The call a sample stands for, with the dropout stream fixed."""
+    def call():
+        torch.manual_seed(0)
+        if residual is None and dropout_p in (0.0, None) and normalized_shape is not None:
+            return fo.fused_layer_norm(x, weight, bias, eps, normalized_shape)
+        if residual is None:
+            return fo.fused_rms_norm(x, weight, eps)
+        return fo.fused_add_layer_norm(x, residual, weight, bias, eps, dropout_p)
+    return call
+
+
+def test_remembered_signatures_answer_as_fresh_calls(device):
+    answers_as_fresh(_calls._norm_forward_plans,
+                     ((sample, norm_call(*sample)) for sample in samples(device, SAMPLES)))
+
+
+def relu_samples(device, count):
+    """(x, bias, scale): a good call with 0 to 2 of its arguments swapped."""
+    rng = stdlib_random.Random(1)
+    values = tensors(device)
+    x, b = torch.randn(4, 8, device=device), torch.randn(8, device=device)
+    goods = [[x, b, 0.5], [x, None, 1.0], [x.bfloat16(), b, 2.0], [x.bfloat16(), b.bfloat16(), -1.0]]
+    return swapped(rng, goods, [values, values, NUMBERS], count, 2)
+
+
+def test_bias_scale_relu_remembers_as_fresh_calls(device):
+    answers_as_fresh(_calls._bias_scale_relu_forward_plans,
+                     ((args, lambda args=args: fo.fused_bias_scale_relu(*args))
+                      for args in relu_samples(device, SAMPLES)))
 
 
 def test_gated_units_remember_as_fresh_calls(device):
