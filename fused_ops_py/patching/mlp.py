@@ -1,0 +1,207 @@
+"""Gated MLPs and MoE experts: act(gate) * up through fused_swiglu (SiLU) or
+fused_geglu (GELU), where the module's forward is one of the computations
+below and its activation is one whose function is known. The projections,
+the experts' weights and the router stay as they are."""
+
+import functools
+import types
+
+import torch
+from torch import nn
+
+from ..functional import fused_geglu, swiglu_over_inputs
+from ._source import is_known, known
+
+_SILU = known("def forward(self, input): return nn.functional.silu(input)")
+_GELU_BY_ACT = known("def forward(self, input): return self.act(input)")
+_NEW_GELU = known(
+    "def forward(self, input): "
+    "return 0.5 * input * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (input + 0.044715 * torch.pow(input, 3.0))))"
+)
+
+
+def _tanh_gelu(gate, up):
+    return fused_geglu(gate, up, approximate="tanh")
+
+
+def _erf_gelu(gate, up):
+    return fused_geglu(gate, up, approximate="none")
+
+
+def gate_of(activation):
+    """The fused act(gate) * up for an activation module whose function is
+    known (torch's SiLU and GELU, Hugging Face's silu, gelu,
+    gelu_pytorch_tanh and gelu_new), else None."""
+    kind = type(activation)
+    if kind is nn.SiLU or (kind.__name__ == "SiLUActivation" and is_known(kind.forward, _SILU)):
+        # the projections' outputs are this forward's own: their gradients are written over them
+        return swiglu_over_inputs
+    if kind is nn.GELU:
+        return {"tanh": _tanh_gelu, "none": _erf_gelu}.get(activation.approximate)
+    if kind.__name__ == "NewGELUActivation" and is_known(kind.forward, _NEW_GELU):
+        return _tanh_gelu
+    act = getattr(activation, "act", None)
+    if kind.__name__ in ("GELUActivation", "GELUTanh") and is_known(kind.forward, _GELU_BY_ACT):
+        if act is nn.functional.gelu:
+            return _erf_gelu
+        if (isinstance(act, functools.partial) and act.func is nn.functional.gelu and not act.args
+                and act.keywords == {"approximate": "tanh"}):
+            return _tanh_gelu
+    return None
+
+
+# Llama's: down(act(gate(x)) * up(x))
+_GATED = known(
+    """
+    def forward(self, x):
+        down_proj = self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+        return down_proj
+    """
+)
+# Phi-3's and GLM's: one projection, gate then up
+_GATE_UP = known(
+    """
+    def forward(self, hidden_states):
+        up_states = self.gate_up_proj(hidden_states)
+        gate, up_states = up_states.chunk(2, dim=-1)
+        up_states = up_states * self.activation_fn(gate)
+        return self.down_proj(up_states)
+    """
+)
+# the experts of Mixtral, Qwen2/3-MoE, OLMoE, DeepSeek-V3 and others: stacked
+# [experts, 2 * intermediate, hidden] and [experts, hidden, intermediate] weights
+_EXPERTS = known(
+    """
+    def forward(self, hidden_states, top_k_index, top_k_weights):
+        final_hidden_states = torch.zeros_like(hidden_states)
+        with torch.no_grad():
+            expert_mask = torch.nn.functional.one_hot(top_k_index, num_classes=self.num_experts + 1)
+            expert_mask = expert_mask.permute(2, 1, 0)
+            expert_hit = torch.greater(expert_mask.sum(dim=(-1, -2)), 0).nonzero()
+        for expert_idx in expert_hit:
+            expert_idx = expert_idx[0]
+            if expert_idx == self.num_experts:
+                continue
+            top_k_pos, token_idx = torch.where(expert_mask[expert_idx])
+            current_state = hidden_states[token_idx]
+            gate, up = nn.functional.linear(current_state, self.gate_up_proj[expert_idx]).chunk(2, dim=-1)
+            current_hidden_states = self.act_fn(gate) * up
+            current_hidden_states = nn.functional.linear(current_hidden_states, self.down_proj[expert_idx])
+            current_hidden_states = current_hidden_states * top_k_weights[token_idx, top_k_pos, None]
+            final_hidden_states.index_add_(0, token_idx, current_hidden_states.to(final_hidden_states.dtype))
+        return final_hidden_states
+    """
+)
+# what transformers' other experts implementations (grouped_mm, batched_mm) call
+_DEFAULT_APPLY_GATE = known(
+    """
+    def _default_apply_gate(self, gate_up_out):
+        gate, up = gate_up_out.chunk(2, dim=-1)
+        return self.act_fn(gate) * up
+    """
+)
+# transformers' dispatch among the experts implementations
+_EXPERTS_DISPATCH = known(
+    """
+    def forward(self, *args, **kwargs):
+        experts_forward = experts_interface.get_interface(self.config._experts_implementation, original_forward)
+        return experts_forward(self, *args, **kwargs)
+    """
+)
+
+
+def _gated_forward(gated):
+    def forward(self, x):
+        return self.down_proj(gated(self.gate_proj(x), self.up_proj(x)))
+
+    return forward
+
+
+def _gate_up_forward(gated):
+    def forward(self, hidden_states):
+        gate, up = self.gate_up_proj(hidden_states).chunk(2, dim=-1)
+        return self.down_proj(gated(gate, up))
+
+    return forward
+
+
+def _apply_gate(gated):
+    def apply_gate(self, gate_up_out):
+        gate, up = gate_up_out.chunk(2, dim=-1)
+        return gated(gate, up)
+
+    return apply_gate
+
+
+def _experts_eager_forward(self, hidden_states, top_k_index, top_k_weights):
+    """transformers' eager experts loop, its gate through self._apply_gate."""
+    final_hidden_states = torch.zeros_like(hidden_states)
+    with torch.no_grad():
+        expert_mask = nn.functional.one_hot(top_k_index, num_classes=self.num_experts + 1).permute(2, 1, 0)
+        expert_hit = torch.greater(expert_mask.sum(dim=(-1, -2)), 0).nonzero()
+    for expert_idx in expert_hit:
+        expert_idx = expert_idx[0]
+        if expert_idx == self.num_experts:
+            continue
+        top_k_pos, token_idx = torch.where(expert_mask[expert_idx])
+        current = self._apply_gate(nn.functional.linear(hidden_states[token_idx], self.gate_up_proj[expert_idx]))
+        current = nn.functional.linear(current, self.down_proj[expert_idx])
+        current = current * top_k_weights[token_idx, top_k_pos, None]
+        final_hidden_states.index_add_(0, token_idx, current.to(final_hidden_states.dtype))
+    return final_hidden_states
+
+
+def _experts_forward(self, *args, **kwargs):
+    """transformers' dispatch: the eager loop above, or another
+    implementation, which calls the fused self._apply_gate."""
+    implementation = self.config._experts_implementation
+    if implementation in (None, "eager"):
+        return _experts_eager_forward(self, *args, **kwargs)
+    return type(self).forward(self, *args, **kwargs)
+
+
+def _is_experts(module):
+    kind = type(module)
+    return (is_known(kind.forward, _EXPERTS_DISPATCH) and is_known(kind.forward.__wrapped__, _EXPERTS)
+            and is_known(getattr(kind, "_apply_gate", None), _DEFAULT_APPLY_GATE)
+            and getattr(module, "is_concatenated", None) is True and getattr(module, "is_transposed", None) is False
+            and getattr(module, "has_gate", None) is True and getattr(module, "has_bias", None) is False
+            and not getattr(module, "has_post_expert_norm", False)
+            and hasattr(getattr(module, "config", None), "_experts_implementation"))
+
+
+def fused_methods(module):
+    """{method name: fused function} for a gated MLP or experts module whose
+    computation is known, else None."""
+    forward = type(module).forward
+    if is_known(forward, _GATED) and (gated := gate_of(getattr(module, "act_fn", None))):
+        return {"forward": _gated_forward(gated)}
+    if is_known(forward, _GATE_UP) and (gated := gate_of(getattr(module, "activation_fn", None))):
+        return {"forward": _gate_up_forward(gated)}
+    if _is_experts(module) and (gated := gate_of(getattr(module, "act_fn", None))):
+        return {"forward": _experts_forward, "_apply_gate": _apply_gate(gated)}
+    return None
+
+
+def _looks_like_an_mlp(module):
+    """A module computing an MLP or experts (not an MoE block, which holds
+    its experts and a router that patch leaves alone)."""
+    name = type(module).__name__
+    return (name.endswith(("MLP", "Experts")) or hasattr(module, "down_proj")) and not hasattr(module, "experts")
+
+
+def patch_mlps(model, apply=True):
+    """Fuses the gates it knows (with apply); returns (how many modules, the
+    names of the MLP-like modules it keeps)."""
+    replaced, kept = 0, []
+    for name, module in model.named_modules():
+        if "forward" in module.__dict__:  # patched already, or a forward of the user's own
+            continue
+        methods = fused_methods(module)
+        if methods is not None:
+            for method, function in methods.items() if apply else ():
+                setattr(module, method, types.MethodType(function, module))
+            replaced += 1
+        elif _looks_like_an_mlp(module):
+            kept.append(f"{name} ({type(module).__name__})")
+    return replaced, kept

@@ -1,0 +1,108 @@
+"""Norm modules -> FusedLayerNorm / FusedRMSNorm, sharing their Parameters:
+torch's LayerNorm and RMSNorm (those very classes, not subclasses, which
+may compute something else), and Hugging Face RMSNorms whose forward is one
+of the two computations below."""
+
+from torch import nn
+
+from ..modules import FusedLayerNorm, FusedRMSNorm
+from ._source import has_hooks, is_known, known
+
+# weight * (x / rms(x)), with eps in `variance_epsilon` (Llama and most others;
+# OLMo 2 rounds after the weight, the same in fp32 and within a rounding in bf16)
+_WEIGHT_TIMES_NORMED = known(
+    """
+    def forward(self, hidden_states):
+        input_dtype = hidden_states.dtype
+        hidden_states = hidden_states.to(torch.float32)
+        variance = hidden_states.pow(2).mean(-1, keepdim=True)
+        hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
+        return self.weight * hidden_states.to(input_dtype)
+    """,
+    """
+    def forward(self, hidden_states):
+        input_dtype = hidden_states.dtype
+        hidden_states = hidden_states.to(torch.float32)
+        variance = hidden_states.pow(2).mean(-1, keepdim=True)
+        hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
+        return (self.weight * hidden_states).to(input_dtype)
+    """,
+)
+
+# x / rms(x) * (1 + weight) in fp32, with eps in `eps` (Gemma 1-3, Qwen3-Next)
+_ONE_PLUS_WEIGHT = known(
+    """
+    def forward(self, x):
+        output = self._norm(x.float())
+        output = output * (1.0 + self.weight.float())
+        return output.type_as(x)
+    """
+)
+_ONE_PLUS_WEIGHT_NORM = known(
+    """
+    def _norm(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+    """
+)
+
+
+def _hf_rms_norm(module):
+    """(eps, offset) of a Hugging Face RMSNorm whose computation is known,
+    else None."""
+    weight = getattr(module, "weight", None)
+    if not (isinstance(weight, nn.Parameter) and weight.dim() == 1):
+        return None
+    forward = type(module).forward
+    eps = getattr(module, "variance_epsilon", None)
+    if isinstance(eps, float) and is_known(forward, _WEIGHT_TIMES_NORMED):
+        return eps, 0.0
+    eps = getattr(module, "eps", None)
+    if (isinstance(eps, float) and is_known(forward, _ONE_PLUS_WEIGHT)
+            and is_known(getattr(type(module), "_norm", None), _ONE_PLUS_WEIGHT_NORM)):
+        return eps, 1.0
+    return None
+
+
+def replacement(module):
+    """The fused module computing what `module` does, sharing its
+    Parameters; None if there is none."""
+    if "forward" in module.__dict__ or has_hooks(module):
+        return None
+    if type(module) is nn.LayerNorm:
+        new = FusedLayerNorm(module.normalized_shape, eps=module.eps, elementwise_affine=module.elementwise_affine,
+                             bias=module.bias is not None, device="meta")
+        new.weight, new.bias = module.weight, module.bias
+    elif type(module) is getattr(nn, "RMSNorm", None):
+        new = FusedRMSNorm(module.normalized_shape, eps=module.eps, elementwise_affine=module.elementwise_affine,
+                           device="meta")
+        new.weight = module.weight
+    elif (hf := _hf_rms_norm(module)) is not None:
+        eps, offset = hf
+        new = FusedRMSNorm(tuple(module.weight.shape), eps=eps, device="meta", offset=offset)
+        new.weight = module.weight
+    else:
+        return None
+    new.train(module.training)
+    return new
+
+
+def _looks_like_a_norm(module):
+    return type(module).__name__.endswith(("Norm", "NormGated", "Norm1P"))
+
+
+def patch_norms(model, apply=True):
+    """Replaces the norms it knows (with apply); returns (how many, the
+    names of the norm-like modules it keeps)."""
+    replaced, kept = 0, []
+    for parent_name, parent in model.named_modules():
+        for name, child in list(parent._modules.items()):
+            if child is None or isinstance(child, (FusedLayerNorm, FusedRMSNorm)):
+                continue
+            new = replacement(child)
+            if new is not None:
+                if apply:
+                    setattr(parent, name, new)
+                replaced += 1
+            elif _looks_like_a_norm(child):
+                kept.append(f"{parent_name}.{name}".lstrip(".") + f" ({type(child).__name__})")
+    return replaced, kept
