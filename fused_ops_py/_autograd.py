@@ -301,17 +301,17 @@ class GeGLUFunction(torch.autograd.Function):
 # q or k. cos and sin get no gradient (check_rope refuses them requiring one).
 
 
-def rope_save(ctx, q, k, cos, sin, unsqueeze_dim):
+def rope_save(ctx, q, k, cos, sin, unsqueeze_dim, interleaved):
     ctx.save_for_backward(cos, sin)
-    ctx.rope = (unsqueeze_dim, q.shape, k.shape)
+    ctx.rope = (unsqueeze_dim, interleaved, q.shape, k.shape)
 
 
 def rope_grads(backward, ctx, dq_embed, dk_embed):
     """(dq, dk) from backward(dq_embed, dk_embed, cos, sin, unsqueeze_dim,
-    want_q, want_k). An output that got no gradient (None) has zeros, as an
+    interleaved, want_q, want_k). An output that got no gradient (None) has zeros, as an
     expanded view: it is read only if its input's gradient is wanted."""
     cos, sin = ctx.saved_tensors
-    unsqueeze_dim, q_shape, k_shape = ctx.rope
+    unsqueeze_dim, interleaved, q_shape, k_shape = ctx.rope
     want_q, want_k = ctx.needs_input_grad[:2]
     like = dq_embed if dq_embed is not None else dk_embed
     if like is None:  # neither output had a gradient
@@ -320,22 +320,22 @@ def rope_grads(backward, ctx, dq_embed, dk_embed):
         dq_embed = like.new_zeros(()).expand(q_shape)
     if dk_embed is None:
         dk_embed = like.new_zeros(()).expand(k_shape)
-    dq, dk = backward(dq_embed, dk_embed, cos, sin, unsqueeze_dim, want_q, want_k)
+    dq, dk = backward(dq_embed, dk_embed, cos, sin, unsqueeze_dim, interleaved, want_q, want_k)
     return dq if want_q else None, dk if want_k else None
 
 
 class RoPEFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, cos, sin, unsqueeze_dim):
-        rope_save(ctx, q, k, cos, sin, unsqueeze_dim)
+    def forward(ctx, q, k, cos, sin, unsqueeze_dim, interleaved):
+        rope_save(ctx, q, k, cos, sin, unsqueeze_dim, interleaved)
         # an unused output gets None, not a zero tensor: rope_grads stands
         # an expanded zero in for it
         ctx.set_materialize_grads(False)
-        return _calls.rope_forward(q, k, cos, sin, unsqueeze_dim)
+        return _calls.rope_forward(q, k, cos, sin, unsqueeze_dim, interleaved)
 
     @staticmethod
     def backward(ctx, dq_embed, dk_embed):
-        return (*rope_grads(_calls.rope_backward, ctx, dq_embed, dk_embed), None, None, None)
+        return (*rope_grads(_calls.rope_backward, ctx, dq_embed, dk_embed), None, None, None, None)
 
 
 # cross-entropy and linear cross-entropy ----------------------------------------------

@@ -729,10 +729,12 @@ _ROPE = ffi.typeof("fo_rope_args *")
 _ROPE_LAYOUTS = {1: lib.FO_ROPE_HEADS_FIRST, 2: lib.FO_ROPE_TOKENS_FIRST}
 
 
-def check_rope(fn, q, k, cos, sin, unsqueeze_dim):
+def check_rope(fn, q, k, cos, sin, unsqueeze_dim, interleaved=False):
     """What only Python can see: tensors on one device, dtypes, and the
     shapes against each other (rotary_dim, cos's last dimension, is the
     library's to check: even, at most head_dim)."""
+    if not isinstance(interleaved, bool):
+        raise TypeError(f"{fn}: interleaved must be a bool, got {type(interleaved).__name__}")
     _args.check_tensor(fn, "q", q)
     for name, value in (("k", k), ("cos", cos), ("sin", sin)):
         _args.check_companion(fn, name, value, q, "q")
@@ -801,7 +803,7 @@ def rope_output(x):
     return out if out.shape[-1] <= 1 or out.stride(-1) == 1 else x.new_empty(x.shape)
 
 
-def _rope(entry, q, k, cos, sin, unsqueeze_dim, want_q, want_k):
+def _rope(entry, q, k, cos, sin, unsqueeze_dim, interleaved, want_q, want_k):
     """(q_out or None, k_out or None) in q's and k's shapes, laid out by
     rope_output: entry (fo_rope_forward or fo_rope_backward) of q and k. A
     tensor not wanted is not read."""
@@ -820,6 +822,7 @@ def _rope(entry, q, k, cos, sin, unsqueeze_dim, want_q, want_k):
         batch=q.shape[0], tokens=q.shape[tokens_dim], q_heads=q.shape[heads_dim],
         k_heads=k.shape[heads_dim], head_dim=q.shape[3], rotary_dim=cos.shape[-1],
         layout=_ROPE_LAYOUTS[unsqueeze_dim], dtype=DTYPE_CODES[q.dtype], cos_dtype=DTYPE_CODES[cos.dtype],
+        pairs=lib.FO_ROPE_INTERLEAVED if interleaved else lib.FO_ROPE_HALVES,
         q_out_strides=q_out.stride() if want_q else (0,) * 4,
         k_out_strides=k_out.stride() if want_k else (0,) * 4,
     )
@@ -829,14 +832,14 @@ def _rope(entry, q, k, cos, sin, unsqueeze_dim, want_q, want_k):
     return q_out, k_out
 
 
-def rope_forward(q, k, cos, sin, unsqueeze_dim):
+def rope_forward(q, k, cos, sin, unsqueeze_dim, interleaved):
     """(q_embed, k_embed), the arguments checked (check_rope)."""
-    return _rope(lib.fo_rope_forward, q, k, cos, sin, unsqueeze_dim, True, True)
+    return _rope(lib.fo_rope_forward, q, k, cos, sin, unsqueeze_dim, interleaved, True, True)
 
 
-def rope_backward(dq_embed, dk_embed, cos, sin, unsqueeze_dim, want_q, want_k):
+def rope_backward(dq_embed, dk_embed, cos, sin, unsqueeze_dim, interleaved, want_q, want_k):
     """(dq or None, dk or None) from the gradients of q_embed and k_embed."""
-    return _rope(lib.fo_rope_backward, dq_embed, dk_embed, cos, sin, unsqueeze_dim, want_q, want_k)
+    return _rope(lib.fo_rope_backward, dq_embed, dk_embed, cos, sin, unsqueeze_dim, interleaved, want_q, want_k)
 
 
 # cross-entropy: forward writes each row's loss and, when a gradient is

@@ -243,21 +243,22 @@ if AVAILABLE:
     # rope -----------------------------------------------------------------------------
 
     @custom_op("fused_ops_py::rope", mutates_args=())
-    def rope(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, unsqueeze_dim: int) -> Tuple[Tensor, Tensor]:
-        return _calls.rope_forward(q, k, cos, sin, unsqueeze_dim)
+    def rope(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, unsqueeze_dim: int,
+             interleaved: bool) -> Tuple[Tensor, Tensor]:
+        return _calls.rope_forward(q, k, cos, sin, unsqueeze_dim, interleaved)
 
     @rope.register_fake
-    def _(q, k, cos, sin, unsqueeze_dim):
+    def _(q, k, cos, sin, unsqueeze_dim, interleaved):
         return _calls.rope_output(q), _calls.rope_output(k)
 
     @custom_op("fused_ops_py::rope_backward", mutates_args=())
     def rope_backward(dq_embed: Tensor, dk_embed: Tensor, cos: Tensor, sin: Tensor, unsqueeze_dim: int,
-                      want_q: bool, want_k: bool) -> Tuple[Tensor, Tensor]:
-        dq, dk = _calls.rope_backward(dq_embed, dk_embed, cos, sin, unsqueeze_dim, want_q, want_k)
+                      interleaved: bool, want_q: bool, want_k: bool) -> Tuple[Tensor, Tensor]:
+        dq, dk = _calls.rope_backward(dq_embed, dk_embed, cos, sin, unsqueeze_dim, interleaved, want_q, want_k)
         return _or_empty(dq, dq_embed), _or_empty(dk, dq_embed)
 
     @rope_backward.register_fake
-    def _(dq_embed, dk_embed, cos, sin, unsqueeze_dim, want_q, want_k):
+    def _(dq_embed, dk_embed, cos, sin, unsqueeze_dim, interleaved, want_q, want_k):
         return (_calls.rope_output(dq_embed) if want_q else _empty(dq_embed),
                 _calls.rope_output(dk_embed) if want_k else _empty(dq_embed))
 
@@ -266,7 +267,7 @@ if AVAILABLE:
 
     def _rope_grad(ctx, dq_embed, dk_embed):
         grads = _autograd.rope_grads(torch.ops.fused_ops_py.rope_backward, ctx, dq_embed, dk_embed)
-        return (*grads, None, None, None)
+        return (*grads, None, None, None, None)
 
     rope.register_autograd(_rope_grad, setup_context=_rope_setup)
 

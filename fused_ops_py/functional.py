@@ -112,17 +112,21 @@ def fused_geglu(gate, up, approximate="tanh"):
     return _calls.geglu_forward(fn, gate, up, approximate)[0]
 
 
-def fused_rope(q, k, cos, sin, unsqueeze_dim=1):
+def fused_rope(q, k, cos, sin, unsqueeze_dim=1, interleaved=False):
     """(q_embed, k_embed) = Hugging Face's apply_rotary_pos_emb(q, k, cos,
-    sin, unsqueeze_dim=unsqueeze_dim) (rotate_half layout), with partial
-    rotary: the first cos.shape[-1] dimensions of each head are rotated,
-    the rest pass through. q is [B, Hq, T, D] and k [B, Hk, T, D] ([B, T, H,
-    D] with unsqueeze_dim=2), read in place through their strides; cos and
-    sin are [B, T, Dr], [1, T, Dr] or [T, Dr] of q's dtype or float32.
-    One kernel for q and k. Gradients flow to q and k, not to cos and sin."""
-    _calls.check_rope("fused_rope", q, k, cos, sin, unsqueeze_dim)
+    sin, unsqueeze_dim=unsqueeze_dim), with partial rotary: the first
+    cos.shape[-1] dimensions of each head are rotated, the rest pass
+    through. The rotated pairs are (i, i + rotary_dim / 2) (rotate_half,
+    Llama's), or with interleaved=True (2i, 2i + 1) (Cohere's and GLM's
+    rotate_half: x * cos + rotate_half(x) * sin with
+    rotate_half(x)[2i] = -x[2i + 1], rotate_half(x)[2i + 1] = x[2i]).
+    q is [B, Hq, T, D] and k [B, Hk, T, D] ([B, T, H, D] with
+    unsqueeze_dim=2), read in place through their strides; cos and sin are
+    [B, T, Dr], [1, T, Dr] or [T, Dr] of q's dtype or float32. One kernel
+    for q and k. Gradients flow to q and k, not to cos and sin."""
+    _calls.check_rope("fused_rope", q, k, cos, sin, unsqueeze_dim, interleaved)
     if compiling():
-        return torch.ops.fused_ops_py.rope(q, k, cos, sin, unsqueeze_dim)
+        return torch.ops.fused_ops_py.rope(q, k, cos, sin, unsqueeze_dim, interleaved)
     if _wants_grad(q, k):
-        return apply_rope(q, k, cos, sin, unsqueeze_dim)
-    return _calls.rope_forward(q, k, cos, sin, unsqueeze_dim)
+        return apply_rope(q, k, cos, sin, unsqueeze_dim, interleaved)
+    return _calls.rope_forward(q, k, cos, sin, unsqueeze_dim, interleaved)

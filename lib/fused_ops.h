@@ -50,7 +50,7 @@
 #endif
 
 #define FO_VERSION_MAJOR 0
-#define FO_VERSION_MINOR 1
+#define FO_VERSION_MINOR 2
 #define FO_VERSION_PATCH 0
 /* Bumped on any change that breaks a caller built against an older header. */
 #define FO_ABI_VERSION 4
@@ -131,7 +131,7 @@ FO_API int fo_get_cpu_threads(void);
  * A struct_size under the first version's size, or over the library's own, is
  * FO_ERR_INVALID_ARGUMENT, as is a NULL struct pointer (every struct below
  * is in its first version, FO_ABI_VERSION 4, but fo_rope_args, whose first
- * version ends at `reserved`, and fo_cross_entropy_args, at `softcap`). The
+ * version ends at `pairs`, and fo_cross_entropy_args, at `softcap`). The
  * library reads the struct during the call only. Each struct carries the
  * call's device: device_type (FO_DEVICE_CPU or FO_DEVICE_CUDA), device_index
  * (the CUDA ordinal; ignored on the CPU) and stream (a cudaStream_t as an
@@ -504,19 +504,26 @@ enum fo_rope_layout {
     FO_ROPE_TOKENS_FIRST = 1 /* [batch, tokens, heads, head_dim] (unsqueeze_dim=2) */
 };
 
+/* Which dimensions of a head's first rotary_dim form the rotated pairs. */
+enum fo_rope_pairs {
+    FO_ROPE_HALVES = 0,     /* (i, i + rotary_dim / 2): rotate-half (Llama, most models) */
+    FO_ROPE_INTERLEAVED = 1 /* (2i, 2i + 1): GPT-J style (Cohere, GLM) */
+};
+
 /*
- * Rotary position embedding, rotate-half layout (Hugging Face's
- * apply_rotary_pos_emb, with partial rotary), of q and k in one launch.
- * For each row x (head_dim elements) of q or k at batch b and token t,
- * with R = rotary_dim, h = R / 2, c = cos[b, t, :] and s = sin[b, t, :]:
+ * Rotary position embedding (Hugging Face's apply_rotary_pos_emb, with
+ * partial rotary), of q and k in one launch. For each row x (head_dim
+ * elements) of q or k at batch b and token t, with R = rotary_dim,
+ * h = R / 2, c = cos[b, t, :], s = sin[b, t, :] and each pair (l, u) =
+ * (i, i + h) for FO_ROPE_HALVES or (2i, 2i + 1) for FO_ROPE_INTERLEAVED:
  *   fo_rope_forward:
- *     out[i]     = x[i] * c[i] - x[i + h] * s[i]            (i < h)
- *     out[i + h] = x[i + h] * c[i + h] + x[i] * s[i + h]
- *     out[j]     = x[j]                                      (R <= j < head_dim)
+ *     out[l] = x[l] * c[l] - x[u] * s[l]                      (i < h)
+ *     out[u] = x[u] * c[u] + x[l] * s[u]
+ *     out[j] = x[j]                                           (R <= j < head_dim)
  *   fo_rope_backward, its transpose (x is then the incoming gradient):
- *     out[i]     = x[i] * c[i] + x[i + h] * s[i + h]
- *     out[i + h] = x[i + h] * c[i + h] - x[i] * s[i]
- *     out[j]     = x[j]
+ *     out[l] = x[l] * c[l] + x[u] * s[u]
+ *     out[u] = x[u] * c[u] - x[l] * s[l]
+ *     out[j] = x[j]
  * Arithmetic is fp32 (fp64 for fp64). Both entry points take this struct.
  *   q_out, k_out: outputs in q's (k's) shape, `dtype`, placed as
  *            q_out_strides (k_out_strides) say; either may be 0, and then
@@ -546,7 +553,7 @@ typedef struct fo_rope_args {
     int32_t layout;       /* an fo_rope_layout */
     int32_t dtype;        /* of q, k and the outputs */
     int32_t cos_dtype;    /* of cos and sin */
-    int32_t reserved;     /* 0 */
+    int32_t pairs;        /* an fo_rope_pairs */
     /* The outputs' strides (elements, in the tensors' own dimension order,
      * as q_strides): any layout whose elements do not overlap and whose
      * last stride is 1 (q's own, where q is a transposed projection, so

@@ -199,7 +199,7 @@ typedef struct fo_rope_params {
     int64_t cos_batch_stride, cos_token_stride;
     int64_t sin_batch_stride, sin_token_stride;
     int64_t batch, tokens, head_dim, rotary_dim;
-    int dtype, cos_dtype, backward;
+    int dtype, cos_dtype, backward, interleaved;
 } fo_rope_params;
 
 /* Statistics are fp32, fp64 for fp64 data. */

@@ -1,5 +1,5 @@
-/* rope.c: the rotary position embedding of q and k (rotate-half layout,
- * partial rotary) and its transpose: argument checks, CPU/CUDA dispatch
+/* rope.c: the rotary position embedding of q and k (rotate-half or
+ * interleaved pairs, partial rotary) and its transpose: argument checks, CPU/CUDA dispatch
  * and the CPU implementation (double arithmetic, one thread a token, so
  * every thread count gives the same bits). */
 #include <inttypes.h>
@@ -8,6 +8,33 @@
 #include "cpu_convert.h"
 #include "cpu_parallel.h"
 #include "internal.h"
+
+/* The pairs [i0, i0 + n) of the row at `at`: lo[i] and hi[i] are elements
+ * at + i0 + i and at + half + i0 + i (halves), or at + 2 (i0 + i) and the
+ * one after it (interleaved). */
+static void load_pairs(double *lo, double *hi, const void *src, int64_t at, int64_t i0, int64_t n,
+                       int64_t half, int dtype, int interleaved) {
+    if (!interleaved) {
+        fo_cpu_load(lo, src, at + i0, n, dtype);
+        fo_cpu_load(hi, src, at + half + i0, n, dtype);
+        return;
+    }
+    double both[2 * CPU_CHUNK];
+    fo_cpu_load(both, src, at + 2 * i0, 2 * n, dtype);
+    for (int64_t i = 0; i < n; i++) lo[i] = both[2 * i], hi[i] = both[2 * i + 1];
+}
+
+static void store_pairs(void *dst, int64_t at, const double *lo, const double *hi, int64_t i0,
+                        int64_t n, int64_t half, int dtype, int interleaved) {
+    if (!interleaved) {
+        fo_cpu_store(dst, at + i0, lo, n, dtype);
+        fo_cpu_store(dst, at + half + i0, hi, n, dtype);
+        return;
+    }
+    double both[2 * CPU_CHUNK];
+    for (int64_t i = 0; i < n; i++) both[2 * i] = lo[i], both[2 * i + 1] = hi[i];
+    fo_cpu_store(dst, at + 2 * i0, both, 2 * n, dtype);
+}
 
 /* The heads of one tensor at one token: the rotated pairs a CPU_CHUNK at a
  * time, each chunk's cos and sin read once for every head, then the
@@ -19,11 +46,10 @@ static void rotate_token(const fo_rope_params *a, const fo_rope_tensor *x, int64
     const int64_t half = a->rotary_dim / 2;
     for (int64_t head = 0; head < x->heads; head++) {
         const int64_t in = b * x->in_batch_stride + head * x->in_head_stride +
-                           t * x->in_token_stride + i0;
+                           t * x->in_token_stride;
         const int64_t out = b * x->out_batch_stride + head * x->out_head_stride +
-                            t * x->out_token_stride + i0;
-        fo_cpu_load(lo, x->in, in, n, a->dtype);
-        fo_cpu_load(hi, x->in, in + half, n, a->dtype);
+                            t * x->out_token_stride;
+        load_pairs(lo, hi, x->in, in, i0, n, half, a->dtype, a->interleaved);
         for (int64_t i = 0; i < n; i++) {
             if (a->backward) {
                 out_lo[i] = lo[i] * c_lo[i] + hi[i] * s_hi[i];
@@ -33,8 +59,7 @@ static void rotate_token(const fo_rope_params *a, const fo_rope_tensor *x, int64
                 out_hi[i] = hi[i] * c_hi[i] + lo[i] * s_hi[i];
             }
         }
-        fo_cpu_store(x->out, out, out_lo, n, a->dtype);
-        fo_cpu_store(x->out, out + half, out_hi, n, a->dtype);
+        store_pairs(x->out, out, out_lo, out_hi, i0, n, half, a->dtype, a->interleaved);
     }
 }
 
@@ -66,10 +91,8 @@ static void rope_tokens(const void *ctx, int64_t k0, int64_t k1) {
         const int64_t sin_row = half ? b * a->sin_batch_stride + t * a->sin_token_stride : 0;
         for (int64_t i0 = 0; i0 < half; i0 += CPU_CHUNK) {
             const int64_t n = half - i0 < CPU_CHUNK ? half - i0 : CPU_CHUNK;
-            fo_cpu_load(c_lo, a->cos, cos_row + i0, n, a->cos_dtype);
-            fo_cpu_load(c_hi, a->cos, cos_row + half + i0, n, a->cos_dtype);
-            fo_cpu_load(s_lo, a->sin, sin_row + i0, n, a->cos_dtype);
-            fo_cpu_load(s_hi, a->sin, sin_row + half + i0, n, a->cos_dtype);
+            load_pairs(c_lo, c_hi, a->cos, cos_row, i0, n, half, a->cos_dtype, a->interleaved);
+            load_pairs(s_lo, s_hi, a->sin, sin_row, i0, n, half, a->cos_dtype, a->interleaved);
             for (int x = 0; x < 2; x++)
                 if (tensors[x]->out)
                     rotate_token(a, tensors[x], b, t, c_lo, c_hi, s_lo, s_hi, i0, n);
@@ -159,8 +182,10 @@ static int check_args(const char *op, const fo_rope_args *c) {
                        "%s: cos_dtype %s beside dtype %s: cos and sin take dtype, or "
                        "float32 beside float16 and bfloat16", op, fo_dtype_name(c->cos_dtype),
                        fo_dtype_name(c->dtype));
-    if (c->reserved != 0)
-        return fo_fail(FO_ERR_INVALID_ARGUMENT, "%s: reserved=%d must be 0", op, c->reserved);
+    if (c->pairs != FO_ROPE_HALVES && c->pairs != FO_ROPE_INTERLEAVED)
+        return fo_fail(FO_ERR_INVALID_ARGUMENT,
+                       "%s: pairs=%d is neither FO_ROPE_HALVES (0) nor FO_ROPE_INTERLEAVED (1)",
+                       op, c->pairs);
     if (c->layout != FO_ROPE_HEADS_FIRST && c->layout != FO_ROPE_TOKENS_FIRST)
         return fo_fail(FO_ERR_INVALID_ARGUMENT,
                        "%s: layout=%d is neither FO_ROPE_HEADS_FIRST (0) nor "
@@ -231,7 +256,7 @@ static fo_rope_tensor tensor_params(const fo_rope_args *c, uintptr_t out, uintpt
     return x;
 }
 
-#define ROPE_ARGS_FIRST FO_ARGS_END(fo_rope_args, reserved)
+#define ROPE_ARGS_FIRST FO_ARGS_END(fo_rope_args, pairs)
 
 static int rope(const char *op, const fo_rope_args *args, int backward) {
     fo_rope_args c;
@@ -244,7 +269,7 @@ static int rope(const char *op, const fo_rope_args *args, int backward) {
         tensor_params(&c, c.k_out, c.k, c.k_strides, c.k_out_strides, c.k_heads),
         (const void *)c.cos, (const void *)c.sin, c.cos_strides[0], c.cos_strides[1],
         c.sin_strides[0], c.sin_strides[1], c.batch, c.tokens, c.head_dim, c.rotary_dim,
-        c.dtype, c.cos_dtype, backward};
+        c.dtype, c.cos_dtype, backward, c.pairs == FO_ROPE_INTERLEAVED};
     if (c.batch == 0 || c.tokens == 0 || c.head_dim == 0 || (!a.q.out && !a.k.out))
         return FO_OK;
     if (c.device_type == FO_DEVICE_CUDA)

@@ -1,5 +1,5 @@
 """fused_rope against Hugging Face's apply_rotary_pos_emb (rotate_half
-layout, partial rotary as Phi's) in float64: values and gradients of q and
+layout, partial rotary as Phi's; interleaved pairs as Cohere's) in float64: values and gradients of q and
 k, q and k read in place from strided views, cos and sin of every form."""
 
 import pytest
@@ -17,10 +17,16 @@ def rotate_half(x):
     return torch.cat((-x2, x1), dim=-1)
 
 
-def reference(q, k, cos, sin, unsqueeze_dim=1):
+def rotate_interleaved(x):
+    """Cohere's rotate_half: pairs (2i, 2i + 1)."""
+    return torch.stack([-x[..., 1::2], x[..., ::2]], dim=-1).flatten(-2)
+
+
+def reference(q, k, cos, sin, unsqueeze_dim=1, interleaved=False):
     """Hugging Face's apply_rotary_pos_emb with partial rotary (the first
     cos.shape[-1] dimensions rotated, the rest passed through); a [T, Dr]
     table is shared by the batch."""
+    rotate = rotate_interleaved if interleaved else rotate_half
     if cos.dim() == 2:
         cos, sin = cos[None], sin[None]
     cos, sin = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
@@ -28,7 +34,7 @@ def reference(q, k, cos, sin, unsqueeze_dim=1):
     out = []
     for x in (q, k):
         x_rot, x_pass = x[..., :rotary], x[..., rotary:]
-        out.append(torch.cat([x_rot * cos + rotate_half(x_rot) * sin, x_pass], dim=-1))
+        out.append(torch.cat([x_rot * cos + rotate(x_rot) * sin, x_pass], dim=-1))
     return tuple(out)
 
 
@@ -86,10 +92,10 @@ def expected_strides(x):
     return strides if strides[-1] == 1 else x.new_empty(x.shape).stride()
 
 
-def check(q, k, cos, sin, unsqueeze_dim, dtype, seed=20):
-    q_embed, k_embed = fo.fused_rope(q, k, cos, sin, unsqueeze_dim=unsqueeze_dim)
+def check(q, k, cos, sin, unsqueeze_dim, dtype, seed=20, interleaved=False):
+    q_embed, k_embed = fo.fused_rope(q, k, cos, sin, unsqueeze_dim=unsqueeze_dim, interleaved=interleaved)
     leaves = [t.detach().double().requires_grad_() for t in (q, k)]
-    expected = reference(*leaves, cos.double(), sin.double(), unsqueeze_dim)
+    expected = reference(*leaves, cos.double(), sin.double(), unsqueeze_dim, interleaved)
     for got, want, x in zip((q_embed, k_embed), expected, (q, k)):
         assert got.shape == x.shape and got.dtype == dtype
         assert got.numel() == 0 or got.stride() == expected_strides(x), (got.stride(), x.stride())
@@ -101,14 +107,15 @@ def check(q, k, cos, sin, unsqueeze_dim, dtype, seed=20):
         assert_close(got, want, dtype)
 
 
+@pytest.mark.parametrize("interleaved", [False, True], ids=["halves", "interleaved"])
 @pytest.mark.parametrize("unsqueeze_dim", [1, 2])
 @pytest.mark.parametrize("case", CASES, ids=str)
-def test_forward_and_gradients(case, unsqueeze_dim, dtype, device):
+def test_forward_and_gradients(case, unsqueeze_dim, interleaved, dtype, device):
     batch, q_heads, k_heads, tokens, head_dim, rotary = case
     q = projected(batch, tokens, q_heads, head_dim, dtype, device, 1, unsqueeze_dim)
     k = projected(batch, tokens, k_heads, head_dim, dtype, device, 2, unsqueeze_dim)
     cos, sin = tables(batch, tokens, rotary, dtype, device)
-    check(q, k, cos, sin, unsqueeze_dim, dtype)
+    check(q, k, cos, sin, unsqueeze_dim, dtype, interleaved=interleaved)
 
 
 @pytest.mark.parametrize("form", ["batch", "one", "shared", "sliced", "expanded", "fp32"])
@@ -128,20 +135,22 @@ def test_cos_and_sin_forms(form, dtype, device):
     check(q, k, cos, sin, 1, dtype)
 
 
-def test_arbitrary_tables(device):
+@pytest.mark.parametrize("interleaved", [False, True], ids=["halves", "interleaved"])
+def test_arbitrary_tables(interleaved, device):
     """cos and sin of unrelated values, halves differing: the general
     formula, not one that assumes emb = cat(freqs, freqs)."""
     q = projected(2, 5, 3, 24, torch.float64, device, 5, 2)
     k = projected(2, 5, 2, 24, torch.float64, device, 6, 2)
     cos, sin = random((2, 5, 16), torch.float64, device, seed=7), random((2, 5, 16), torch.float64, device, seed=8)
-    check(q, k, cos, sin, 2, torch.float64)
+    check(q, k, cos, sin, 2, torch.float64, interleaved=interleaved)
 
 
-def test_gradcheck_float64(device):
+@pytest.mark.parametrize("interleaved", [False, True], ids=["halves", "interleaved"])
+def test_gradcheck_float64(interleaved, device):
     q = projected(2, 3, 2, 12, torch.float64, device, 9, 1)
     k = projected(2, 3, 1, 12, torch.float64, device, 10, 1)
     cos, sin = random((2, 3, 8), torch.float64, device, seed=11), random((2, 3, 8), torch.float64, device, seed=12)
-    assert torch.autograd.gradcheck(lambda a, b: fo.fused_rope(a, b, cos, sin), (q, k))
+    assert torch.autograd.gradcheck(lambda a, b: fo.fused_rope(a, b, cos, sin, interleaved=interleaved), (q, k))
 
 
 class _Spy:

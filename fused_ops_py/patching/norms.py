@@ -1,7 +1,7 @@
 """Norm modules -> FusedLayerNorm / FusedRMSNorm, sharing their Parameters:
 torch's LayerNorm and RMSNorm (those very classes, not subclasses, which
-may compute something else), and Hugging Face RMSNorms whose forward is one
-of the two computations below."""
+may compute something else), and Hugging Face norms whose forward is one of
+the computations below."""
 
 from torch import nn
 
@@ -29,6 +29,15 @@ _WEIGHT_TIMES_NORMED = known(
     """,
 )
 
+# the same with eps in `eps` (Llama 4's text model)
+_WEIGHT_TIMES_NORMED_EPS = known(
+    """
+    def forward(self, x):
+        output = self._norm(x.float()).type_as(x)
+        return output * self.weight
+    """
+)
+
 # x / rms(x) * (1 + weight) in fp32, with eps in `eps` (Gemma 1-3, Qwen3-Next)
 _ONE_PLUS_WEIGHT = known(
     """
@@ -38,12 +47,37 @@ _ONE_PLUS_WEIGHT = known(
         return output.type_as(x)
     """
 )
-_ONE_PLUS_WEIGHT_NORM = known(
+_NORM = known(
     """
     def _norm(self, x):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
     """
 )
+
+
+# a LayerNorm over the last dimension without a bias, in fp32 (Cohere's)
+_LAYER_NORM_NO_BIAS = known(
+    """
+    def forward(self, hidden_states):
+        input_dtype = hidden_states.dtype
+        hidden_states = hidden_states.to(torch.float32)
+        mean = hidden_states.mean(-1, keepdim=True)
+        variance = (hidden_states - mean).pow(2).mean(-1, keepdim=True)
+        hidden_states = (hidden_states - mean) * torch.rsqrt(variance + self.variance_epsilon)
+        hidden_states = self.weight.to(torch.float32) * hidden_states
+        return hidden_states.to(input_dtype)
+    """
+)
+
+
+def _hf_layer_norm_eps(module):
+    """eps of a Hugging Face LayerNorm without bias whose computation is
+    known, over a 1-d weight, else None."""
+    weight, eps = getattr(module, "weight", None), getattr(module, "variance_epsilon", None)
+    if (isinstance(weight, nn.Parameter) and weight.dim() == 1 and isinstance(eps, float)
+            and getattr(module, "bias", None) is None and is_known(type(module).forward, _LAYER_NORM_NO_BIAS)):
+        return eps
+    return None
 
 
 def _hf_rms_norm(module):
@@ -57,8 +91,11 @@ def _hf_rms_norm(module):
     if isinstance(eps, float) and is_known(forward, _WEIGHT_TIMES_NORMED):
         return eps, 0.0
     eps = getattr(module, "eps", None)
-    if (isinstance(eps, float) and is_known(forward, _ONE_PLUS_WEIGHT)
-            and is_known(getattr(type(module), "_norm", None), _ONE_PLUS_WEIGHT_NORM)):
+    if not (isinstance(eps, float) and is_known(getattr(type(module), "_norm", None), _NORM)):
+        return None
+    if is_known(forward, _WEIGHT_TIMES_NORMED_EPS):
+        return eps, 0.0
+    if is_known(forward, _ONE_PLUS_WEIGHT):
         return eps, 1.0
     return None
 
@@ -75,6 +112,9 @@ def replacement(module):
     elif type(module) is getattr(nn, "RMSNorm", None):
         new = FusedRMSNorm(module.normalized_shape, eps=module.eps, elementwise_affine=module.elementwise_affine,
                            device="meta")
+        new.weight = module.weight
+    elif (eps := _hf_layer_norm_eps(module)) is not None:
+        new = FusedLayerNorm(tuple(module.weight.shape), eps=eps, bias=False, device="meta")
         new.weight = module.weight
     elif (hf := _hf_rms_norm(module)) is not None:
         eps, offset = hf

@@ -1,14 +1,18 @@
 """Rotary embeddings: a modeling module's apply_rotary_pos_emb through
-fused_rope, where it and the rotate_half it calls are the rotate-half
-computations below. It is a module-level function, so every model of that
-family in the process takes the fused one; it gives the same values."""
+fused_rope, where it and the rotation it calls are one of the computations
+below. It is a module-level function, so every model of that family in the
+process takes the fused one; it gives the same values."""
 
 import sys
+from dataclasses import dataclass
+
+import torch
 
 from ..functional import fused_rope
 from ._source import is_known, known
 
-_ROTATE_HALF = known(
+# rotate_half: the pairs (i, i + d/2) (Llama and most others)
+_HALVES = known(
     """
     def rotate_half(x):
         x1 = x[..., : x.shape[-1] // 2]
@@ -16,64 +20,185 @@ _ROTATE_HALF = known(
         return torch.cat((-x2, x1), dim=-1)
     """
 )
-
-# all of each head rotated (Llama and most others; OLMo's rounds to q's dtype
-# at the end, as the fused kernel does)
-_WHOLE_HEAD = known(
+# rotate_half: the pairs (2i, 2i + 1) (Cohere, GLM, Helium, Ernie 4.5)
+_INTERLEAVED = known(
     """
-    def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
-        cos = cos.unsqueeze(unsqueeze_dim)
-        sin = sin.unsqueeze(unsqueeze_dim)
-        q_embed = q * cos + rotate_half(q) * sin
-        k_embed = k * cos + rotate_half(k) * sin
-        return (q_embed, k_embed)
+    def rotate_half(x):
+        x1 = x[..., ::2]
+        x2 = x[..., 1::2]
+        rot_x = torch.stack([-x2, x1], dim=-1).flatten(-2)
+        return rot_x
     """,
     """
-    def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
-        q_type, k_type = (q.dtype, k.dtype)
-        cos = cos.unsqueeze(unsqueeze_dim)
-        sin = sin.unsqueeze(unsqueeze_dim)
-        q_embed = q * cos + rotate_half(q) * sin
-        k_embed = k * cos + rotate_half(k) * sin
-        return (q_embed.to(q_type), k_embed.to(k_type))
+    def rotate_half(x):
+        x1 = x[..., 0::2]
+        x2 = x[..., 1::2]
+        return torch.stack((-x2, x1), dim=-1).flatten(-2)
     """,
 )
 
-# the first cos.shape[-1] dimensions of each head rotated (GPT-NeoX, Phi-3, Qwen3-Next)
-_PARTIAL = known(
+
+@dataclass(frozen=True)
+class _Rope:
+    sources: frozenset
+    partial: bool = False  # the first cos.shape[-1] dimensions rotated, the rest passed
+    table: str = "whole"  # or "half" (one half's table for both), "first half interleaved"
+    rotation: str = "rotate_half"  # the function of the module that rotates
+
+
+_ROPES = (
+    # all of each head rotated; OLMo's, Cohere's and ModernBERT's round to
+    # q's dtype at the end, as the kernel does
+    _Rope(known(
+        """
+        def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
+            cos = cos.unsqueeze(unsqueeze_dim)
+            sin = sin.unsqueeze(unsqueeze_dim)
+            q_embed = q * cos + rotate_half(q) * sin
+            k_embed = k * cos + rotate_half(k) * sin
+            return (q_embed, k_embed)
+        """,
+        """
+        def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
+            q_type, k_type = (q.dtype, k.dtype)
+            cos = cos.unsqueeze(unsqueeze_dim)
+            sin = sin.unsqueeze(unsqueeze_dim)
+            q_embed = q * cos + rotate_half(q) * sin
+            k_embed = k * cos + rotate_half(k) * sin
+            return (q_embed.to(q_type), k_embed.to(k_type))
+        """,
+        """
+        def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
+            dtype = q.dtype
+            q = q.float()
+            k = k.float()
+            cos = cos.unsqueeze(unsqueeze_dim)
+            sin = sin.unsqueeze(unsqueeze_dim)
+            q_embed = q * cos + rotate_half(q) * sin
+            k_embed = k * cos + rotate_half(k) * sin
+            return (q_embed.to(dtype=dtype), k_embed.to(dtype=dtype))
+        """,
+        """
+        def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
+            original_dtype = q.dtype
+            cos = cos.unsqueeze(unsqueeze_dim)
+            sin = sin.unsqueeze(unsqueeze_dim)
+            q_embed = q.float() * cos + rotate_half(q.float()) * sin
+            k_embed = k.float() * cos + rotate_half(k.float()) * sin
+            return (q_embed.to(original_dtype), k_embed.to(original_dtype))
+        """,
+    )),
+    # partial rotary (GPT-NeoX, Phi-3, Qwen3-Next, Nemotron)
+    _Rope(known(
+        """
+        def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
+            cos = cos.unsqueeze(unsqueeze_dim)
+            sin = sin.unsqueeze(unsqueeze_dim)
+            rotary_dim = cos.shape[-1]
+            q_rot, q_pass = (q[..., :rotary_dim], q[..., rotary_dim:])
+            k_rot, k_pass = (k[..., :rotary_dim], k[..., rotary_dim:])
+            q_embed = q_rot * cos + rotate_half(q_rot) * sin
+            k_embed = k_rot * cos + rotate_half(k_rot) * sin
+            q_embed = torch.cat([q_embed, q_pass], dim=-1)
+            k_embed = torch.cat([k_embed, k_pass], dim=-1)
+            return (q_embed, k_embed)
+        """,
+        """
+        def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
+            cos = cos.unsqueeze(unsqueeze_dim)
+            sin = sin.unsqueeze(unsqueeze_dim)
+            rotary_dim = cos.shape[-1]
+            q_rot, q_pass = (q[..., :rotary_dim], q[..., rotary_dim:])
+            k_rot, k_pass = (k[..., :rotary_dim], k[..., rotary_dim:])
+            q_embed = torch.cat([q_rot * cos + rotate_half(q_rot) * sin, q_pass], dim=-1)
+            k_embed = torch.cat([k_rot * cos + rotate_half(k_rot) * sin, k_pass], dim=-1)
+            return (q_embed, k_embed)
+        """,
+        """
+        def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
+            cos = cos.unsqueeze(unsqueeze_dim)
+            sin = sin.unsqueeze(unsqueeze_dim)
+            rot_dim = cos.shape[-1]
+            q, q_pass = (q[..., :rot_dim], q[..., rot_dim:])
+            k, k_pass = (k[..., :rot_dim], k[..., rot_dim:])
+            q_embed = q * cos + rotate_half(q) * sin
+            k_embed = k * cos + rotate_half(k) * sin
+            return (torch.cat((q_embed, q_pass), dim=-1), torch.cat((k_embed, k_pass), dim=-1))
+        """,
+    ), partial=True),
+    # the first half of the table repeated pairwise (Helium; Ernie 4.5 in fp32)
+    _Rope(known(
+        """
+        def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
+            cos = cos.unsqueeze(unsqueeze_dim)
+            sin = sin.unsqueeze(unsqueeze_dim)
+            cos = cos[..., : cos.shape[-1] // 2].repeat_interleave(2, dim=-1)
+            sin = sin[..., : sin.shape[-1] // 2].repeat_interleave(2, dim=-1)
+            q_embed = q * cos + rotate_half(q) * sin
+            k_embed = k * cos + rotate_half(k) * sin
+            return (q_embed, k_embed)
+        """,
+        """
+        def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
+            original_dtype = q.dtype
+            cos = cos.unsqueeze(unsqueeze_dim)
+            sin = sin.unsqueeze(unsqueeze_dim)
+            cos = cos[..., : cos.shape[-1] // 2].repeat_interleave(2, dim=-1)
+            sin = sin[..., : sin.shape[-1] // 2].repeat_interleave(2, dim=-1)
+            q_embed = q.float() * cos + rotate_half(q).float() * sin
+            k_embed = k.float() * cos + rotate_half(k).float() * sin
+            return (q_embed.to(original_dtype), k_embed.to(original_dtype))
+        """,
+    ), table="first half interleaved"),
+    # the same with partial rotary (GLM, GLM-4)
+    _Rope(known(
+        """
+        def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
+            cos = cos.unsqueeze(unsqueeze_dim)
+            sin = sin.unsqueeze(unsqueeze_dim)
+            cos = cos[..., : cos.shape[-1] // 2].repeat_interleave(2, dim=-1)
+            sin = sin[..., : sin.shape[-1] // 2].repeat_interleave(2, dim=-1)
+            rotary_dim = cos.shape[-1]
+            q_rot, q_pass = (q[..., :rotary_dim], q[..., rotary_dim:])
+            k_rot, k_pass = (k[..., :rotary_dim], k[..., rotary_dim:])
+            q_embed = q_rot * cos + rotate_half(q_rot) * sin
+            k_embed = k_rot * cos + rotate_half(k_rot) * sin
+            q_embed = torch.cat([q_embed, q_pass], dim=-1)
+            k_embed = torch.cat([k_embed, k_pass], dim=-1)
+            return (q_embed, k_embed)
+        """
+    ), partial=True, table="first half interleaved"),
+    # gpt-oss: a table of half the rotated dimensions, for both halves
+    _Rope(known(
+        """
+        def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
+            cos = cos.unsqueeze(unsqueeze_dim)
+            sin = sin.unsqueeze(unsqueeze_dim)
+            q_embed = _apply_rotary_emb(q, cos, sin)
+            k_embed = _apply_rotary_emb(k, cos, sin)
+            return (q_embed, k_embed)
+        """
+    ), table="half", rotation="_apply_rotary_emb"),
+)
+
+_HALF_TABLE_ROTATION = known(
     """
-    def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
-        cos = cos.unsqueeze(unsqueeze_dim)
-        sin = sin.unsqueeze(unsqueeze_dim)
-        rotary_dim = cos.shape[-1]
-        q_rot, q_pass = (q[..., :rotary_dim], q[..., rotary_dim:])
-        k_rot, k_pass = (k[..., :rotary_dim], k[..., rotary_dim:])
-        q_embed = q_rot * cos + rotate_half(q_rot) * sin
-        k_embed = k_rot * cos + rotate_half(k_rot) * sin
-        q_embed = torch.cat([q_embed, q_pass], dim=-1)
-        k_embed = torch.cat([k_embed, k_pass], dim=-1)
-        return (q_embed, k_embed)
-    """,
+    def _apply_rotary_emb(x, cos, sin):
+        first_half, second_half = torch.chunk(x, 2, dim=-1)
+        first_ = first_half * cos - second_half * sin
+        second_ = second_half * cos + first_half * sin
+        return torch.cat((first_, second_), dim=-1)
     """
-    def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
-        cos = cos.unsqueeze(unsqueeze_dim)
-        sin = sin.unsqueeze(unsqueeze_dim)
-        rotary_dim = cos.shape[-1]
-        q_rot, q_pass = (q[..., :rotary_dim], q[..., rotary_dim:])
-        k_rot, k_pass = (k[..., :rotary_dim], k[..., rotary_dim:])
-        q_embed = torch.cat([q_rot * cos + rotate_half(q_rot) * sin, q_pass], dim=-1)
-        k_embed = torch.cat([k_rot * cos + rotate_half(k_rot) * sin, k_pass], dim=-1)
-        return (q_embed, k_embed)
-    """,
 )
 
 
 def _fits(q, k, cos, sin, unsqueeze_dim, partial):
-    """Whether the fused kernel computes what the original does for these
-    arguments (else the original runs): one dtype, 4-d q and k, cos and sin
-    of one of the shapes the kernel reads."""
+    """Whether the kernel computes what the original does for these
+    arguments (else the original runs): one dtype, 4-d q and k with
+    contiguous rows, cos and sin of one of the shapes the kernel reads."""
     if not (q.dtype == k.dtype == cos.dtype == sin.dtype and q.dim() == 4 and k.dim() == 4
-            and unsqueeze_dim in (1, 2) and cos.shape == sin.shape and cos.dim() in (2, 3)):
+            and unsqueeze_dim in (1, 2) and cos.shape == sin.shape and cos.dim() in (2, 3)
+            and q.stride(-1) == k.stride(-1) == cos.stride(-1) == sin.stride(-1) == 1):
         return False
     tokens = 2 if unsqueeze_dim == 1 else 1
     rotary = cos.shape[-1]
@@ -82,10 +207,17 @@ def _fits(q, k, cos, sin, unsqueeze_dim, partial):
             and rotary % 2 == 0 and 0 < rotary <= q.shape[3] and (partial or rotary == q.shape[3]))
 
 
-def _fused(original, partial):
+def _fused(original, rope, interleaved):
     def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
-        if _fits(q, k, cos, sin, unsqueeze_dim, partial):
-            return fused_rope(q, k, cos, sin, unsqueeze_dim)
+        table_cos, table_sin = cos, sin
+        if rope.table == "half":
+            table_cos, table_sin = torch.cat((cos, cos), dim=-1), torch.cat((sin, sin), dim=-1)
+        elif rope.table == "first half interleaved":
+            half = cos.shape[-1] // 2
+            table_cos = cos[..., :half].repeat_interleave(2, dim=-1)
+            table_sin = sin[..., :half].repeat_interleave(2, dim=-1)
+        if _fits(q, k, table_cos, table_sin, unsqueeze_dim, rope.partial):
+            return fused_rope(q, k, table_cos, table_sin, unsqueeze_dim, interleaved=interleaved)
         return original(q, k, cos, sin, unsqueeze_dim)
 
     apply_rotary_pos_emb.fused_ops_py = True
@@ -93,20 +225,24 @@ def _fused(original, partial):
     return apply_rotary_pos_emb
 
 
-def _kind(modeling):
-    """'whole' or 'partial' for a modeling module whose apply_rotary_pos_emb
-    is known, None otherwise (or when it is fused already)."""
+def _recognised(modeling):
+    """(the _Rope, interleaved) of a modeling module whose
+    apply_rotary_pos_emb is known, else None (also when fused already)."""
     function = getattr(modeling, "apply_rotary_pos_emb", None)
     if function is None or getattr(function, "fused_ops_py", False):
         return None
-    if getattr(function, "__globals__", {}).get("rotate_half") is not getattr(modeling, "rotate_half", None):
+    rope = next((r for r in _ROPES if is_known(function, r.sources)), None)
+    if rope is None:
         return None
-    if not is_known(getattr(modeling, "rotate_half", None), _ROTATE_HALF):
+    rotation = getattr(function, "__globals__", {}).get(rope.rotation)
+    if rotation is None or rotation is not getattr(modeling, rope.rotation, None):
         return None
-    if is_known(function, _WHOLE_HEAD):
-        return "whole"
-    if is_known(function, _PARTIAL):
-        return "partial"
+    if rope.rotation == "_apply_rotary_emb":
+        return (rope, False) if is_known(rotation, _HALF_TABLE_ROTATION) else None
+    if is_known(rotation, _HALVES) and rope.table != "first half interleaved":
+        return rope, False
+    if is_known(rotation, _INTERLEAVED):
+        return rope, True
     return None
 
 
@@ -121,10 +257,10 @@ def patch_rope(model, apply=True):
         if not (type(module).__name__.endswith("Attention") and callable(function)) or modeling in seen:
             continue
         seen.add(modeling)
-        kind = _kind(modeling)
-        if kind is not None:
+        recognised = _recognised(modeling)
+        if recognised is not None:
             if apply:
-                modeling.apply_rotary_pos_emb = _fused(function, kind == "partial")
+                modeling.apply_rotary_pos_emb = _fused(function, *recognised)
             replaced += 1
         elif not getattr(function, "fused_ops_py", False):
             kept.append(f"{modeling.__name__}.apply_rotary_pos_emb")

@@ -1,5 +1,6 @@
-// rope.cu: the rotary position embedding of q and k (rotate-half, partial
-// rotary) and its transpose on CUDA: one launch for both tensors.
+// rope.cu: the rotary position embedding of q and k (rotate-half or
+// interleaved pairs, partial rotary) and its transpose on CUDA: one launch
+// for both tensors.
 #include "common.cuh"
 
 namespace fo {
@@ -140,6 +141,58 @@ __device__ __forceinline__ void rotate_grouped(const fo_rope_params &a, int64_t 
     }
 }
 
+// The interleaved pairs [i, i + n) of a row whose pair i starts at p:
+// lo[e] = p[2 e], hi[e] = p[2 e + 1], as two chunks of elements.
+template <typename T, bool VEC>
+__device__ __forceinline__ void load_interleaved(acc_t<T> (&lo)[kChunk], acc_t<T> (&hi)[kChunk],
+                                                 const T *p, int n) {
+    acc_t<T> first[kChunk], second[kChunk];
+    load_chunk<T, VEC>(first, p, 2 * n < kChunk ? 2 * n : kChunk);
+    if (2 * n > kChunk) {
+        load_chunk<T, VEC>(second, p + kChunk, 2 * n - kChunk);
+    } else {
+#pragma unroll
+        for (int e = 0; e < kChunk; e++) second[e] = acc_t<T>(0);
+    }
+#pragma unroll
+    for (int e = 0; e < kChunk / 2; e++) {
+        lo[e] = first[2 * e], hi[e] = first[2 * e + 1];
+        lo[e + kChunk / 2] = second[2 * e], hi[e + kChunk / 2] = second[2 * e + 1];
+    }
+}
+
+template <typename T, bool VEC>
+__device__ __forceinline__ void store_interleaved(T *p, const acc_t<T> (&lo)[kChunk],
+                                                  const acc_t<T> (&hi)[kChunk], int n) {
+    acc_t<T> first[kChunk], second[kChunk];
+#pragma unroll
+    for (int e = 0; e < kChunk / 2; e++) {
+        first[2 * e] = lo[e], first[2 * e + 1] = hi[e];
+        second[2 * e] = lo[e + kChunk / 2], second[2 * e + 1] = hi[e + kChunk / 2];
+    }
+    store_chunk<T, VEC>(p, first, 2 * n < kChunk ? 2 * n : kChunk);
+    if (2 * n > kChunk) store_chunk<T, VEC>(p + kChunk, second, 2 * n - kChunk);
+}
+
+// rotate_heads for interleaved pairs: pair i is (x[2 i], x[2 i + 1])
+template <typename T, typename A, bool VEC, bool BACKWARD>
+__device__ __forceinline__ void rotate_heads_interleaved(const fo_rope_tensor &x, int64_t b, int64_t t, int s,
+                                                         int slices, int64_t i, int n,
+                                                         const A (&c_lo)[kChunk], const A (&c_hi)[kChunk],
+                                                         const A (&s_lo)[kChunk], const A (&s_hi)[kChunk]) {
+    const T *in = static_cast<const T *>(x.in) + b * x.in_batch_stride + t * x.in_token_stride + 2 * i;
+    T *out = static_cast<T *>(x.out) + b * x.out_batch_stride + t * x.out_token_stride + 2 * i;
+#pragma unroll 2
+    for (int64_t h = s; h < x.heads; h += slices) {
+        A lo[kChunk], hi[kChunk], out_lo[kChunk], out_hi[kChunk];
+        load_interleaved<T, VEC>(lo, hi, in + h * x.in_head_stride, n);
+#pragma unroll
+        for (int e = 0; e < kChunk; e++)
+            rotate_pair<A, BACKWARD>(lo[e], hi[e], c_lo[e], c_hi[e], s_lo[e], s_hi[e], out_lo[e], out_hi[e]);
+        store_interleaved<T, VEC>(out + h * x.out_head_stride, out_lo, out_hi, n);
+    }
+}
+
 template <typename T, bool VEC>
 __device__ __forceinline__ void copy_heads(const fo_rope_tensor &x, int64_t b, int64_t t, int s,
                                            int slices, int64_t j, int n) {
@@ -154,7 +207,7 @@ __device__ __forceinline__ void copy_heads(const fo_rope_tensor &x, int64_t b, i
     }
 }
 
-template <typename T, typename C, bool VEC, bool BACKWARD, typename I>
+template <typename T, typename C, bool VEC, bool BACKWARD, bool INTERLEAVED, typename I>
 __global__ void __launch_bounds__(kThreads)
     rope_kernel(const fo_rope_params a, const RopeItems walk, const I items) {
     using A = acc_t<T>;
@@ -176,10 +229,22 @@ __global__ void __launch_bounds__(kThreads)
             const int64_t i = int64_t(c) * kChunk;
             const int n = int(half - i < kChunk ? half - i : kChunk);
             const C *cos = static_cast<const C *>(a.cos) + int64_t(b) * a.cos_batch_stride +
-                           int64_t(t) * a.cos_token_stride + i;
+                           int64_t(t) * a.cos_token_stride;
             const C *sin = static_cast<const C *>(a.sin) + int64_t(b) * a.sin_batch_stride +
-                           int64_t(t) * a.sin_token_stride + i;
+                           int64_t(t) * a.sin_token_stride;
             A c_lo[kChunk], c_hi[kChunk], s_lo[kChunk], s_hi[kChunk];
+            if constexpr (INTERLEAVED) {
+                load_interleaved<C, VEC>(c_lo, c_hi, cos + 2 * i, n);
+                load_interleaved<C, VEC>(s_lo, s_hi, sin + 2 * i, n);
+                if (a.q.out)
+                    rotate_heads_interleaved<T, A, VEC, BACKWARD>(a.q, b, t, int(s), slices, i, n, c_lo, c_hi,
+                                                                  s_lo, s_hi);
+                if (a.k.out)
+                    rotate_heads_interleaved<T, A, VEC, BACKWARD>(a.k, b, t, int(s), slices, i, n, c_lo, c_hi,
+                                                                  s_lo, s_hi);
+                continue;
+            }
+            cos += i, sin += i;
             load_chunk<C, VEC>(c_lo, cos, n);
             load_chunk<C, VEC>(c_hi, cos + half, n);
             load_chunk<C, VEC>(s_lo, sin, n);
@@ -264,24 +329,29 @@ extern "C" int fo_cuda_rope(int device_index, uintptr_t stream, const fo_rope_pa
                 auto launch = [&](auto kernel, auto count) {
                     kernel<<<unsigned(blocks), kThreads, 0, cudaStream_t(stream)>>>(a, walk, count);
                 };
-                auto with_index = [&](auto is_vec, auto is_backward) {
+                auto with_index = [&](auto is_vec, auto is_backward, auto is_interleaved) {
                     constexpr bool kVec = decltype(is_vec)::value;
                     constexpr bool kBackward = decltype(is_backward)::value;
+                    constexpr bool kInterleaved = decltype(is_interleaved)::value;
                     // 32-bit index arithmetic where the items allow it (a
                     // 64-bit division costs several times a 32-bit one)
                     if (items <= INT32_MAX)
-                        launch(rope_kernel<T, C, kVec, kBackward, uint32_t>, uint32_t(items));
+                        launch(rope_kernel<T, C, kVec, kBackward, kInterleaved, uint32_t>, uint32_t(items));
                     else
-                        launch(rope_kernel<T, C, kVec, kBackward, uint64_t>, uint64_t(items));
+                        launch(rope_kernel<T, C, kVec, kBackward, kInterleaved, uint64_t>, uint64_t(items));
+                };
+                auto with_pairs = [&](auto is_vec, auto is_backward) {
+                    if (a.interleaved) with_index(is_vec, is_backward, std::true_type{});
+                    else with_index(is_vec, is_backward, std::false_type{});
                 };
                 using yes = std::true_type;
                 using no = std::false_type;
                 if (vec) {
-                    if (a.backward) with_index(yes{}, yes{});
-                    else with_index(yes{}, no{});
+                    if (a.backward) with_pairs(yes{}, yes{});
+                    else with_pairs(yes{}, no{});
                 } else {
-                    if (a.backward) with_index(no{}, yes{});
-                    else with_index(no{}, no{});
+                    if (a.backward) with_pairs(no{}, yes{});
+                    else with_pairs(no{}, no{});
                 }
             });
         });

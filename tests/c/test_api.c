@@ -857,7 +857,7 @@ static void test_errors_rope(void) {
     FWD("f64 q, f32 tables", BAD_DTYPE, "cos_dtype float32", "dtype float64", a.dtype = F64);
     FWD("bf16 q, f16 tables", BAD_DTYPE, "cos_dtype float16", "dtype bfloat16",
         (a.dtype = BF16, a.cos_dtype = F16));
-    FWD("reserved 1", INVALID, "reserved=1", NULL, a.reserved = 1);
+    FWD("pairs 2", INVALID, "pairs=2", NULL, a.pairs = 2);
     FWD("layout 2", INVALID, "layout=2", "FO_ROPE_TOKENS_FIRST", a.layout = 2);
     FWD("negative tokens", INVALID, "tokens=-1", ">= 0", a.tokens = -1);
     FWD("negative k_heads", INVALID, "k_heads=-2", NULL, a.k_heads = -2);
@@ -1082,7 +1082,7 @@ static int call_rope_forward(const void *a) { return fo_rope_forward(a); }
 static int call_rope_backward(const void *a) { return fo_rope_backward(a); }
 
 /* fo_rope_args before the output strides */
-#define ROPE_FIRST_SIZE (offsetof(fo_rope_args, reserved) + sizeof(int32_t))
+#define ROPE_FIRST_SIZE (offsetof(fo_rope_args, pairs) + sizeof(int32_t))
 
 typedef struct struct_entry {
     const char *op;

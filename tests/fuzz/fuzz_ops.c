@@ -362,9 +362,9 @@ typedef struct call {
     int64_t rows, cols; /* reduce_sum: 1 x numel */
     int64_t workspace_bytes;
     int approximate;     /* GeGLU */
-    /* RoPE: sizes, layout, the tables' dtype, the reserved field */
+    /* RoPE: sizes, layout, the tables' dtype, the pairs */
     int64_t batch, tokens, q_heads, k_heads, head_dim, rotary_dim;
-    int layout, cos_dtype, reserved;
+    int layout, cos_dtype, pairs;
     int64_t struct_size; /* of the op's argument struct; 0 for the others */
     int null_args;       /* pass NULL for the argument struct */
     operand o[MAX_OPERANDS];
@@ -530,7 +530,7 @@ static fo_rope_args rope_struct(const call *c) {
         .cos = o[RO_COS].address, .sin = o[RO_SIN].address, .batch = c->batch,
         .tokens = c->tokens, .q_heads = c->q_heads, .k_heads = c->k_heads,
         .head_dim = c->head_dim, .rotary_dim = c->rotary_dim, .layout = c->layout,
-        .dtype = c->dtype, .cos_dtype = c->cos_dtype, .reserved = c->reserved};
+        .dtype = c->dtype, .cos_dtype = c->cos_dtype, .pairs = c->pairs};
     memcpy(a.q_strides, o[RO_Q].s, sizeof a.q_strides);
     memcpy(a.k_strides, o[RO_K].s, sizeof a.k_strides);
     memcpy(a.cos_strides, o[RO_COS].s, sizeof a.cos_strides);
@@ -972,7 +972,8 @@ static void decode_rope(call *c, input *in) {
     b = u8(in);
     static const int bad_layouts[] = {2, -1, INT_MIN, 7};
     c->layout = b < 240 ? b & 1 : bad_layouts[b & 3];
-    c->reserved = u8(in) < 248 ? 0 : (int)u32(in);
+    b = u8(in);
+    c->pairs = b < 248 ? b & 1 : (int)u32(in);
     uint8_t flags = u8(in);
     const int64_t heads[2] = {c->q_heads, c->k_heads};
     const int heads_first = c->layout != FO_ROPE_TOKENS_FIRST;
@@ -1004,15 +1005,15 @@ static void decode_rope(call *c, input *in) {
         judge_strided(c, t);
     }
     take_struct_size_since(c, in, sizeof(fo_rope_args),
-                           offsetof(fo_rope_args, reserved) + sizeof(int32_t));
+                           offsetof(fo_rope_args, pairs) + sizeof(int32_t));
     if (c->device_type != FO_DEVICE_CPU)
         must_fail(&c->v, "device_type %d (a CPU-only build)", c->device_type);
     if (!dtype_ok(c->dtype))
         must_fail(&c->v, "dtype %d", c->dtype);
     if (!companion_ok(c->cos_dtype, c->dtype))
         must_fail(&c->v, "cos_dtype %d beside dtype %d", c->cos_dtype, c->dtype);
-    if (c->reserved != 0)
-        must_fail(&c->v, "reserved %d", c->reserved);
+    if (c->pairs != FO_ROPE_HALVES && c->pairs != FO_ROPE_INTERLEAVED)
+        must_fail(&c->v, "pairs %d", c->pairs);
     if (c->layout != FO_ROPE_HEADS_FIRST && c->layout != FO_ROPE_TOKENS_FIRST)
         must_fail(&c->v, "layout %d", c->layout);
     if (c->batch < 0 || c->tokens < 0 || c->q_heads < 0 || c->k_heads < 0 || c->head_dim < 0)
