@@ -58,6 +58,14 @@ _GATED = known(
         return down_proj
     """
 )
+# the same, its activation in `activation_fn` (Llama 4)
+_GATED_ACTIVATION_FN = known(
+    """
+    def forward(self, x):
+        down_proj = self.activation_fn(self.gate_proj(x)) * self.up_proj(x)
+        return self.down_proj(down_proj)
+    """
+)
 # Phi-3's and GLM's: one projection, gate then up
 _GATE_UP = known(
     """
@@ -92,6 +100,18 @@ _EXPERTS = known(
         return final_hidden_states
     """
 )
+# Llama 4's experts: every expert over its rows of [experts * tokens, hidden], by bmm
+_BMM_EXPERTS = known(
+    """
+    def forward(self, hidden_states):
+        hidden_states = hidden_states.view(self.gate_up_proj.shape[0], -1, self.hidden_size)
+        gate_up = torch.bmm(hidden_states, self.gate_up_proj)
+        gate, up = gate_up.chunk(2, dim=-1)
+        next_states = torch.bmm(up * self.act_fn(gate), self.down_proj)
+        next_states = next_states.view(-1, self.hidden_size)
+        return next_states
+    """
+)
 # what transformers' other experts implementations (grouped_mm, batched_mm) call
 _DEFAULT_APPLY_GATE = known(
     """
@@ -121,6 +141,15 @@ def _gate_up_forward(gated):
     def forward(self, hidden_states):
         gate, up = self.gate_up_proj(hidden_states).chunk(2, dim=-1)
         return self.down_proj(gated(gate, up))
+
+    return forward
+
+
+def _bmm_experts_forward(gated):
+    def forward(self, hidden_states):
+        hidden_states = hidden_states.view(self.gate_up_proj.shape[0], -1, self.hidden_size)
+        gate, up = torch.bmm(hidden_states, self.gate_up_proj).chunk(2, dim=-1)
+        return torch.bmm(gated(gate, up), self.down_proj).view(-1, self.hidden_size)
 
     return forward
 
@@ -176,8 +205,12 @@ def fused_methods(module):
     forward = type(module).forward
     if is_known(forward, _GATED) and (gated := gate_of(getattr(module, "act_fn", None))):
         return {"forward": _gated_forward(gated)}
+    if is_known(forward, _GATED_ACTIVATION_FN) and (gated := gate_of(getattr(module, "activation_fn", None))):
+        return {"forward": _gated_forward(gated)}
     if is_known(forward, _GATE_UP) and (gated := gate_of(getattr(module, "activation_fn", None))):
         return {"forward": _gate_up_forward(gated)}
+    if is_known(forward, _BMM_EXPERTS) and (gated := gate_of(getattr(module, "act_fn", None))):
+        return {"forward": _bmm_experts_forward(gated)}
     if _is_experts(module) and (gated := gate_of(getattr(module, "act_fn", None))):
         return {"forward": _experts_forward, "_apply_gate": _apply_gate(gated)}
     return None

@@ -1,12 +1,16 @@
 """Norm modules -> FusedLayerNorm / FusedRMSNorm, sharing their Parameters:
 torch's LayerNorm and RMSNorm (those very classes, not subclasses, which
 may compute something else), and Hugging Face norms whose forward is one of
-the computations below."""
+the computations below. A norm without a weight (Llama 4's L2Norm) keeps
+its module and computes through fused_rms_norm."""
+
+import types
 
 from torch import nn
 
 from ..modules import FusedLayerNorm, FusedRMSNorm
-from ._source import has_hooks, is_known, known
+from ..normalization import fused_rms_norm
+from ._source import canonical_source, has_hooks, is_known, known
 
 # weight * (x / rms(x)), with eps in `variance_epsilon` (Llama and most others;
 # OLMo 2 rounds after the weight, the same in fp32 and within a rounding in bf16)
@@ -27,6 +31,14 @@ _WEIGHT_TIMES_NORMED = known(
         hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
         return (self.weight * hidden_states).to(input_dtype)
     """,
+    """
+    def forward(self, hidden_states):
+        input_dtype = hidden_states.dtype
+        hidden_states = hidden_states.to(torch.float32)
+        variance = hidden_states.pow(2).mean(-1, keepdim=True)
+        hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
+        return (self.weight.to(torch.float32) * hidden_states).to(input_dtype)
+    """,
 )
 
 # the same with eps in `eps` (Llama 4's text model)
@@ -36,6 +48,21 @@ _WEIGHT_TIMES_NORMED_EPS = known(
         output = self._norm(x.float()).type_as(x)
         return output * self.weight
     """
+)
+
+# x / rms(x) in fp32 without a weight, eps in `eps` (Llama 4's L2Norm, Inkling's)
+_UNWEIGHTED = known(
+    """
+    def forward(self, x):
+        return self._norm(x.float()).type_as(x)
+    """,
+    """
+    def forward(self, hidden_states):
+        input_dtype = hidden_states.dtype
+        hidden_states = hidden_states.float()
+        hidden_states = hidden_states * torch.rsqrt(hidden_states.square().mean(-1, keepdim=True) + self.eps)
+        return hidden_states.to(input_dtype)
+    """,
 )
 
 # x / rms(x) * (1 + weight) in fp32, with eps in `eps` (Gemma 1-3, Qwen3-Next)
@@ -126,6 +153,18 @@ def replacement(module):
     return new
 
 
+def _unweighted_forward(self, x):
+    return fused_rms_norm(x, None, self.eps)
+
+
+def _is_unweighted(module):
+    forward = type(module).forward
+    if not (isinstance(getattr(module, "eps", None), float) and getattr(module, "weight", None) is None
+            and is_known(forward, _UNWEIGHTED) and "forward" not in module.__dict__):
+        return False
+    return "_norm" not in canonical_source(forward) or is_known(getattr(type(module), "_norm", None), _NORM)
+
+
 def _looks_like_a_norm(module):
     return type(module).__name__.endswith(("Norm", "NormGated", "Norm1P"))
 
@@ -136,12 +175,17 @@ def patch_norms(model, apply=True):
     replaced, kept = 0, []
     for parent_name, parent in model.named_modules():
         for name, child in list(parent._modules.items()):
-            if child is None or isinstance(child, (FusedLayerNorm, FusedRMSNorm)):
+            if child is None or isinstance(child, (FusedLayerNorm, FusedRMSNorm)) or (
+                    getattr(child.__dict__.get("forward"), "__func__", None) is _unweighted_forward):
                 continue
             new = replacement(child)
             if new is not None:
                 if apply:
                     setattr(parent, name, new)
+                replaced += 1
+            elif _is_unweighted(child):
+                if apply:
+                    child.forward = types.MethodType(_unweighted_forward, child)
                 replaced += 1
             elif _looks_like_a_norm(child):
                 kept.append(f"{parent_name}.{name}".lstrip(".") + f" ({type(child).__name__})")

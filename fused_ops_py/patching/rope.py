@@ -1,8 +1,10 @@
-"""Rotary embeddings: a modeling module's apply_rotary_pos_emb through
-fused_rope, where it and the rotation it calls are one of the computations
-below. It is a module-level function, so every model of that family in the
-process takes the fused one; it gives the same values."""
+"""Rotary embeddings: a modeling module's apply_rotary_pos_emb (or Llama
+4's apply_rotary_emb) through fused_rope, where it and the rotation it
+calls are one of the computations below. It is a module-level function, so
+every model of that family in the process takes the fused one; it gives
+the same values."""
 
+import inspect
 import sys
 from dataclasses import dataclass
 
@@ -42,8 +44,9 @@ _INTERLEAVED = known(
 class _Rope:
     sources: frozenset
     partial: bool = False  # the first cos.shape[-1] dimensions rotated, the rest passed
-    table: str = "whole"  # or "half" (one half's table for both), "first half interleaved"
-    rotation: str = "rotate_half"  # the function of the module that rotates
+    table: str = "whole"  # or "half" (one half's table for both), "first half interleaved", "complex"
+    rotation: str = "rotate_half"  # the function of the module that rotates (None: none)
+    name: str = "apply_rotary_pos_emb"
 
 
 _ROPES = (
@@ -179,6 +182,17 @@ _ROPES = (
             return (q_embed, k_embed)
         """
     ), table="half", rotation="_apply_rotary_emb"),
+    # Llama 4: q and k [B, T, H, D] times complex [B, T, D/2] frequencies, in fp32
+    _Rope(known(
+        """
+        def apply_rotary_emb(xq, xk, freqs_cis):
+            xq_ = torch.view_as_complex(xq.float().reshape(*xq.shape[:-1], -1, 2))
+            xk_ = torch.view_as_complex(xk.float().reshape(*xk.shape[:-1], -1, 2))
+            xq_out = torch.view_as_real(xq_ * freqs_cis[:, :, None, :]).flatten(3)
+            xk_out = torch.view_as_real(xk_ * freqs_cis[:, :, None, :]).flatten(3)
+            return (xq_out.type_as(xq), xk_out.type_as(xk))
+        """
+    ), table="complex", rotation=None, name="apply_rotary_emb"),
 )
 
 _HALF_TABLE_ROTATION = known(
@@ -192,11 +206,14 @@ _HALF_TABLE_ROTATION = known(
 )
 
 
-def _fits(q, k, cos, sin, unsqueeze_dim, partial):
+def _fits(q, k, cos, sin, unsqueeze_dim, partial, fp32_tables=False):
     """Whether the kernel computes what the original does for these
-    arguments (else the original runs): one dtype, 4-d q and k with
+    arguments (else the original runs): one dtype (or fp32 tables beside
+    half q and k, where the original computes in fp32), 4-d q and k with
     contiguous rows, cos and sin of one of the shapes the kernel reads."""
-    if not (q.dtype == k.dtype == cos.dtype == sin.dtype and q.dim() == 4 and k.dim() == 4
+    tables_dtype = cos.dtype == q.dtype or (
+        fp32_tables and cos.dtype == torch.float32 and q.dtype in (torch.float16, torch.bfloat16))
+    if not (q.dtype == k.dtype and cos.dtype == sin.dtype and tables_dtype and q.dim() == 4 and k.dim() == 4
             and unsqueeze_dim in (1, 2) and cos.shape == sin.shape and cos.dim() in (2, 3)
             and q.stride(-1) == k.stride(-1) == cos.stride(-1) == sin.stride(-1) == 1):
         return False
@@ -208,6 +225,9 @@ def _fits(q, k, cos, sin, unsqueeze_dim, partial):
 
 
 def _fused(original, rope, interleaved):
+    if rope.table == "complex":
+        return _fused_complex(original)
+
     def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
         table_cos, table_sin = cos, sin
         if rope.table == "half":
@@ -225,15 +245,30 @@ def _fused(original, rope, interleaved):
     return apply_rotary_pos_emb
 
 
-def _recognised(modeling):
-    """(the _Rope, interleaved) of a modeling module whose
-    apply_rotary_pos_emb is known, else None (also when fused already)."""
-    function = getattr(modeling, "apply_rotary_pos_emb", None)
-    if function is None or getattr(function, "fused_ops_py", False):
-        return None
-    rope = next((r for r in _ROPES if is_known(function, r.sources)), None)
+def _fused_complex(original):
+    def apply_rotary_emb(xq, xk, freqs_cis):
+        if freqs_cis.is_complex() and freqs_cis.dim() == 3:
+            # each complex frequency turns a pair (2i, 2i + 1): its parts are the pair's cos and sin
+            cos = freqs_cis.real.repeat_interleave(2, dim=-1)
+            sin = freqs_cis.imag.repeat_interleave(2, dim=-1)
+            if _fits(xq, xk, cos, sin, 2, False, fp32_tables=True):
+                return fused_rope(xq, xk, cos, sin, 2, interleaved=True)
+        return original(xq, xk, freqs_cis)
+
+    apply_rotary_emb.fused_ops_py = True
+    apply_rotary_emb.__wrapped__ = original
+    return apply_rotary_emb
+
+
+def _recognised(modeling, name):
+    """(the _Rope, interleaved) of the function `name` of a modeling module
+    where it is known, else None."""
+    function = getattr(modeling, name)
+    rope = next((r for r in _ROPES if r.name == name and is_known(function, r.sources)), None)
     if rope is None:
         return None
+    if rope.rotation is None:
+        return rope, True
     rotation = getattr(function, "__globals__", {}).get(rope.rotation)
     if rotation is None or rotation is not getattr(modeling, rope.rotation, None):
         return None
@@ -246,22 +281,31 @@ def _recognised(modeling):
     return None
 
 
+def _rotary_functions(modeling):
+    """The names of a modeling module's rotary functions (apply_rotary_*)."""
+    return [name for name, value in vars(modeling).items()
+            if name.startswith("apply_rotary") and inspect.isfunction(value)]
+
+
 def patch_rope(model, apply=True):
-    """Fuses apply_rotary_pos_emb in the modeling module of each attention
-    module of `model` where it is known (with apply); returns (how many
-    modeling modules, the names of the functions it keeps)."""
+    """Fuses the rotary functions (apply_rotary_*) of the modeling module of
+    each attention module of `model` where they are known (with apply);
+    returns (how many functions, the names of those it keeps)."""
     replaced, kept, seen = 0, [], set()
     for module in model.modules():
         modeling = sys.modules.get(type(module).__module__)
-        function = getattr(modeling, "apply_rotary_pos_emb", None)
-        if not (type(module).__name__.endswith("Attention") and callable(function)) or modeling in seen:
+        if not type(module).__name__.endswith("Attention") or modeling is None or modeling in seen:
             continue
         seen.add(modeling)
-        recognised = _recognised(modeling)
-        if recognised is not None:
+        for name in _rotary_functions(modeling):
+            function = getattr(modeling, name)
+            if getattr(function, "fused_ops_py", False):
+                continue
+            recognised = _recognised(modeling, name)
+            if recognised is None:
+                kept.append(f"{modeling.__name__}.{name}")
+                continue
             if apply:
-                modeling.apply_rotary_pos_emb = _fused(function, *recognised)
+                setattr(modeling, name, _fused(function, *recognised))
             replaced += 1
-        elif not getattr(function, "fused_ops_py", False):
-            kept.append(f"{modeling.__name__}.apply_rotary_pos_emb")
     return replaced, kept
