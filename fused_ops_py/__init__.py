@@ -21,7 +21,7 @@ from .modules import (
     FusedLinearCrossEntropyLoss,
     FusedRMSNorm,
 )
-from .patching import patch
+from .patching import PatchError, patch
 from .normalization import (
     fused_add_layer_norm,
     fused_add_rms_norm,
@@ -47,6 +47,7 @@ __all__ = [
     "FusedLayerNorm",
     "FusedLinearCrossEntropyLoss",
     "FusedRMSNorm",
+    "PatchError",
     "fused_add_layer_norm",
     "fused_add_rms_norm",
     "fused_bias_scale_relu",

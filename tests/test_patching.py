@@ -3,6 +3,7 @@ Hugging Face models (built from a config: no downloads)."""
 
 import copy
 import sys
+import types
 
 import pytest
 import torch
@@ -58,12 +59,52 @@ def hf_models():
     ]
 
 
-FAMILIES = ["llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "phi3", "gpt2"]
+# the families Liger users train beyond those, built by tiny_causal_lms: (name,
+# class, replacements, whether patch knows every part (strict=True passes))
+TINY_FAMILIES = [
+    ("mixtral", "MixtralForCausalLM", 5 + 2 + 1 + 1, True),  # norms, experts, RoPE, loss
+    ("qwen2_moe", "Qwen2MoeForCausalLM", 5 + 4 + 1 + 1, True),  # experts and shared experts
+    ("qwen3_moe", "Qwen3MoeForCausalLM", 9 + 2 + 1 + 1, True),  # q and k norms
+    ("gpt_oss", "GptOssForCausalLM", 5 + 1 + 1, False),  # its clamped experts keep their code
+    ("olmo2", "Olmo2ForCausalLM", 9 + 2 + 1 + 1, True),
+    ("olmo3", "Olmo3ForCausalLM", 9 + 2 + 1 + 1, True),
+    ("granite", "GraniteForCausalLM", 5 + 2 + 1 + 1, True),  # logits_scaling 8 (override below)
+    ("glm4", "Glm4ForCausalLM", 9 + 2 + 1 + 1, True),  # interleaved partial RoPE
+    ("smollm3", "SmolLM3ForCausalLM", 5 + 2 + 1 + 1, True),
+    ("cohere2", "Cohere2ForCausalLM", 3 + 2 + 1 + 1, True),  # LayerNorm, interleaved RoPE, logit_scale
+    ("exaone4", "Exaone4ForCausalLM", 9 + 2 + 1 + 1, True),
+    ("ministral", "MinistralForCausalLM", 5 + 2 + 1 + 1, True),
+    ("llama4", "Llama4ForCausalLM", 6 + 4 + 1 + 1, True),  # L2Norm, bmm experts, complex RoPE
+    ("deepseek_v3", "DeepseekV3ForCausalLM", 9 + 2 + 1 + 1, False),  # its interleave RoPE kept
+]
+FAMILIES = ["llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "phi3", "gpt2"] + [
+    family[0] for family in TINY_FAMILIES]
+
+
+def build(index):
+    """(name, config, model, replacements patch makes, strict) of FAMILIES[index]."""
+    if index < len(hf_models()):
+        name, model_class, config, expected_count = hf_models()[index]
+        torch.manual_seed(0)
+        return name, config, model_class(config), expected_count, True
+    import tiny_causal_lms
+
+    name, class_name, expected_count, strict = TINY_FAMILIES[index - len(hf_models())]
+    model = tiny_causal_lms.build(class_name)
+    if name == "granite":
+        model.config.logits_scaling = 8.0  # as real Granite checkpoints: the loss of logits / 8
+    return name, model.config.get_text_config(), model, expected_count, strict
+
+
+def _rotary_functions(model):
+    """The rotary functions of the model's modeling module, as they are."""
+    modeling = sys.modules[type(model).__module__]
+    return {name: value for name, value in vars(modeling).items() if name.startswith("apply_rotary")}
 
 
 class Unpatched(torch.nn.Module):
-    """Runs a model with its modeling module's own apply_rotary_pos_emb
-    (patch replaces it module-wide), so that it stays the reference."""
+    """Runs a model with its modeling module's own rotary functions (patch
+    replaces them module-wide), so that it stays the reference."""
 
     def __init__(self, model, rotary):
         super().__init__()
@@ -77,14 +118,12 @@ class Unpatched(torch.nn.Module):
         return self._original(self.model.generate, *args, **kwargs)
 
     def _original(self, call, *args, **kwargs):
-        patched = getattr(self.modeling, "apply_rotary_pos_emb", None)
-        if self.rotary is not None:
-            self.modeling.apply_rotary_pos_emb = self.rotary
+        patched = {name: getattr(self.modeling, name) for name in self.rotary}
+        vars(self.modeling).update(self.rotary)
         try:
             return call(*args, **kwargs)
         finally:
-            if self.rotary is not None:
-                self.modeling.apply_rotary_pos_emb = patched
+            vars(self.modeling).update(patched)
 
 
 @pytest.fixture(autouse=True)
@@ -92,34 +131,32 @@ def restored_rotary():
     """patch's module-wide RoPE is undone after each test."""
     yield
     for name, module in list(sys.modules.items()):
-        function = getattr(module, "apply_rotary_pos_emb", None) if name.startswith("transformers.") else None
-        if getattr(function, "fused_ops_py", False):
-            module.apply_rotary_pos_emb = function.__wrapped__
+        if not name.startswith("transformers."):
+            continue
+        for attribute, function in list(vars(module).items()):
+            if isinstance(function, types.FunctionType) and getattr(function, "fused_ops_py", False):
+                setattr(module, attribute, function.__wrapped__)
 
 
 def twins(index, device):
     """A randomly initialised model (norm weights moved off their
     initialisation, so that Gemma's 1 + weight is tested), as the reference
     (torch ops throughout), and a patched copy."""
-    name, model_class, config, expected_count = hf_models()[index]
-    torch.manual_seed(0)
-    original = model_class(config).to(device)
+    name, config, original, expected_count, strict = build(index)
+    original = original.to(device)
     with torch.no_grad():
         for module in original.modules():
-            if type(module).__name__.endswith("RMSNorm"):
+            if type(module).__name__.endswith("RMSNorm") and getattr(module, "weight", None) is not None:
                 module.weight.add_(0.1 * torch.randn_like(module.weight))
-    rotary = getattr(sys.modules[type(original).__module__], "apply_rotary_pos_emb", None)
+    rotary = _rotary_functions(original)
     patched = copy.deepcopy(original)
-    assert fo.patch(patched) == expected_count
+    assert fo.patch(patched, strict=strict) == expected_count
     return name, config, Unpatched(original, rotary), patched
 
 
 @pytest.mark.parametrize("index", range(len(FAMILIES)), ids=FAMILIES)
 def test_patched_hf_model_matches_and_trains(index, device):
     name, config, original, patched = twins(index, device)
-    kinds = {type(m).__name__ for m in patched.modules()}
-    assert not any(k.endswith("RMSNorm") and not k.startswith("Fused") for k in kinds)
-    assert "LayerNorm" not in kinds
     # the same Parameter objects, in the same places
     assert [n for n, _ in patched.named_parameters()] == [n for n, _ in original.model.named_parameters()]
 
@@ -183,3 +220,16 @@ def test_patch_chooses_what_to_replace(device):
     assert fo.patch(model, norms=False, mlp=False, rope=False) == 1
     assert fo.patch(model) == 7  # norms and MLPs (RoPE: patched module-wide by twins already)
     assert fo.patch(model) == 0  # nothing left to replace
+
+
+def test_strict_names_what_it_does_not_know_and_changes_nothing():
+    tiny_causal_lms = pytest.importorskip("tiny_causal_lms")
+    model = tiny_causal_lms.build("GptOssForCausalLM")  # experts clamped as patch's gates are not
+    modeling = sys.modules[type(model).__module__]
+    modules, rotary = dict(model.named_modules()), _rotary_functions(model)
+    with pytest.raises(fo.PatchError, match=r"2 part\(s\).*model\.layers\.0\.mlp\.experts \(GptOssExperts\)"):
+        fo.patch(model, strict=True)
+    assert dict(model.named_modules()) == modules  # the very same modules
+    assert not any("forward" in m.__dict__ for m in model.modules())
+    assert {name: getattr(modeling, name) for name in rotary} == rotary
+    assert fo.patch(model) == 5 + 1 + 1  # without strict: what it knows

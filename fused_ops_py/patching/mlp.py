@@ -216,11 +216,12 @@ def fused_methods(module):
     return None
 
 
-def _looks_like_an_mlp(module):
-    """A module computing an MLP or experts (not an MoE block, which holds
-    its experts and a router that patch leaves alone)."""
-    name = type(module).__name__
-    return (name.endswith(("MLP", "Experts")) or hasattr(module, "down_proj")) and not hasattr(module, "experts")
+def _looks_like_a_gate(module):
+    """A gated MLP or experts module (not an MoE block, which holds its
+    experts and a router that patch leaves alone; not an MLP without a gate,
+    which has nothing to fuse)."""
+    gated = any(hasattr(module, name) for name in ("gate_proj", "gate_up_proj", "gate_up_proj_bias"))
+    return (gated or type(module).__name__.endswith("Experts")) and not hasattr(module, "experts")
 
 
 def patch_mlps(model, apply=True):
@@ -235,6 +236,6 @@ def patch_mlps(model, apply=True):
             for method, function in methods.items() if apply else ():
                 setattr(module, method, types.MethodType(function, module))
             replaced += 1
-        elif _looks_like_an_mlp(module):
+        elif _looks_like_a_gate(module):
             kept.append(f"{name} ({type(module).__name__})")
     return replaced, kept
