@@ -9,6 +9,42 @@ import inspect
 import textwrap
 
 
+# Spellings of one computation in the transformers releases patch knows
+# (5.17 to 5.24): the older is rewritten to the newer before comparing.
+_RENAMED = {"past_key_values": "cache"}
+_REWRITTEN = {
+    # the first field of a base model's output is its last hidden state
+    "    hidden_states = outputs[0]\n": "    hidden_states = outputs.last_hidden_state\n",
+    "    slice_indices = slice(-logits_to_keep, None) if isinstance(logits_to_keep, int) else logits_to_keep\n"
+    "    logits = self.lm_head(hidden_states[:, slice_indices, :])":
+    "    hidden_states = slice_logits_to_keep(hidden_states, logits_to_keep)\n"
+    "    logits = self.lm_head(hidden_states)",
+}
+
+
+class _Renamer(ast.NodeTransformer):
+    def visit_AnnAssign(self, node):  # x: T = v is x = v
+        if node.value is None or not isinstance(node.target, ast.Name):
+            return node
+        return ast.copy_location(ast.Assign(targets=[node.target], value=self.visit(node.value)), node)
+
+    def visit_Name(self, node):
+        node.id = _RENAMED.get(node.id, node.id)
+        return node
+
+    def visit_arg(self, node):
+        node.arg = _RENAMED.get(node.arg, node.arg)
+        return node
+
+    def visit_keyword(self, node):
+        node.arg = _RENAMED.get(node.arg, node.arg)
+        return self.generic_visit(node)
+
+    def visit_Attribute(self, node):
+        node.attr = _RENAMED.get(node.attr, node.attr)
+        return self.generic_visit(node)
+
+
 def _canonical(text):
     function = ast.parse(textwrap.dedent(text)).body[0]
     function.name = "f"
@@ -24,7 +60,10 @@ def _canonical(text):
         if (isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and body and isinstance(body[0], ast.Expr)
                 and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str)):
             node.body = body[1:] or [ast.Pass()]
-    return ast.unparse(function)
+    canonical = ast.unparse(_Renamer().visit(function))
+    for old, new in _REWRITTEN.items():
+        canonical = canonical.replace(old, new)
+    return canonical
 
 
 _CANONICAL = {}  # code object -> its canonical source (None: no source)

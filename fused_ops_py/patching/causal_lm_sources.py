@@ -296,44 +296,6 @@ def f(
     )
 """
 
-DENSE_TUPLE = """
-def f(
-    self,
-    input_ids=None,
-    attention_mask=None,
-    position_ids=None,
-    cache=None,
-    inputs_embeds=None,
-    labels=None,
-    use_cache=None,
-    logits_to_keep=0,
-    **kwargs,
-):
-    outputs = self.model(
-        input_ids=input_ids,
-        attention_mask=attention_mask,
-        position_ids=position_ids,
-        cache=cache,
-        inputs_embeds=inputs_embeds,
-        use_cache=use_cache,
-        **kwargs,
-    )
-    hidden_states = outputs[0]
-    hidden_states = slice_logits_to_keep(hidden_states, logits_to_keep)
-    logits = self.lm_head(hidden_states)
-    loss = None
-    if labels is not None:
-        loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **kwargs)
-    return MoeCausalLMOutputWithPast(
-        loss=loss,
-        logits=logits,
-        cache=outputs.cache,
-        hidden_states=outputs.hidden_states,
-        attentions=outputs.attentions,
-        router_logits=outputs.router_logits,
-    )
-"""
-
 GPT2 = """
 def f(
     self,

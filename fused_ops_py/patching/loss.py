@@ -27,7 +27,7 @@ class _Recipe:
 
 
 _RECIPES = (
-    _Recipe(known(sources.DENSE, sources.MOE, sources.DENSE_TUPLE, sources.GPT2)),
+    _Recipe(known(sources.DENSE, sources.MOE, sources.GPT2)),
     _Recipe(known(sources.MOE_AUX), router_aux_loss=True),
     _Recipe(known(sources.SOFTCAPPED), logits="softcapped"),
     _Recipe(known(sources.SCALED_DOWN), logits="divided by logits_scaling"),
@@ -37,7 +37,7 @@ _RECIPES = (
 _LOSS = known(sources.FOR_CAUSAL_LM_LOSS)
 _FIXED_CROSS_ENTROPY = known(sources.FIXED_CROSS_ENTROPY)
 # the base model's outputs a causal LM's output carries over
-_CARRIED = ("cache", "hidden_states", "attentions", "router_logits", "cross_attentions")
+_CARRIED = ("cache", "past_key_values", "hidden_states", "attentions", "router_logits", "cross_attentions")
 
 
 def _known_loss(model):
@@ -99,7 +99,9 @@ def _fused_forward(recipe, forward):
         fused, and no logits. Otherwise the model's own forward."""
         arguments = signature.bind(self, *args, **kwargs).arguments
         labels = arguments.get("labels")
-        if labels is None or not self.training or not torch.is_grad_enabled():
+        keep = arguments.get("logits_to_keep", 0)
+        all_positions = keep is None or (isinstance(keep, int) and keep == 0)
+        if labels is None or not self.training or not torch.is_grad_enabled() or not all_positions:
             return type(self).forward(self, *args, **kwargs)
         extra = dict(arguments.pop("kwargs", {}))
         return_dict = extra.pop("return_dict", True)
