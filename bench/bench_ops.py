@@ -58,7 +58,9 @@ OPS = {  # the directions each op is timed in
     "swiglu": ("fwd", "bwd", "fwdbwd"),
     "geglu": ("fwd", "bwd", "fwdbwd"),
     "rope": ("fwd", "bwd", "fwdbwd"),
+    "rope_interleaved": ("fwd", "bwd", "fwdbwd"),
 }
+ROPES = ("rope", "rope_interleaved")
 NORMS = ("layer_norm", "rms_norm", "add_rms_norm")
 EPS = 1e-5
 try:  # Liger-Kernel: Triton norms, a peer where it has the op
@@ -156,7 +158,18 @@ def eager_rope(q, k, cos, sin):
     return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
 
 
+def rotate_interleaved(x):
+    return torch.stack((-x[..., 1::2], x[..., ::2]), dim=-1).flatten(-2)
+
+
+def eager_rope_interleaved(q, k, cos, sin):
+    # Cohere's apply_rotary_pos_emb in q's dtype (unsqueeze_dim=1)
+    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+    return q * cos + rotate_interleaved(q) * sin, k * cos + rotate_interleaved(k) * sin
+
+
 EAGER = {"swiglu": eager_swiglu, "geglu": eager_geglu, "rope": eager_rope,
+         "rope_interleaved": eager_rope_interleaved,
          "bias_scale_relu": eager_bias_scale_relu, "relu": eager_relu,
          "square": eager_square, "reduce_sum": eager_reduce_sum,
          "layer_norm": eager_layer_norm, "rms_norm": eager_rms_norm,
@@ -164,6 +177,7 @@ EAGER = {"swiglu": eager_swiglu, "geglu": eager_geglu, "rope": eager_rope,
 FUSED = {"swiglu": fo.fused_swiglu,
          "geglu": lambda gate, up: fo.fused_geglu(gate, up, approximate="tanh"),
          "rope": fo.fused_rope,
+         "rope_interleaved": lambda q, k, cos, sin: fo.fused_rope(q, k, cos, sin, interleaved=True),
          "bias_scale_relu": lambda x, b: fo.fused_bias_scale_relu(x, b, SCALE),
          "relu": fo.relu, "square": fo.square, "reduce_sum": fo.reduce_sum,
          "layer_norm": lambda x, w, b: fo.fused_layer_norm(x, w, b, EPS),
@@ -213,7 +227,7 @@ def min_bytes(op, direction, rows, cols, itemsize):
     e = rows * cols * itemsize
     if op in ("swiglu", "geglu"):  # fwd: gate, up in, y out; bwd: dy, gate, up in, two grads out
         return {"fwd": 3 * e, "bwd": 5 * e, "fwdbwd": 8 * e}[direction]
-    if op == "rope":
+    if op in ROPES:
         # fwd: q, k (a quarter of q's size) in, q_embed, k_embed out; bwd:
         # dq_embed, dk_embed in, dq, dk out; each reads cos and sin [1, T, D]
         tables = 2 * rows * rope_heads(cols)[1] * itemsize
@@ -343,13 +357,14 @@ def tolerance_scales(ref, op, inputs, dy):
     (Liger writes over some of its inputs)."""
     # (rough magnitudes: rope's and geglu's terms in the dtype, as float32
     # would double the memory of the largest shapes)
-    if op == "rope":
+    if op in ROPES:
         # each element is x * cos + (+-x') * sin, two products that may
         # cancel: within a rounding of the sum of their magnitudes (the
         # backward's likewise, of dy, since cos and sin repeat by halves)
         cos, sin = (t.abs().unsqueeze(1) for t in inputs[2:])
         xs = [t.detach() for t in (*inputs[:2], *dy)]
-        return [(x.abs() * cos + rotate_half(x).abs() * sin).float() for x in xs]
+        rotate = rotate_half if op == "rope" else rotate_interleaved
+        return [(x.abs() * cos + rotate(x).abs() * sin).float() for x in xs]
     if op == "geglu":
         # gelu(g) = 0.5 g (1 + tanh z) and its derivative are sums whose
         # terms cancel for negative g, where eager (float32 inside) loses
@@ -406,7 +421,7 @@ FIELDS = ["op", "direction", "rows", "cols", "dtype", "provider", "kernel_ms", "
 
 def make_inputs(op, m, n, dtype, device):
     gen = torch.Generator(device=device).manual_seed(0)
-    if op == "rope":  # q [1, H, T, D] and k [1, H/4, T, D], views of [1, T, H, D] as HF's
+    if op in ROPES:  # q [1, H, T, D] and k [1, H/4, T, D], views of [1, T, H, D] as HF's
         heads, d = rope_heads(n)
         view = lambda h: torch.randn(1, m, h, d, dtype=dtype, device=device, generator=gen).transpose(1, 2)
         q, k = (view(h).requires_grad_() for h in (heads, heads // ROPE_KV_GROUP))
@@ -414,7 +429,7 @@ def make_inputs(op, m, n, dtype, device):
         # Hugging Face's tables: emb = cat(freqs, freqs) in fp32, cast to the dtype
         inv_freq = 1.0 / 10000 ** (torch.arange(0, d, 2, dtype=torch.float32, device=device) / d)
         freqs = torch.arange(m, dtype=torch.float32, device=device)[:, None] * inv_freq
-        emb = torch.cat((freqs, freqs), dim=-1)[None]
+        emb = (torch.cat((freqs, freqs), dim=-1) if op == "rope" else freqs.repeat_interleave(2, dim=-1))[None]
         return (q, k, emb.cos().to(dtype), emb.sin().to(dtype)), dy
     x = torch.randn(m, n, dtype=dtype, device=device, generator=gen).requires_grad_()
     b = torch.randn(n, dtype=dtype, device=device, generator=gen).requires_grad_()
@@ -503,7 +518,7 @@ def run_shapes(args, dname, op):
     (and for rope those rope_heads cannot split into heads)."""
     itemsize = DTYPES[dname].itemsize
     return [(m, n) for m, n in args.shapes if m * n * itemsize <= MAX_TENSOR_BYTES
-            and (op != "rope" or rope_heads(n))]
+            and (op not in ROPES or rope_heads(n))]
 
 
 def run(args, device, meta):
