@@ -6,6 +6,10 @@
 #                              build, then the benchmark against the peers,
 #                              its plots, and the host time a call
 #   bench/gpu_check.sh multi   build, then the 2-GPU tests (DDP, FSDP2)
+#   bench/gpu_check.sh patch   build, then patch(model)'s tests and sweep over
+#                              every *ForCausalLM class on the GPU (whenever
+#                              patching changes), RoPE's tests and sanitizers
+# GPU_LIBRARY: a library built beforehand, used instead of building one.
 # For a shorter test stage: PYTEST_TARGETS (default tests) and SANITIZERS
 # (default "memcheck racecheck initcheck synccheck").
 # Wheels the machine lacks (cffi, pycparser) come in .whl/ (carried).
@@ -24,11 +28,15 @@ fi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee /tmp/logs/gpu.txt
 
 # build the library from source with Meson and use it through the variable
-if [ ! -f build/gpu/build.ninja ]; then
-    meson setup build/gpu -Dcuda=enabled -Dgpu_archs=80,90 >/tmp/logs/meson.txt 2>&1 || { cat /tmp/logs/meson.txt; exit 1; }
+if [ -n "${GPU_LIBRARY:-}" ]; then
+    export FUSED_OPS_PY_LIBRARY="$GPU_LIBRARY"
+else
+    if [ ! -f build/gpu/build.ninja ]; then
+        meson setup build/gpu -Dcuda=enabled -Dgpu_archs=80,90 >/tmp/logs/meson.txt 2>&1 || { cat /tmp/logs/meson.txt; exit 1; }
+    fi
+    ninja -C build/gpu >>/tmp/logs/meson.txt 2>&1 || { cat /tmp/logs/meson.txt; exit 1; }
+    export FUSED_OPS_PY_LIBRARY="$PWD/build/gpu/libfused_ops.so"
 fi
-ninja -C build/gpu >>/tmp/logs/meson.txt 2>&1 || { cat /tmp/logs/meson.txt; exit 1; }
-export FUSED_OPS_PY_LIBRARY="$PWD/build/gpu/libfused_ops.so"
 export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$PWD"
 python3 -m fused_ops_py | tee /tmp/logs/env.txt
 
@@ -47,7 +55,7 @@ if [ "$stage" = test ]; then
 
     # sanitizers see torch's caching allocator as one big buffer; turn it off
     export PYTORCH_NO_CUDA_MEMORY_CACHING=1
-    subset=(tests/test_cuda.py tests/test_bias_scale_relu.py tests/test_square.py tests/test_reduce_sum.py tests/test_norms.py tests/test_swiglu.py)
+    subset=(tests/test_cuda.py tests/test_bias_scale_relu.py tests/test_square.py tests/test_reduce_sum.py tests/test_norms.py tests/test_swiglu.py tests/test_rope.py)
     filter="cuda and not gradcheck and not 2_to_the_31"
     for tool in ${SANITIZERS:-memcheck racecheck initcheck synccheck}; do
         echo "== compute-sanitizer --tool $tool"
@@ -99,4 +107,16 @@ if [ "$stage" = multi ]; then
     tar -czf "$OUT/gpu_multi_logs.tar.gz" --exclude=sass.txt -C /tmp logs
     exit "$status"
 fi
-echo "unknown stage $stage (test, bench or multi)"; exit 2
+if [ "$stage" = patch ]; then
+    python3 -m pytest -q -rs tests/test_patching.py tests/test_patch_sweep.py tests/test_rope.py 2>&1 | tee /tmp/logs/patch.txt | tail -15
+    status=${PIPESTATUS[0]}
+    export PYTORCH_NO_CUDA_MEMORY_CACHING=1
+    for tool in memcheck racecheck initcheck synccheck; do
+        compute-sanitizer --tool "$tool" --error-exitcode 99 python3 -m pytest -q -x tests/test_rope.py \
+            -k "cuda and not gradcheck" >"/tmp/logs/sanitizer_rope_$tool.txt" 2>&1
+        echo "rope $tool exit=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|passed|failed' "/tmp/logs/sanitizer_rope_$tool.txt" | tr '\n' ' ')"
+    done | tee /tmp/logs/sanitizer_summary.txt
+    tar -czf "$OUT/gpu_patch_logs.tar.gz" -C /tmp logs
+    exit "$status"
+fi
+echo "unknown stage $stage (test, bench, multi or patch)"; exit 2

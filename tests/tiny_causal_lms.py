@@ -161,8 +161,8 @@ def build(name, seed=0):
 MAMBA = dict(mamba_d_head=32)  # heads * head size = 2 * hidden
 OVERRIDES = {
     "BambaForCausalLM": dict(MAMBA, attn_layer_indices=[1]),
-    # patches of several bytes (a random patcher's entropies are about 4.3), not one byte each
-    "BltForCausalLM": dict(patching_threshold=4.3),
+    # no entropy crosses it (ln 128 < 100): no patch boundary that a rounding could move
+    "BltForCausalLM": dict(patching_threshold=100.0),
     # the defaults give no RoPE to its one layer type
     "CohereCompassForCausalLM": dict(rope_parameters=dict(full_attention=dict(rope_type="default", rope_theta=1e4))),
     # its attention reads rope_theta there, and clamps by clip_qkv (None by default)
