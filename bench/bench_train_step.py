@@ -1,18 +1,26 @@
 """One training step (forward + backward, no optimizer) of a randomly initialised
-Hugging Face Llama (4 layers, hidden 4096, intermediate 11008, 32/8 heads, sdpa,
-bf16), batch 4 x 2048 random tokens, vocab 32000 and 128256: eager, liger (all its
-Llama kernels), compile, patch (fused_ops_py.patch), patch_compile, patch_norms and,
-where torch has F.linear_cross_entropy, torch_lce. A fresh model (seed 0) per row:
-the first step's loss (same inputs everywhere), warm-up steps (compiling), the median
-of --steps steps (CUDA events) and their peak memory. Then greedy decoding, eager and
-patched: tokens/s, and whether the tokens agree. A failing row is an "oom" or
-"error: ..." note; the targets are stated above the table.
+Hugging Face causal LM, bf16, sdpa, batch 4 x 2048 random tokens:
+  --model llama (default): Llama, 4 layers, hidden 4096, intermediate 11008, 32/8 heads; vocab 32000 and
+    128256; rows eager, liger (all its Llama kernels), compile, patch (fused_ops_py.patch), patch_compile,
+    patch_norms and, where torch has F.linear_cross_entropy, torch_lce.
+  --model qwen3_moe: Qwen3-MoE (a small Qwen3-30B-A3B), 4 layers, hidden 2048, 32/4 heads of 128, 64 experts
+    of 768, 8 a token; vocab 32000; rows eager, liger (all its Qwen3-MoE kernels: its fused MoE too), patch.
+A fresh model (seed 0) per row, each row in its own process (Liger rebinds transformers' modeling modules
+and patched models hold reference cycles: a later row in the same process would carry both): the memory
+allocated before the row builds its model (mem_before_gib), the first step's loss (same inputs everywhere),
+warm-up steps (compiling), the median of --steps steps (CUDA events) and their peak memory. Then greedy
+decoding, eager and patched, also a process each: tokens/s, and whether the tokens agree. A failing row is
+an "oom" or "error: ..." note; the targets are stated above the table.
+  --breakdown: also profiles two steps of the eager and patch rows and sums their CUDA kernels' time by
+    category (experts' GEMMs, other GEMMs, attention, routing, fused_ops_py, other: CATEGORIES says how).
 
-    python bench/bench_train_step.py            # all; about 3-5 min a vocab on an H100
+    python bench/bench_train_step.py            # Llama; about 5-7 min a vocab on an H100
+    python bench/bench_train_step.py --model qwen3_moe --breakdown    # about 5-6 min (5.4 on an H200)
     python bench/bench_train_step.py --vocabs 32000 --providers eager,patch --no-decode
     python bench/bench_train_step.py --tiny --steps 2 --out /tmp/ts   # smoke test, any device
 
-Writes train_step.csv and train_step.md under --out (default bench/results/<gpu>/).
+Writes train_step.csv and train_step.md (train_step_<model>.* for a model other than llama) and with
+--breakdown train_step_<model>_breakdown.csv/.md under --out (default bench/results/<gpu>/).
 """
 
 import argparse
@@ -20,7 +28,11 @@ import csv
 import gc
 import importlib.metadata
 import inspect
+import json
+import os
+import re
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -31,10 +43,17 @@ import torch.nn.functional as F
 PROVIDERS = ["eager", "liger", "compile", "patch", "patch_compile", "patch_norms"] + (
     ["torch_lce"] if hasattr(F, "linear_cross_entropy") else [])
 COMPILED = ("compile", "patch_compile")
+DECODE = ["decode_eager", "decode_patch"]
 FULL = dict(num_hidden_layers=4, hidden_size=4096, intermediate_size=11008, num_attention_heads=32,
             num_key_value_heads=8, batch=4, seq=2048, prompt=16, new_tokens=128)
 TINY = dict(num_hidden_layers=2, hidden_size=64, intermediate_size=176, num_attention_heads=4,
             num_key_value_heads=2, batch=2, seq=64, prompt=16, new_tokens=16)
+MOE_FULL = dict(num_hidden_layers=4, hidden_size=2048, num_attention_heads=32, num_key_value_heads=4, head_dim=128,
+                moe_intermediate_size=768, num_experts=64, num_experts_per_tok=8, norm_topk_prob=True,
+                batch=4, seq=2048, prompt=16, new_tokens=128)
+MOE_TINY = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                moe_intermediate_size=32, num_experts=8, num_experts_per_tok=2, norm_topk_prob=True,
+                batch=2, seq=64, prompt=16, new_tokens=16)
 # (row, its column, the value, the rows it is checked against, factor): ms and peak_gib at most
 # factor x the smallest of theirs; tokens_per_s at least factor x theirs. Rows missing: unchecked.
 CHECKS = [("patch", "target_time_met", "ms", ("liger",), 0.90),
@@ -42,22 +61,49 @@ CHECKS = [("patch", "target_time_met", "ms", ("liger",), 0.90),
           ("patch_compile", "target_time_met", "ms", ("compile", "patch"), 0.95),
           ("patch_norms", "target_mem_met", "peak_gib", ("eager",), 1.0),
           ("decode_patch", "target_time_met", "tokens_per_s", ("decode_eager",), 1.0)]
-TARGETS_TEXT = ("Targets, per vocab: patch ms <= 0.90 x liger's and patch peak_gib <= liger's; patch_compile "
-                "ms <= 0.95 x min(compile, patch); patch_norms peak_gib <= eager's; decode_patch tokens_per_s "
-                ">= decode_eager's. A target is unchecked (blank) where a row it is checked against failed.")
-FIELDS = ["vocab", "provider", "ms", "tokens_per_s", "peak_gib", "first_loss", "note",
+MOE_CHECKS = [("patch", "target_time_met", "ms", ("liger",), 1.0),  # against Liger's fused MoE experts
+              ("patch", "target_mem_met", "peak_gib", ("liger",), 1.0),
+              ("decode_patch", "target_time_met", "tokens_per_s", ("decode_eager",), 1.0)]
+MODELS = {
+    "llama": dict(title="Llama", cls="LlamaForCausalLM", full=FULL, tiny=TINY, vocabs=[32000, 128256],
+                  providers=PROVIDERS, checks=CHECKS),
+    "qwen3_moe": dict(title="Qwen3-MoE", cls="Qwen3MoeForCausalLM", full=MOE_FULL, tiny=MOE_TINY, vocabs=[32000],
+                      providers=["eager", "liger", "patch"], checks=MOE_CHECKS),
+}
+FIELDS = ["vocab", "provider", "ms", "tokens_per_s", "peak_gib", "mem_before_gib", "first_loss", "note",
           "target_time_met", "target_mem_met"]
+ROW_PREFIX = "row as json: "  # how a --row process hands its row to the parent, on stdout
+# --breakdown: a kernel (on the CPU, an op's own time) is in the first category whose name pattern matches its
+# name or whose op pattern matches an op it ran under: the op that launched it and that op's callers, lower-cased,
+# without "aten::" and "autograd::engine::evaluate_function: " (backward nodes read "indexbackward0"). Routing: the
+# router's softmax and topk, the sort, histc and cumsum of the experts' offsets, and the index, scatter and gather
+# ops that move tokens to their experts and back.
+CATEGORIES = [  # (category, kernel-name regex, op regex)
+    # lib/cuda/*.cu: our kernels are in namespace fo; on the CPU our autograd Functions' own time is our C calls'
+    ("fused_ops_py", r"\bfo::|^(Norm|BiasScaleReLU|Square|ReduceSum|SwiGLU|GeGLU|RoPE|(Linear)?CrossEntropy)Function",
+     None),
+    ("other", None, r"^embedding"),  # its index_select and sort move no tokens
+    ("experts_gemm", r"GroupProblemShape|[Gg]rouped", r"grouped_?mm"),  # torch's grouped_mm, or transformers' fallback
+    ("attention", r"flash|fmha|[Aa]ttention|sdpa|cudnn", r"scaled_?dot_?product|flash|efficient_attention"),
+    ("routing", None, r"^_?(softmax|topk|sort|argsort|histc|bincount|cumsum|one_hot|nonzero|index|scatter|gather)"),
+    ("other_gemm", r"gemm|nvjet|cutlass|xmma|cublas", r"^(mm|addmm_?|bmm|linear|matmul)$|^(mm|addmm|bmm)backward"),
+    ("other", r"", None),
+]
+CATEGORY_NAMES = ["experts_gemm", "other_gemm", "attention", "routing", "fused_ops_py", "other"]
+BREAKDOWN_PROVIDERS, BREAKDOWN_STEPS = ("eager", "patch"), 2
+BREAKDOWN_FIELDS = ["vocab", "provider", "category", "ms", "share"]
 
 
 def build_model(config, device):
-    """A fresh LlamaForCausalLM, made in bf16 on `device` from seed 0: the same weights every time."""
-    from transformers import LlamaForCausalLM
+    """A fresh causal LM of config's model type, made in bf16 on `device` from seed 0: the same weights every time."""
+    import transformers
+    model_class = getattr(transformers, MODELS[config.model_type]["cls"])
     torch.manual_seed(0)
     default = torch.get_default_dtype()
     torch.set_default_dtype(torch.bfloat16)  # as from_pretrained(dtype=bf16): inv_freq stays fp32
     try:
         with torch.device(device):
-            return LlamaForCausalLM(config)
+            return model_class(config)
     finally:
         torch.set_default_dtype(default)
 
@@ -88,11 +134,12 @@ def torch_lce_loss(model):
 def prepare(provider, model, ids, labels):
     """(model, loss(), note) for a provider; the imports are here so that one failing is one row's error."""
     note = ""
-    if provider == "liger":  # every Liger kernel for Llama, on this instance (rope is module-wide)
-        from liger_kernel.transformers import apply_liger_kernel_to_llama
-        apply_liger_kernel_to_llama(rope=True, cross_entropy=False, fused_linear_cross_entropy=True,
-                                    rms_norm=True, swiglu=True, model=model)
-        note = "rope, rms_norm, swiglu, fused_linear_cross_entropy"
+    if provider == "liger":  # every Liger kernel for the model, on this instance (rope is module-wide)
+        import liger_kernel.transformers
+        apply = getattr(liger_kernel.transformers, f"apply_liger_kernel_to_{model.config.model_type}")
+        apply(rope=True, cross_entropy=False, fused_linear_cross_entropy=True, rms_norm=True, swiglu=True, model=model)
+        moe = " (LigerExperts: its fused MoE)" if model.config.model_type == "qwen3_moe" else ""
+        note = f"rope, rms_norm, swiglu{moe}, fused_linear_cross_entropy"
     if provider.startswith("patch"):
         import fused_ops_py as fo
         norms_only = provider == "patch_norms"
@@ -122,10 +169,41 @@ def timed_ms(fn, device):
     return start.elapsed_time(end)
 
 
+def category(name, op):
+    """The CATEGORIES name of a kernel (or CPU op) called `name` that ran under `op` (a profiler event or None)."""
+    ops = []
+    while op is not None:
+        ops.append(op.name.rsplit(": ", 1)[-1].removeprefix("aten::").lower())
+        op = op.cpu_parent
+    return next(c for c, by_name, by_op in CATEGORIES if (by_name is not None and re.search(by_name, name))
+                or (by_op and any(re.search(by_op, o) for o in ops)))
+
+
+def breakdown(step, device):
+    """{category: ms a step} over BREAKDOWN_STEPS steps under torch.profiler: the CUDA kernels on a GPU (each
+    with the op that launched it), the ops' own CPU time elsewhere."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+    cuda = device.type == "cuda"
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA] if cuda else [ProfilerActivity.CPU]) as trace:
+        for _ in range(BREAKDOWN_STEPS):
+            step()
+        if cuda:
+            torch.cuda.synchronize()
+    events = trace.events()
+    if cuda:
+        launchers = {e.id: e for e in events if e.kernels}  # ops by correlation id, as kernels link to them
+        items = [(k.name(), (k.end_ns() - k.start_ns()) / 1e3, launchers.get(k.linked_correlation_id()))
+                 for k in trace.profiler.kineto_results.events() if k.device_type() == DeviceType.CUDA]
+    else:
+        items = [(e.name, e.self_cpu_time_total, e) for e in events if e.device_type == DeviceType.CPU]
+    ms = dict.fromkeys(CATEGORY_NAMES, 0.0)
+    for name, us, op in items:
+        ms[category(name, op)] += us / 1e3 / BREAKDOWN_STEPS
+    return ms
+
+
 def train_body(row, args, config, device, ids, labels):
-    if device.type != "cuda" and row["provider"] in ("liger", *COMPILED):
-        row["note"] = "skipped: needs CUDA"
-        return
     model = build_model(config, device)
     model.train()
     model, loss_fn, row["note"] = prepare(row["provider"], model, ids, labels)
@@ -146,10 +224,11 @@ def train_body(row, args, config, device, ids, labels):
     row["tokens_per_s"] = ids.numel() / row["ms"] * 1e3
     if device.type == "cuda":
         row["peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
-    del model, loss_fn, step
+    if args.breakdown and row["provider"] in BREAKDOWN_PROVIDERS:  # after the timed steps: they stay unprofiled
+        row["breakdown"] = breakdown(step, device)
 
 
-def decode_body(row, args, config, device, prompt, new_tokens, ref):
+def decode_body(row, args, config, device, prompt, new_tokens):
     model = build_model(config, device)
     model.eval()
     if row["provider"] == "decode_patch":
@@ -158,21 +237,16 @@ def decode_body(row, args, config, device, prompt, new_tokens, ref):
     kwargs = dict(attention_mask=torch.ones_like(prompt), do_sample=False, min_new_tokens=new_tokens,
                   max_new_tokens=new_tokens, pad_token_id=0)
     with torch.no_grad():
-        tokens = model.generate(prompt, **kwargs)[0, prompt.shape[1]:].tolist()  # the warm-up
+        row["tokens"] = model.generate(prompt, **kwargs)[0, prompt.shape[1]:].tolist()  # the warm-up
         row["ms"] = statistics.median(timed_ms(lambda: model.generate(prompt, **kwargs), device)
                                       for _ in range(args.decode_runs))
     row["tokens_per_s"] = new_tokens / row["ms"] * 1e3
-    if row["provider"] == "decode_eager":
-        ref["tokens"] = tokens
-    elif "tokens" in ref:  # equally long: min_new_tokens = max_new_tokens
-        differ = next((i for i, (a, b) in enumerate(zip(tokens, ref["tokens"])) if a != b), None)
-        row["note"] += "; same tokens as eager" if differ is None else f"; differs from eager at new token {differ}"
-    del model
 
 
 def run_row(row, body, device):
-    """Fills row by body(row); an error becomes the row's note, never raised. Then frees the model
-    and undoes what a row changed module-wide (Liger's rope, RMSNorm and MLP classes; compile caches)."""
+    """Fills row by body(row); an error becomes the row's note, never raised. Then frees the model and undoes
+    what a row changed module-wide (Liger's Llama classes; compile caches) for step_kernels.py, whose rows
+    share a process."""
     from transformers.models.llama import modeling_llama
     saved = dict(vars(modeling_llama))
     try:
@@ -190,10 +264,42 @@ def run_row(row, body, device):
     return row
 
 
-def set_targets(rows):
+def row_here(args, shape, device):
+    """The row of --row at --vocabs' first vocab, computed in this process (a child of the parent's)."""
+    from transformers import AutoConfig
+    vocab = args.vocabs[0]
+    batch, seq, prompt_len, new_tokens = (shape.pop(k) for k in ("batch", "seq", "prompt", "new_tokens"))
+    config = lambda use_cache: AutoConfig.for_model(  # noqa: E731
+        args.model, vocab_size=vocab, max_position_embeddings=4096, attn_implementation="sdpa",
+        use_cache=use_cache, **shape)
+    gen = torch.Generator(device=device).manual_seed(0)  # the same inputs for every row
+    ids = torch.randint(0, vocab, (batch, seq), device=device, generator=gen)
+    prompt = torch.randint(0, vocab, (1, prompt_len), device=device, generator=gen)
+    row = dict(vocab=vocab, provider=args.row)
+    if device.type == "cuda":
+        from bench_cross_entropy import warm_up_the_gpu
+        warm_up_the_gpu()  # a fresh process: the clocks climb from idle
+        row["mem_before_gib"] = torch.cuda.memory_allocated() / 2**30  # more than the header says is a leftover
+    if args.row in DECODE:
+        return run_row(row, lambda r: decode_body(r, args, config(True), device, prompt, new_tokens), device)
+    return run_row(row, lambda r: train_body(r, args, config(False), device, ids, ids), device)
+
+
+def row_in_a_process(argv, vocab, provider):
+    """The row as `this script argv --vocabs vocab --row provider` computes it in a child process."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))  # it imports what we import
+    done = subprocess.run([sys.executable, str(Path(__file__).resolve()), *argv, "--vocabs", str(vocab),
+                           "--row", provider], stdout=subprocess.PIPE, text=True, env=env, check=False)
+    lines = [line for line in done.stdout.splitlines() if line.startswith(ROW_PREFIX)]
+    if not lines:  # it crashed: its stderr, passed through, says why
+        return dict(vocab=vocab, provider=provider, note=f"error: its process exited with {done.returncode}")
+    return json.loads(lines[-1].removeprefix(ROW_PREFIX))
+
+
+def set_targets(rows, checks):
     """Fills the target columns of one vocab's rows."""
     value = lambda provider, key: next((r.get(key, "") for r in rows if r["provider"] == provider), "")  # noqa: E731
-    for subject, column, key, against, factor in CHECKS:
+    for subject, column, key, against, factor in checks:
         row = next((r for r in rows if r["provider"] == subject), None)
         theirs = [value(p, key) for p in against]
         if row is None or "" in theirs:
@@ -204,19 +310,33 @@ def set_targets(rows):
         row[column] = mine != "" and (mine >= bound if higher else mine <= bound)
 
 
-def write_outputs(rows, out, header):
-    with open(out / "train_step.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=FIELDS, restval="")
+def targets_text(checks):
+    def one(subject, _, key, against, factor):
+        higher = key == "tokens_per_s"
+        theirs = f"{against[0]}'s" if len(against) == 1 else f"{'max' if higher else 'min'}({', '.join(against)})"
+        return f"{subject} {key} {'>=' if higher else '<='} {f'{factor:g} x ' if factor != 1 else ''}{theirs}"
+    return (f"Targets, per vocab: {'; '.join(one(*c) for c in checks)}. A target is unchecked (blank) where a row "
+            "it is checked against failed.")
+
+
+def write_table(path, fields, rows, intro):
+    """path.csv, and path.md: the intro's lines, then the table."""
+    with open(path.with_suffix(".csv"), "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields, restval="", extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
+    cell = lambda v: ("yes" if v else "**no**") if isinstance(v, bool) else str(v).replace("|", "/")  # noqa: E731
+    lines = [*intro, "", "| " + " | ".join(fields) + " |", "|" + "---|" * len(fields)]
+    lines += ["| " + " | ".join(cell(r.get(k, "")) for k in fields) + " |" for r in rows]
+    path.with_suffix(".md").write_text("\n".join(lines) + "\n")
+
+
+def write_outputs(rows, path, spec, header):
     checks = [r.get(k) for r in rows for k in FIELDS if k.startswith("target_")]
     met, missed = checks.count(True), checks.count(False)
-    cell = lambda v: ("yes" if v else "**no**") if isinstance(v, bool) else str(v).replace("|", "/")  # noqa: E731
-    lines = ["# Llama training step (forward + backward) and greedy decoding: fused_ops_py against its peers",
-             "", header, "", TARGETS_TEXT, "", f"**{met} met, {missed} missed** of {met + missed} target checks.",
-             "", "| " + " | ".join(FIELDS) + " |", "|" + "---|" * len(FIELDS)]
-    lines += ["| " + " | ".join(cell(r.get(k, "")) for k in FIELDS) + " |" for r in rows]
-    (out / "train_step.md").write_text("\n".join(lines) + "\n")
+    write_table(path, FIELDS, rows, [
+        f"# {spec['title']} training step (forward + backward) and greedy decoding: fused_ops_py against its peers",
+        "", header, "", targets_text(spec["checks"]), "", f"**{met} met, {missed} missed** of {met + missed} checks."])
     return met, missed
 
 
@@ -228,63 +348,90 @@ def version(name):
 
 
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--vocabs", type=lambda s: [int(v) for v in s.split(",")], default=[32000, 128256])
-    p.add_argument("--providers", type=lambda s: s.split(","), default=PROVIDERS,
-                   help=f"comma-separated, of {','.join(PROVIDERS)}")
+    p.add_argument("--model", choices=list(MODELS), default="llama")
+    p.add_argument("--vocabs", type=lambda s: [int(v) for v in s.split(",")],
+                   help="comma-separated; default 32000,128256 (llama), 32000 (qwen3_moe)")
+    p.add_argument("--providers", type=lambda s: s.split(","),
+                   help=f"comma-separated, of {','.join(PROVIDERS)}; default all (llama), eager,liger,patch "
+                        "(qwen3_moe)")
     p.add_argument("--steps", type=int, default=10, help="timed steps (at least 10 for a result)")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--decode", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--decode-runs", type=int, default=3)
+    p.add_argument("--breakdown", action="store_true", help="profile the eager and patch rows' kernels by category")
     p.add_argument("--out", type=Path, help="default bench/results/<gpu>/")
     p.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)  # smoke test, any device
+    p.add_argument("--row", choices=PROVIDERS + DECODE, help=argparse.SUPPRESS)  # one row, in this process
     args = p.parse_args(argv)
+    spec = MODELS[args.model]
+    args.vocabs, args.providers = args.vocabs or spec["vocabs"], args.providers or spec["providers"]
     if unknown := set(args.providers) - set(PROVIDERS):
         p.error(f"unknown providers {sorted(unknown)}; choose from {','.join(PROVIDERS)}")
     if not (torch.cuda.is_available() or args.tiny):
         sys.exit("bench_train_step.py needs a CUDA GPU (--tiny runs anywhere)")
-    from transformers import LlamaConfig
     from bench_ops import device_name, results_dir  # imports fused_ops_py: after --help
 
     device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
-    out = Path(args.out or results_dir(device_name(device)))
-    out.mkdir(parents=True, exist_ok=True)
     dynamo = torch._dynamo.config  # newer name first
     knob = "recompile_limit" if hasattr(dynamo, "recompile_limit") else "cache_size_limit"
     setattr(dynamo, knob, max(64, getattr(dynamo, knob)))
-    shape = dict(TINY if args.tiny else FULL)
-    batch, seq, prompt_len, new_tokens = (shape.pop(k) for k in ("batch", "seq", "prompt", "new_tokens"))
+    shape = dict(spec["tiny" if args.tiny else "full"])
+    if args.row:
+        print(ROW_PREFIX + json.dumps(row_here(args, shape, device)), flush=True)
+        return
+    out = Path(args.out or results_dir(device_name(device)))
+    out.mkdir(parents=True, exist_ok=True)
+    stem = "train_step" if args.model == "llama" else f"train_step_{args.model}"
     versions = (f"torch {torch.__version__}, transformers {version('transformers')}, liger_kernel "
                 f"{version('liger_kernel')}, fused_ops_py {getattr(sys.modules['fused_ops_py'], '__version__', '?')}")
     clock = "CUDA events" if device.type == "cuda" else "wall clock"
-    header = (f"{device_name(device)}; {versions}. Llama {shape}, sdpa, bf16, seed 0; batch {batch} x {seq}; "
-              f"loss.backward(), no optimizer; median of {args.steps} steps ({clock}) after {args.warmup} warm-up; "
-              f"peak_gib: max_memory_allocated over them. Decode: greedy, batch 1, prompt {prompt_len}, "
+    batch, seq, prompt_len, new_tokens = (shape.pop(k) for k in ("batch", "seq", "prompt", "new_tokens"))
+    header = (f"{device_name(device)}; {versions}. {spec['cls']} {shape}, sdpa, bf16, seed 0; batch {batch} x {seq}; "
+              f"loss.backward(), no optimizer; each row in its own process; median of {args.steps} steps ({clock}) "
+              f"after {args.warmup} warm-up; peak_gib: max_memory_allocated over them; mem_before_gib: "
+              "memory_allocated before the row builds its model (its inputs, and on Hopper cuBLAS's 0.03 GiB "
+              f"workspace; more is a leftover). Decode: greedy, batch 1, prompt {prompt_len}, "
               f"{new_tokens} new tokens, ms per generate(), median of {args.decode_runs} after 1 warm-up.")
     print(header, flush=True)
-    if device.type == "cuda":
-        from bench_cross_entropy import warm_up_the_gpu
-        warm_up_the_gpu()
-    rows = []
+    rows, parts = [], []
     for vocab in args.vocabs:
-        config = lambda use_cache: LlamaConfig(  # noqa: E731
-            vocab_size=vocab, max_position_embeddings=4096, attn_implementation="sdpa", use_cache=use_cache, **shape)
-        gen = torch.Generator(device=device).manual_seed(0)  # the same inputs for every row
-        ids = torch.randint(0, vocab, (batch, seq), device=device, generator=gen)
-        prompt = torch.randint(0, vocab, (1, prompt_len), device=device, generator=gen)
-        train = lambda row: train_body(row, args, config(False), device, ids, ids)  # noqa: E731
-        ref = {}  # decode_eager's tokens
-        decode = lambda row: decode_body(row, args, config(True), device, prompt, new_tokens, ref)  # noqa: E731
-        case = []  # this vocab's rows: a row's targets are set once the rows it is checked against are done
-        for provider, body in [(p, train) for p in args.providers] + [
-                (p, decode) for p in ("decode_eager", "decode_patch") if args.decode]:
-            case.append(run_row(dict(vocab=vocab, provider=provider), body, device))
-            set_targets(case)
-            print(" ".join(f"{k}={v}" for k, v in case[-1].items() if v != ""), flush=True)
-            write_outputs(rows + case, out, header)
+        case, eager_tokens = [], None  # this vocab's rows: targets are set once the rows they check against are done
+        for provider in args.providers + (DECODE if args.decode else []):
+            if device.type != "cuda" and provider in ("liger", *COMPILED):
+                row = dict(vocab=vocab, provider=provider, note="skipped: needs CUDA")
+            else:
+                row = row_in_a_process(argv, vocab, provider)
+            if (tokens := row.pop("tokens", None)) is not None and provider == "decode_eager":
+                eager_tokens = tokens
+            elif tokens is not None and eager_tokens is not None:  # equally long: min_new_tokens = max_new_tokens
+                differ = next((i for i, (a, b) in enumerate(zip(tokens, eager_tokens)) if a != b), None)
+                row["note"] += ("; same tokens as eager" if differ is None else
+                                f"; differs from eager at new token {differ}")
+            if (ms := row.pop("breakdown", None)) is not None:
+                total = sum(ms.values())
+                parts += [dict(vocab=vocab, provider=provider, category=c, ms=float(f"{v:.4g}"),
+                               share=float(f"{v / total:.3g}") if total else "") for c, v in ms.items()]
+                parts.append(dict(vocab=vocab, provider=provider, category="total", ms=float(f"{total:.4g}"),
+                                  share=1.0))
+            case.append(row)
+            set_targets(case, spec["checks"])
+            print(" ".join(f"{k}={v}" for k, v in row.items() if v != ""), flush=True)
+            write_outputs(rows + case, out / stem, spec, header)
         rows += case
-    met, missed = write_outputs(rows, out, header)
-    print(f"{met} met, {missed} missed; wrote {out / 'train_step.csv'} and {out / 'train_step.md'}", flush=True)
+    met, missed = write_outputs(rows, out / stem, spec, header)
+    print(f"{met} met, {missed} missed; wrote {out / stem}.csv and .md", flush=True)
+    if args.breakdown:
+        what = "CUDA kernel time" if device.type == "cuda" else "the ops' own CPU time (no GPU: a smoke test)"
+        write_table(out / f"{stem}_breakdown", BREAKDOWN_FIELDS, parts, [
+            f"# Where a {spec['title']} training step's time goes", "", header, "",
+            (f"{what} of {BREAKDOWN_STEPS} profiled steps (after the timed ones), ms a step, by category; share: "
+             "of the total. Categories by kernel name and by the op that launched the kernel (bench_train_step.py's "
+             "CATEGORIES): experts_gemm (grouped_mm), attention (sdpa), routing (router softmax and topk, the "
+             "sort/histc/cumsum of the experts' offsets, index/scatter/gather moving tokens), fused_ops_py (our "
+             "kernels), other_gemm (projections, lm_head), other (elementwise, norms, loss, copies).")])
+        print(f"wrote {out / stem}_breakdown.csv and .md", flush=True)
 
 
 if __name__ == "__main__":

@@ -303,3 +303,56 @@ def test_step_kernels_sorts_a_steps_kernels_by_kind():
     shorts = [step_kernels.short(name) for name in kinds]
     assert shorts[4:] == ["swiglu_kernel", "_rms_norm_forward_kernel", "triton_poi_fused_add_0",
                           "vectorized_elementwise_kernel", "Memset"]
+
+
+def test_bench_train_step_sorts_kernels_by_name_and_by_the_ops_they_ran_under():
+    bench_train_step = load("bench_train_step")
+
+    def under(*names):  # the op chain, innermost first, as the profiler links it
+        op = None
+        for name in reversed(names):
+            op = types.SimpleNamespace(name=name, cpu_parent=op)
+        return op
+
+    cases = [
+        ("void fo::(anonymous namespace)::swiglu_kernel<__nv_bfloat16, false>(fo::swiglu_args)", None,
+         "fused_ops_py"),
+        ("void cutlass::device_kernel<GemmUniversal<cutlass::gemm::GroupProblemShape<Shape<int, int, int>>>>", None,
+         "experts_gemm"),
+        ("nvjet_tst_128x256_64x4_2x1_v_bz_coopA_TNT", under("aten::_grouped_mm", "aten::grouped_mm"), "experts_gemm"),
+        ("nvjet_tst_128x256_64x4_2x1_v_bz_coopA_TNT", under("aten::mm", "aten::matmul", "aten::linear"), "other_gemm"),
+        ("void pytorch_flash::flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<Flash_bwd_kernel_traits>(Flash_bwd_params)",
+         under("aten::_flash_attention_backward",
+               "autograd::engine::evaluate_function: ScaledDotProductFlashAttentionBackward0"), "attention"),
+        ("void at::native::sbtopk::gatherTopK<float, unsigned int, 2, false>()", under("aten::topk"), "routing"),
+        ("void at::native::index_elementwise_kernel<128, 4>()", under("aten::index"), "routing"),
+        ("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, SoftMaxForwardEpilogue>()",
+         under("aten::_softmax", "aten::softmax"), "routing"),
+        ("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, LogSoftMaxForwardEpilogue>()",
+         under("aten::_log_softmax", "aten::log_softmax", "aten::cross_entropy_loss"), "other"),
+        ("void at_cuda_detail::cub::DeviceRadixSortOnesweepKernel<>()",
+         under("aten::embedding_dense_backward", "autograd::engine::evaluate_function: EmbeddingBackward0"), "other"),
+        ("void at::native::vectorized_elementwise_kernel<8, at::native::CUDAFunctor_add<c10::BFloat16>>(int)", None,
+         "other"),
+    ]
+    assert [bench_train_step.category(name, op) for name, op, _ in cases] == [c for _, _, c in cases]
+
+
+def test_bench_train_step_runs_each_row_in_its_own_process_and_breaks_the_moe_step_down(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCH))  # it imports bench_ops, as when run as a script
+    bench_train_step = load("bench_train_step")
+    bench_train_step.main(["--model", "qwen3_moe", "--tiny", "--vocabs", "1000", "--providers", "eager,patch",
+                           "--steps", "1", "--warmup", "0", "--no-decode", "--breakdown", "--out", str(tmp_path)])
+    with open(tmp_path / "train_step_qwen3_moe.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["vocab"], r["provider"]) for r in rows] == [("1000", "eager"), ("1000", "patch")]
+    eager, patch = rows
+    assert "replaced" in patch["note"] and float(eager["ms"]) > 0 and float(patch["ms"]) > 0
+    assert float(patch["first_loss"]) == pytest.approx(float(eager["first_loss"]), rel=1e-2)
+    assert "Qwen3MoeForCausalLM" in (tmp_path / "train_step_qwen3_moe.md").read_text()
+    with open(tmp_path / "train_step_qwen3_moe_breakdown.csv") as f:
+        parts = {(r["provider"], r["category"]): (float(r["ms"]), float(r["share"])) for r in csv.DictReader(f)}
+    for provider in ("eager", "patch"):
+        assert sum(parts[provider, c][1] for c in bench_train_step.CATEGORY_NAMES) == pytest.approx(1, abs=0.01)
+        assert parts[provider, "experts_gemm"][0] > 0 and parts[provider, "routing"][0] > 0
+    assert parts["eager", "fused_ops_py"][0] == 0 < parts["patch", "fused_ops_py"][0]
