@@ -50,12 +50,12 @@ class GroupedExpertsFunction(torch.autograd.Function):
     def backward(ctx, d_out):
         hidden, gate_up, down, token_of, perm, offsets, weights, projected, gated = ctx.saved_tensors
         d_weighted = d_out.to(gated.dtype)[token_of]  # each selection's share of its token's gradient
-        d_gated = _grouped_mm(d_weighted, down, offs=offsets)  # without the routing weight, yet
-        d_weights = (d_gated * gated).sum(-1, dtype=torch.float32)
-        # (in place, in fp32 and rounded once: the buffers of the (tokens x top-k) rows are reused)
-        d_down = _grouped_mm(gated.t(), d_weighted.mul_(weights.unsqueeze(-1)), offs=offsets).transpose(-2, -1)
-        del d_weighted
-        d_gated.mul_(weights.unsqueeze(-1))
+        d_gated_unweighted = _grouped_mm(d_weighted, down, offs=offsets)
+        d_weights = (d_gated_unweighted.float() * gated.float()).sum(-1)
+        d_down = _grouped_mm(gated.t(), (d_weighted * weights.unsqueeze(-1)).to(gated.dtype),
+                             offs=offsets).transpose(-2, -1)
+        d_gated = (d_gated_unweighted * weights.unsqueeze(-1)).to(gated.dtype)
+        del d_weighted, d_gated_unweighted
         gate, up = projected.chunk(2, dim=-1)
         d_projected = torch.cat(_calls.swiglu_backward(d_gated, gate, up, True, True), dim=-1)
         del d_gated
