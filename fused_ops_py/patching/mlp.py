@@ -10,7 +10,6 @@ import torch
 from torch import nn
 
 from ..functional import fused_geglu, swiglu_over_inputs
-from . import grouped_experts
 from ._source import is_known, known
 
 _SILU = known("def forward(self, input): return nn.functional.silu(input)")
@@ -181,7 +180,6 @@ def _apply_gate(gated):
         gate, up = gate_up_out.chunk(2, dim=-1)
         return gated(gate, up)
 
-    apply_gate.fused_swiglu = gated is swiglu_over_inputs  # GroupedExpertsFunction's gate
     return apply_gate
 
 
@@ -203,18 +201,13 @@ def _experts_eager_forward(self, hidden_states, top_k_index, top_k_weights):
     return final_hidden_states
 
 
-def _experts_forward(self, hidden_states, top_k_index, top_k_weights):
-    """transformers' dispatch: the eager loop above, grouped_mm through
-    GroupedExpertsFunction, or another implementation, which calls the
-    fused self._apply_gate."""
+def _experts_forward(self, *args, **kwargs):
+    """transformers' dispatch: the eager loop above, or another
+    implementation, which calls the fused self._apply_gate."""
     implementation = self.config._experts_implementation
     if implementation in (None, "eager"):
-        return _experts_eager_forward(self, hidden_states, top_k_index, top_k_weights)
-    if (implementation == "grouped_mm" and self._apply_gate.__func__.fused_swiglu
-            and grouped_experts.usable(self, hidden_states, top_k_index)):
-        return grouped_experts.GroupedExpertsFunction.apply(hidden_states, self.gate_up_proj, self.down_proj,
-                                                            top_k_index, top_k_weights)
-    return type(self).forward(self, hidden_states, top_k_index, top_k_weights)
+        return _experts_eager_forward(self, *args, **kwargs)
+    return type(self).forward(self, *args, **kwargs)
 
 
 def _is_experts(module):
