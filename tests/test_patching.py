@@ -75,7 +75,7 @@ TINY_FAMILIES = [
     ("exaone4", "Exaone4ForCausalLM", 9 + 2 + 1 + 1, True),
     ("ministral", "MinistralForCausalLM", 5 + 2 + 1 + 1, True),
     ("llama4", "Llama4ForCausalLM", 6 + 4 + 1 + 1, True),  # L2Norm, bmm experts, complex RoPE
-    ("deepseek_v3", "DeepseekV3ForCausalLM", 9 + 2 + 1 + 1, False),  # its interleave RoPE kept
+    ("deepseek_v3", "DeepseekV3ForCausalLM", 9 + 3 + 1 + 1, False),  # its interleave RoPE kept
 ]
 FAMILIES = ["llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "phi3", "gpt2"] + [
     family[0] for family in TINY_FAMILIES]

@@ -169,6 +169,8 @@ OVERRIDES = {
     "DbrxForCausalLM": dict(attn_config=dict(rope_theta=1e4, kv_n_heads=2, clip_qkv=8.0)),
     "DoryForCausalLM": dict(num_hidden_layers=3, n_input_layers=1, n_recurrent_layers=1, n_output_layers=1,
                             layer_types=["sliding_attention", "full_attention", "sliding_attention"]),
+    # its first layers are dense: the second is MoE
+    "DeepseekV3ForCausalLM": dict(first_k_dense_replace=1),
     "Dots1ForCausalLM": dict(n_shared_experts=1),  # None by default
     "Dots3NoteForCausalLM": dict(per_layer_config={1: dict(head_dim=16 + 8)}),  # qk_nope + qk_rope
     "FalconH1ForCausalLM": dict(MAMBA, mamba_d_ssm=128),
