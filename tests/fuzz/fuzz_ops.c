@@ -1344,9 +1344,9 @@ static void describe(const call *c) {
     if (c->op == ROPE_FORWARD || c->op == ROPE_BACKWARD)
         append(&used,
                "\n    batch %" PRId64 " tokens %" PRId64 " q_heads %" PRId64 " k_heads %" PRId64
-               " head_dim %" PRId64 " rotary_dim %" PRId64 " layout %d cos_dtype %d reserved %d",
+               " head_dim %" PRId64 " rotary_dim %" PRId64 " layout %d cos_dtype %d pairs %d",
                c->batch, c->tokens, c->q_heads, c->k_heads, c->head_dim, c->rotary_dim,
-               c->layout, c->cos_dtype, c->reserved);
+               c->layout, c->cos_dtype, c->pairs);
     for (int i = 0; i < c->count; i++) {
         const operand *o = &c->o[i];
         append(&used, "\n    %-13s %s%s", o->name, o->passed ? mode_names[o->mode] : "absent",
@@ -1788,14 +1788,16 @@ static void check_rope(const call *c) {
                                      x ? "k" : "q", o0 + j, got, v);
                             continue;
                         }
-                        const int lower = j < half;
-                        const double partner = at(in, i0 + (lower ? j + half : j - half), c->dtype);
+                        /* j's pair: j + h / j - h (halves), j + 1 / j - 1 (interleaved) */
+                        const int lower = c->pairs == FO_ROPE_INTERLEAVED ? j % 2 == 0 : j < half;
+                        const int64_t other = c->pairs == FO_ROPE_INTERLEAVED ? (lower ? j + 1 : j - 1)
+                                                                              : (lower ? j + half : j - half);
+                        const double partner = at(in, i0 + other, c->dtype);
                         const double cv = at(cos, c0 + j, c->cos_dtype);
-                        /* forward: rotate_half(x)[j] = -x[j + h] below h, x[j - h]
-                         * above; backward its transpose: x[j + h] s[j + h] below,
-                         * -x[j - h] s[j - h] above */
-                        const double sv = at(sin, s0 + (backward ? (lower ? j + half : j - half) : j),
-                                             c->cos_dtype);
+                        /* forward: rotate_half(x)[j] = -x[partner] for the pair's lower,
+                         * x[partner] for its upper; backward its transpose: x[partner]
+                         * s[partner] for the lower, -x[partner] s[partner] for the upper */
+                        const double sv = at(sin, s0 + (backward ? other : j), c->cos_dtype);
                         const double term = (lower != backward ? -partner : partner) * sv;
                         expect(x ? "k_out" : "q_out", o0 + j, got, v * cv + term,
                                SLACK * (fabs(v * cv) + fabs(term)), c->dtype);
