@@ -16,7 +16,7 @@ from torch import nn
 
 from ..losses import linear_cross_entropy_fp32
 from . import causal_lm_sources as sources
-from ._source import is_known, known
+from ._source import has_hooks, is_known, known
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,8 @@ def recipe_of(model):
     forward = inspect.unwrap(type(model).forward)
     recipe = next((r for r in _RECIPES if is_known(forward, r.sources)), None)
     head = getattr(model, "lm_head", None)
-    if recipe is None or type(head) is not nn.Linear or "forward" in head.__dict__ or not _known_loss(model):
+    if (recipe is None or type(head) is not nn.Linear or "forward" in head.__dict__ or has_hooks(head)
+            or not _known_loss(model)):  # (the fused loss never calls lm_head: its hooks would not run)
         return None
     vocab = head.out_features
     if getattr(model.config, "vocab_size", None) != vocab or getattr(model, "vocab_size", vocab) != vocab:
