@@ -16,12 +16,13 @@ def leaves(device, dtype, *shapes, seed=0):
     return [random(s, dtype, device, seed=seed + i).requires_grad_() for i, s in enumerate(shapes)]
 
 
-def rope_of(x, r):
+def rope_of(x, r, interleaved=False):
     """fused_rope of x and r as [1, tokens, 1, head_dim] (unsqueeze_dim=2),
     32 dimensions rotated by tables made from them (no gradient), both
     outputs flattened into one tensor."""
     cos, sin = x.detach()[:, :32].cos(), r.detach()[:, :32].sin()
-    q_embed, k_embed = fo.fused_rope(x[None, :, None], r[None, :, None], cos, sin, unsqueeze_dim=2)
+    q_embed, k_embed = fo.fused_rope(x[None, :, None], r[None, :, None], cos, sin, unsqueeze_dim=2,
+                                     interleaved=interleaved)
     return torch.cat([q_embed.flatten(), k_embed.flatten()])
 
 
@@ -39,6 +40,7 @@ FUNCTIONS = {
     "fused_geglu": lambda x, r, w, b: fo.fused_geglu(x, r),
     "fused_geglu_none": lambda x, r, w, b: fo.fused_geglu(x, r, approximate="none"),
     "fused_rope": lambda x, r, w, b: rope_of(x, r),
+    "fused_rope_interleaved": lambda x, r, w, b: rope_of(x, r, interleaved=True),
 }
 
 
@@ -107,8 +109,9 @@ def opcheck_samples(device):
         (ops.swiglu, (x, residual)),
         (ops.geglu, (x, residual, "tanh")),
         (ops.geglu, (x, residual, "none")),
-        (ops.rope, (q, k, cos, sin, 1)),
-        (ops.rope, (q.transpose(1, 2), k.transpose(1, 2), cos[0], sin[0], 2)),
+        (ops.rope, (q, k, cos, sin, 1, False)),
+        (ops.rope, (q, k, cos, sin, 1, True)),
+        (ops.rope, (q.transpose(1, 2), k.transpose(1, 2), cos[0], sin[0], 2, False)),
         (ops.reduce_sum, (x,)),
         (ops.norm, (x, None, weight, bias, fo.normalization.LAYER, 1e-5, 0.0, [24], none)),
         (ops.norm, (x, residual, weight, None, fo.normalization.RMS, 1e-6, 0.0, [24], none)),
