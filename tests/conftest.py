@@ -1,5 +1,8 @@
 """Shared test parameters: devices, dtypes with their tolerances, shapes."""
 
+import sys
+import types
+
 import pytest
 import torch
 
@@ -57,6 +60,20 @@ def assert_close(actual, expected, dtype):
     torch.testing.assert_close(
         actual.cpu().double(), expected.cpu().to(dtype).double(), **TOLERANCES[dtype]
     )
+
+
+@pytest.fixture
+def restored_modeling_functions():
+    """patch replaces functions of transformers' modeling modules (such as
+    apply_rotary_pos_emb) process-wide: the originals are put back after
+    the test."""
+    yield
+    for name, module in list(sys.modules.items()):
+        if not name.startswith("transformers.") or module is None:
+            continue
+        for attribute, value in list(vars(module).items()):
+            if isinstance(value, types.FunctionType) and getattr(value, "fused_ops_py", False):
+                setattr(module, attribute, value.__wrapped__)
 
 
 def requires_gpu(count=1):

@@ -5,8 +5,6 @@ after patching, a training step gives the same loss and gradients, and an
 eval forward the same logits."""
 
 import copy
-import sys
-import types
 
 import pytest
 import torch
@@ -20,17 +18,7 @@ import fused_ops_py  # noqa: E402
 BUILT = [name for name in tiny.CAUSAL_LM_NAMES if name not in tiny.UNBUILDABLE]
 
 
-@pytest.fixture(autouse=True)
-def restore_modeling_functions():
-    """patch replaces functions of transformers' modeling modules (such as
-    apply_rotary_pos_emb) process-wide: put the originals back after each test."""
-    yield
-    for module_name, module in list(sys.modules.items()):
-        if not module_name.startswith("transformers.") or module is None:
-            continue
-        for attribute, value in list(vars(module).items()):
-            if isinstance(value, types.FunctionType) and getattr(value, "fused_ops_py", False):
-                setattr(module, attribute, value.__wrapped__)
+pytestmark = pytest.mark.usefixtures("restored_modeling_functions")
 
 
 def train_and_eval(model, kwargs):

@@ -3,13 +3,14 @@ Hugging Face models (built from a config: no downloads)."""
 
 import copy
 import sys
-import types
 
 import pytest
 import torch
 
 import fused_ops_py as fo
 from conftest import random
+
+pytestmark = pytest.mark.usefixtures("restored_modeling_functions")
 
 
 def test_patch_torch_modules_keeps_parameters(device):
@@ -124,18 +125,6 @@ class Unpatched(torch.nn.Module):
             return call(*args, **kwargs)
         finally:
             vars(self.modeling).update(patched)
-
-
-@pytest.fixture(autouse=True)
-def restored_rotary():
-    """patch's module-wide RoPE is undone after each test."""
-    yield
-    for name, module in list(sys.modules.items()):
-        if not name.startswith("transformers."):
-            continue
-        for attribute, function in list(vars(module).items()):
-            if isinstance(function, types.FunctionType) and getattr(function, "fused_ops_py", False):
-                setattr(module, attribute, function.__wrapped__)
 
 
 def twins(index, device):

@@ -78,8 +78,7 @@ _GATE_UP = known(
 )
 # the experts of Mixtral, Qwen2/3-MoE, OLMoE, DeepSeek-V3 and others: stacked
 # [experts, 2 * intermediate, hidden] and [experts, hidden, intermediate] weights
-_EXPERTS = known(
-    """
+_EXPERTS_LOOP = """
     def forward(self, hidden_states, top_k_index, top_k_weights):
         final_hidden_states = torch.zeros_like(hidden_states)
         with torch.no_grad():
@@ -98,28 +97,11 @@ _EXPERTS = known(
             current_hidden_states = current_hidden_states * top_k_weights[token_idx, top_k_pos, None]
             final_hidden_states.index_add_(0, token_idx, current_hidden_states.to(final_hidden_states.dtype))
         return final_hidden_states
-    """,
-    # transformers 5.17: no sentinel class for experts of other ranks (the same computation)
     """
-    def forward(self, hidden_states, top_k_index, top_k_weights):
-        final_hidden_states = torch.zeros_like(hidden_states)
-        with torch.no_grad():
-            expert_mask = torch.nn.functional.one_hot(top_k_index, num_classes=self.num_experts)
-            expert_mask = expert_mask.permute(2, 1, 0)
-            expert_hit = torch.greater(expert_mask.sum(dim=(-1, -2)), 0).nonzero()
-        for expert_idx in expert_hit:
-            expert_idx = expert_idx[0]
-            if expert_idx == self.num_experts:
-                continue
-            top_k_pos, token_idx = torch.where(expert_mask[expert_idx])
-            current_state = hidden_states[token_idx]
-            gate, up = nn.functional.linear(current_state, self.gate_up_proj[expert_idx]).chunk(2, dim=-1)
-            current_hidden_states = self.act_fn(gate) * up
-            current_hidden_states = nn.functional.linear(current_hidden_states, self.down_proj[expert_idx])
-            current_hidden_states = current_hidden_states * top_k_weights[token_idx, top_k_pos, None]
-            final_hidden_states.index_add_(0, token_idx, current_hidden_states.to(final_hidden_states.dtype))
-        return final_hidden_states
-    """,
+_EXPERTS = known(
+    _EXPERTS_LOOP,
+    # transformers 5.17: no sentinel class for experts of other ranks (the same computation)
+    _EXPERTS_LOOP.replace("num_classes=self.num_experts + 1", "num_classes=self.num_experts"),
 )
 # Llama 4's experts: every expert over its rows of [experts * tokens, hidden], by bmm
 _BMM_EXPERTS = known(
