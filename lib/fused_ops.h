@@ -123,6 +123,12 @@ FO_API void fo_set_cpu_threads(int threads);
  * built without pthreads). */
 FO_API int fo_get_cpu_threads(void);
 
+/* @return the instruction set the CPU kernels were chosen for, once, on the
+ * first call: "avx512" (x86-64-v4), "avx2" (x86-64-v3) or "baseline". The
+ * best this CPU runs, unless the environment variable FUSED_OPS_PY_CPU_ISA
+ * names a lower one (a higher one than the CPU runs falls back to the best). */
+FO_API const char *fo_cpu_isa(void);
+
 /*
  * Argument structs. The first field, struct_size, is the caller's
  * sizeof(struct): fields are only ever added at the end, and the library

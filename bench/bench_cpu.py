@@ -1,0 +1,169 @@
+#!/usr/bin/env python3
+"""The C CPU kernels against torch's CPU kernels: every op, forward and
+backward, fp32 and bf16, on all of torch's threads and on one, eager and
+fused timed in turns in one process (a slow minute of a shared VM hits both).
+Writes cpu.csv and cpu.md under --out (default bench/results/cpu-x86-64/).
+
+    python bench/bench_cpu.py                          # the full grid
+    python bench/bench_cpu.py --ops layer_norm --dtypes bf16 --shapes 4096x1024
+    FUSED_OPS_PY_CPU_ISA=avx2 python bench/bench_cpu.py --out /tmp/avx2
+
+reduce_sum has no backward kernel (its gradient is an expanded view).
+GB/s is over the fewest bytes the op must move (bench_ops.min_bytes), set
+against a torch copy of the same bytes measured in the run: where torch is
+already near that ceiling, no kernel can beat it by much."""
+
+import argparse
+import csv
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_ops as b  # noqa: E402
+
+import fused_ops_py as fo  # noqa: E402
+
+EPS = b.EPS
+DROPOUT_P = 0.1
+GEMMA_OFFSET = 1.0
+
+
+def eager_add_layer_norm(x, r, w, bias):
+    return torch.nn.functional.layer_norm(x + r, x.shape[-1:], w, bias, EPS)
+
+
+def eager_add_layer_norm_dropout(x, r, w, bias):
+    h = torch.nn.functional.dropout(x, DROPOUT_P) + r
+    return torch.nn.functional.layer_norm(h, x.shape[-1:], w, bias, EPS)
+
+
+def eager_gemma_rms_norm(x, w):
+    return torch.nn.functional.rms_norm(x, x.shape[-1:], None, EPS) * (GEMMA_OFFSET + w)
+
+
+def eager_cross_entropy(logits, target):
+    return torch.nn.functional.cross_entropy(logits, target)
+
+
+EAGER = dict(b.EAGER, add_layer_norm=eager_add_layer_norm, add_layer_norm_dropout=eager_add_layer_norm_dropout,
+             gemma_rms_norm=eager_gemma_rms_norm, cross_entropy=eager_cross_entropy)
+FUSED = dict(b.FUSED,
+             add_layer_norm=lambda x, r, w, bias: fo.fused_add_layer_norm(x, r, w, bias, EPS)[0],
+             add_layer_norm_dropout=lambda x, r, w, bias: fo.fused_add_layer_norm(x, r, w, bias, EPS,
+                                                                                 dropout_p=DROPOUT_P)[0],
+             gemma_rms_norm=lambda x, w: fo.fused_rms_norm(x, w, EPS, offset=GEMMA_OFFSET),
+             cross_entropy=lambda logits, target: fo.fused_cross_entropy(logits, target))
+OPS = ("bias_scale_relu", "relu", "square", "reduce_sum", "layer_norm", "add_layer_norm", "add_layer_norm_dropout",
+       "rms_norm", "add_rms_norm", "gemma_rms_norm", "swiglu", "geglu", "rope", "rope_interleaved", "cross_entropy")
+SHAPES = ((4096, 1024), (16384, 4096))
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+def make_inputs(op, m, n, dtype):
+    if op == "cross_entropy":  # m tokens over a vocabulary of n
+        gen = torch.Generator().manual_seed(0)
+        logits = torch.randn(m, n, dtype=dtype, generator=gen).requires_grad_()
+        return (logits, torch.randint(0, n, (m,), generator=gen)), torch.ones((), dtype=dtype)
+    if op in ("add_layer_norm", "add_layer_norm_dropout"):
+        (x, w, bias), dy = b.make_inputs("layer_norm", m, n, dtype, "cpu")
+        r = torch.randn_like(x).requires_grad_()
+        return (x, r, w, bias), dy
+    return b.make_inputs("rms_norm" if op == "gemma_rms_norm" else op, m, n, dtype, "cpu")
+
+
+def bytes_moved(op, direction, m, n, itemsize):
+    if op == "cross_entropy":  # logits in (fwd), logits in and their gradient out (bwd)
+        return (1 if direction == "fwd" else 2) * m * n * itemsize
+    if op.startswith("add_layer_norm"):
+        return b.min_bytes("add_rms_norm", direction, m, n, itemsize) + n * itemsize
+    return b.min_bytes("rms_norm" if op == "gemma_rms_norm" else op, direction, m, n, itemsize)
+
+
+def median_ms(call, budget_s):
+    call()
+    times = []
+    deadline = time.perf_counter() + budget_s
+    while len(times) < 3 or (time.perf_counter() < deadline and len(times) < 200):
+        start = time.perf_counter()
+        call()
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times)
+
+
+def copy_ceiling_gbs(nbytes, budget_s):
+    src = torch.empty(nbytes // 4, dtype=torch.float32).normal_()
+    dst = torch.empty_like(src)
+    return 2 * src.numel() * 4 / median_ms(lambda: dst.copy_(src), budget_s) / 1e6
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--ops", default=",".join(OPS))
+    p.add_argument("--dtypes", default=",".join(DTYPES))
+    p.add_argument("--shapes", default=",".join(f"{m}x{n}" for m, n in SHAPES))
+    p.add_argument("--directions", default="fwd,bwd")
+    p.add_argument("--threads", default=f"{torch.get_num_threads()},1", help="comma list of thread counts")
+    p.add_argument("--rounds", type=int, default=3, help="eager and fused timed in turns, this many times")
+    p.add_argument("--budget-s", type=float, default=0.3, help="seconds of calls a median takes")
+    p.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results" / "cpu-x86-64")
+    args = p.parse_args(argv)
+    shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
+    threads = [int(t) for t in args.threads.split(",")]
+    many = torch.get_num_threads()
+    isa = getattr(fo, "cpu_isa", lambda: "baseline")()
+    ceiling = {t: (torch.set_num_threads(t), copy_ceiling_gbs(64 << 20, 1.0))[1] for t in threads}
+    meta = (f"{platform.machine()} {os.cpu_count()} CPUs ({platform.processor() or 'cpu'}); torch "
+            f"{torch.__version__}; fused_ops_py {fo.__version__}, CPU kernels {isa}; copy ceiling "
+            + ", ".join(f"{ceiling[t]:.1f} GB/s on {t} thread{'s' * (t > 1)}" for t in threads))
+    print(meta, flush=True)
+    rows = []
+    for op in args.ops.split(","):
+        for dname in args.dtypes.split(","):
+            for m, n in shapes:
+                inputs, dy = make_inputs(op, m, n, DTYPES[dname])
+                for direction in [d for d in args.directions.split(",") if op != "reduce_sum" or d == "fwd"]:
+                    calls = {name: b.make_call(fns[op], inputs, dy, direction)
+                             for name, fns in (("eager", EAGER), ("fused", FUSED))}
+                    for t in threads:
+                        torch.set_num_threads(t)
+                        times = {"eager": [], "fused": []}
+                        for _ in range(args.rounds):
+                            for name, call in calls.items():
+                                times[name].append(median_ms(call, args.budget_s))
+                        eager, fused = (statistics.median(times[k]) for k in ("eager", "fused"))
+                        nbytes = bytes_moved(op, direction, m, n, DTYPES[dname].itemsize)
+                        row = dict(op=op, dir=direction, dtype=dname, shape=f"{m}x{n}", threads=t, isa=isa,
+                                   eager_ms=round(eager, 4), fused_ms=round(fused, 4),
+                                   speedup=round(eager / fused, 3),
+                                   eager_gbs=round(nbytes / eager / 1e6, 2), fused_gbs=round(nbytes / fused / 1e6, 2),
+                                   eager_pct_copy=round(100 * nbytes / eager / 1e6 / ceiling[t], 1))
+                        rows.append(row)
+                        print(" ".join(f"{k}={v}" for k, v in row.items()), flush=True)
+                    torch.set_num_threads(many)
+    args.out.mkdir(parents=True, exist_ok=True)
+    with open(args.out / "cpu.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    slower = [r for r in rows if r["speedup"] < (1.0 if r["threads"] > 1 else 0.9)]
+    with open(args.out / "cpu.md", "w") as f:
+        f.write(f"# The CPU kernels against torch's\n\n{meta}. ms a call (median of {args.rounds} turns); speedup = "
+                "torch's time over fused's; torch % of copy: torch's GB/s over the copy ceiling.\n\n"
+                f"{len(rows) - len(slower)} of {len(rows)} rows meet their target (1.0x on {many} threads, "
+                "0.9x on 1).\n\n| op | dir | dtype | shape | threads | torch ms | fused ms | speedup | fused GB/s "
+                "| torch % of copy |\n|---|---|---|---|---:|---:|---:|---:|---:|---:|\n")
+        for r in rows:
+            f.write(f"| {r['op']} | {r['dir']} | {r['dtype']} | {r['shape']} | {r['threads']} | {r['eager_ms']} | "
+                    f"{r['fused_ms']} | {r['speedup']} | {r['fused_gbs']} | {r['eager_pct_copy']} |\n")
+    print(f"{len(rows) - len(slower)} of {len(rows)} rows meet their target; wrote {args.out}/cpu.csv and .md")
+    return rows
+
+
+if __name__ == "__main__":
+    main()

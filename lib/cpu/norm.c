@@ -1,0 +1,373 @@
+/* cpu/norm.c: LayerNorm and RMSNorm with fused residual add and dropout, forward and backward: the CPU kernels, compiled once for each instruction set
+ * (cpu_kernels.h) and chosen at load. */
+#include <math.h>
+#include <string.h>
+
+#include "cpu_convert.h"
+#include "cpu_kernels.h"
+#include "cpu_lanes.h"
+#include "cpu_parallel.h"
+#include "philox.h"
+
+/* Multiplies v[0..n) (columns col0..) by the dropout keep mask / (1 - p). */
+static void cpu_dropout(double *v, int64_t n, int64_t row, int64_t col0,
+                        double p, uint64_t seed, uint64_t offset,
+                        int64_t cols) {
+    uint32_t threshold = fo_dropout_threshold(p);
+    double scale = 1.0 / (1.0 - p);
+    uint64_t base = offset + (uint64_t)row * fo_dropout_row_counters(cols);
+    fo_philox_block block = fo_philox(seed, base + (uint64_t)col0 / 4);
+    for (int64_t i = 0; i < n; i++) {
+        int64_t col = col0 + i;
+        if (col % 4 == 0 && i > 0)
+            block = fo_philox(seed, base + (uint64_t)col / 4);
+        v[i] = block.lane[col % 4] >= threshold ? v[i] * scale : 0.0;
+    }
+}
+
+static double stat_at(const void *stats, int64_t row, int dtype) {
+    double value;
+    fo_cpu_load(&value, stats, row, 1, fo_stats_dtype(dtype));
+    return value;
+}
+
+/* The float32 path: the generic one below converts every element to double
+ * and back through buffers, and reads a row three times; here the floats
+ * are read directly, LayerNorm's statistics come in one pass, and the
+ * output is the generic path's double arithmetic, rounded once.
+ * Taken when every tensor is float32 and there is no dropout. */
+static int forward_is_f32(const fo_norm_forward_params *a) {
+    return a->dtype == FO_DTYPE_F32 && a->param_dtype == FO_DTYPE_F32 &&
+           (!a->residual || a->residual_dtype == FO_DTYPE_F32) &&
+           a->dropout_p == 0.0;
+}
+
+/* One row of the float32 forward. */
+static void forward_row_f32(const fo_norm_forward_params *a, int64_t r) {
+    const int64_t cols = a->cols;
+    const float *restrict x = (const float *)a->x + r * a->x_row_stride;
+    const float *restrict w = a->weight, *restrict b = a->bias;
+    float *restrict y = (float *)a->y + r * cols;
+    const float *h = x;
+    if (a->residual) { /* h = x + residual: one float rounding, as in double */
+        const float *restrict res =
+            (const float *)a->residual + r * a->residual_row_stride;
+        float *restrict h_out = (float *)a->residual_out + r * cols;
+        for (int64_t i = 0; i < cols; i++) h_out[i] = x[i] + res[i];
+        h = h_out;
+    }
+    /* LayerNorm: mean and sum of squared deviations M2, each chunk's own,
+     * in double, merged in order by Chan's rule, so M2 never takes a
+     * difference of two large sums. RMSNorm: the sum of squares in lanes
+     * across the row, the generic path's order (the same bits). */
+    double mean = 0.0, m2 = 0.0;
+    if (a->kind == FO_NORM_RMS) {
+        fo_lanes squares = fo_lanes_zero();
+        for (int64_t c0 = 0; c0 < cols; c0 += CPU_CHUNK) {
+            const int64_t n = cols - c0 < CPU_CHUNK ? cols - c0 : CPU_CHUNK;
+            fo_lanes_add_squares_f32(&squares, h + c0, 0.0, n);
+        }
+        m2 = fo_lanes_total(&squares);
+    }
+    for (int64_t c0 = 0; a->kind != FO_NORM_RMS && c0 < cols; c0 += CPU_CHUNK) {
+        const int64_t n = cols - c0 < CPU_CHUNK ? cols - c0 : CPU_CHUNK;
+        fo_lanes sum = fo_lanes_zero();
+        fo_lanes_add_f32(&sum, h + c0, n);
+        const double chunk_mean = fo_lanes_total(&sum) / (double)n;
+        fo_lanes squares = fo_lanes_zero();
+        fo_lanes_add_squares_f32(&squares, h + c0, chunk_mean, n);
+        const double delta = chunk_mean - mean;
+        mean += delta * (double)n / (double)(c0 + n);
+        m2 += fo_lanes_total(&squares) +
+              delta * delta * (double)c0 * (double)n / (double)(c0 + n);
+    }
+    const double rstd = 1.0 / sqrt(m2 / (double)cols + a->eps);
+    if (a->mean) ((float *)a->mean)[r] = (float)mean;
+    if (a->rstd) ((float *)a->rstd)[r] = (float)rstd;
+    /* the output as the generic path computes it, in double, rounded once */
+    for (int64_t i = 0; i < cols; i++) {
+        double v = (h[i] - mean) * rstd;
+        if (w) v *= w[i];
+        if (b) v += b[i];
+        y[i] = (float)v;
+    }
+}
+
+/* Rows [r0, r1) of the forward (each row is independent: any thread). */
+static void forward_rows(const void *ctx, int64_t r0, int64_t r1) {
+    const fo_norm_forward_params *a = ctx;
+    if (forward_is_f32(a)) {
+        for (int64_t r = r0; r < r1; r++) forward_row_f32(a, r);
+        return;
+    }
+    double h[CPU_CHUNK], other[CPU_CHUNK];
+    const int64_t cols = a->cols;
+    const int rms = a->kind == FO_NORM_RMS;
+    /* where h lives after the first pass, and its dtype */
+    const void *h_src = a->residual ? a->residual_out : a->x;
+    const int h_dtype = a->residual ? a->residual_dtype : a->dtype;
+    const int stats = fo_stats_dtype(a->dtype);
+    for (int64_t r = r0; r < r1; r++) {
+        const int64_t h_offset = a->residual ? r * cols : r * a->x_row_stride;
+        fo_lanes shifted_sum = fo_lanes_zero(), sum_squares = fo_lanes_zero();
+        double h0 = 0.0;
+        /* h = dropout(x) + residual, rounded to its dtype, and its sums:
+         * of squares, and of h - h[0], so the mean of a constant row is
+         * exactly its value (a sum of n copies of an fp64 value rounds) */
+        for (int64_t c0 = 0; c0 < cols; c0 += CPU_CHUNK) {
+            int64_t n = cols - c0 < CPU_CHUNK ? cols - c0 : CPU_CHUNK;
+            if (a->residual) {
+                fo_cpu_load(h, a->x, r * a->x_row_stride + c0, n, a->dtype);
+                if (a->dropout_p > 0.0)
+                    cpu_dropout(h, n, r, c0, a->dropout_p, a->seed, a->offset,
+                                cols);
+                fo_cpu_load(other, a->residual, r * a->residual_row_stride + c0,
+                            n, a->residual_dtype);
+                for (int64_t i = 0; i < n; i++) h[i] += other[i];
+                fo_cpu_store(a->residual_out, r * cols + c0, h, n,
+                             a->residual_dtype);
+            }
+            fo_cpu_load(h, h_src, h_offset + c0, n, h_dtype);
+            fo_lanes_add(&sum_squares, h, h, n);
+            if (c0 == 0) h0 = h[0];
+            for (int64_t i = 0; i < n; i++) h[i] -= h0;
+            fo_lanes_add(&shifted_sum, h, NULL, n);
+        }
+        double mean = rms ? 0.0 : h0 + fo_lanes_total(&shifted_sum) / (double)cols;
+        double variance = fo_lanes_total(&sum_squares) / (double)cols;
+        if (!rms) {
+            /* a second pass: sum of squares about the mean, no cancellation */
+            fo_lanes deviations = fo_lanes_zero();
+            for (int64_t c0 = 0; c0 < cols; c0 += CPU_CHUNK) {
+                int64_t n = cols - c0 < CPU_CHUNK ? cols - c0 : CPU_CHUNK;
+                fo_cpu_load(h, h_src, h_offset + c0, n, h_dtype);
+                for (int64_t i = 0; i < n; i++) h[i] -= mean;
+                fo_lanes_add(&deviations, h, h, n);
+            }
+            variance = fo_lanes_total(&deviations) / (double)cols;
+        }
+        double rstd = 1.0 / sqrt(variance + a->eps);
+        if (a->mean) fo_cpu_store(a->mean, r, &mean, 1, stats);
+        if (a->rstd) fo_cpu_store(a->rstd, r, &rstd, 1, stats);
+        for (int64_t c0 = 0; c0 < cols; c0 += CPU_CHUNK) {
+            int64_t n = cols - c0 < CPU_CHUNK ? cols - c0 : CPU_CHUNK;
+            fo_cpu_load(h, h_src, h_offset + c0, n, h_dtype);
+            for (int64_t i = 0; i < n; i++) h[i] = (h[i] - mean) * rstd;
+            if (a->weight) {
+                fo_cpu_load(other, a->weight, c0, n, a->param_dtype);
+                for (int64_t i = 0; i < n; i++) h[i] *= other[i];
+            }
+            if (a->bias) {
+                fo_cpu_load(other, a->bias, c0, n, a->param_dtype);
+                for (int64_t i = 0; i < n; i++) h[i] += other[i];
+            }
+            fo_cpu_store(a->y, r * cols + c0, h, n, a->dtype);
+        }
+    }
+}
+
+void FO_CPU(norm_forward)(const fo_norm_forward_params *a) {
+    fo_cpu_parallel(a->rows, a->cols, forward_rows, a);
+}
+
+/* dy * weight for columns c0.. of row r, into wdy. */
+static void load_weighted_dy(double *wdy, double *weight,
+                             const fo_norm_backward_params *a, int64_t r,
+                             int64_t c0, int64_t n) {
+    fo_cpu_load(wdy, a->dy, r * a->dy_row_stride + c0, n, a->dtype);
+    if (!a->weight) return;
+    fo_cpu_load(weight, a->weight, c0, n, a->param_dtype);
+    for (int64_t i = 0; i < n; i++) wdy[i] *= weight[i];
+}
+
+/* The float32 backward, for the same reason as the forward's: when every
+ * tensor is float32 and there is no dropout. */
+static int backward_is_f32(const fo_norm_backward_params *a) {
+    return a->dtype == FO_DTYPE_F32 && a->h_dtype == FO_DTYPE_F32 &&
+           a->param_dtype == FO_DTYPE_F32 && a->dropout_p == 0.0;
+}
+
+/* The two row sums of the float32 backward, of wdy - wdy0 (wdy = dy * w,
+ * wdy0 its first element) and wdy * xhat, as the generic path adds them
+ * (double terms in cpu_lanes.h's order), from the floats themselves. Called
+ * with w either null or known not to be, so each inlined copy vectorizes. */
+static inline void row_sums_f32(fo_lanes *shifted_sum_wdy,
+                                fo_lanes *sum_wdy_xhat,
+                                const float *restrict dy,
+                                const float *restrict w,
+                                const float *restrict h, double wdy0,
+                                double mean, double rstd, int64_t cols) {
+    double wdy[CPU_CHUNK], xhat[CPU_CHUNK];
+    for (int64_t c0 = 0; c0 < cols; c0 += CPU_CHUNK) {
+        const int64_t n = cols - c0 < CPU_CHUNK ? cols - c0 : CPU_CHUNK;
+        for (int64_t i = 0; i < n; i++) {
+            wdy[i] = w ? (double)dy[c0 + i] * w[c0 + i] : dy[c0 + i];
+            xhat[i] = (h[c0 + i] - mean) * rstd;
+        }
+        fo_lanes_add(sum_wdy_xhat, wdy, xhat, n);
+        for (int64_t i = 0; i < n; i++) wdy[i] -= wdy0;
+        fo_lanes_add(shifted_sum_wdy, wdy, NULL, n);
+    }
+}
+
+/* One row of the float32 dx (and dresidual), in double as the generic path. */
+static void backward_row_f32(const fo_norm_backward_params *a, int64_t r) {
+    const int64_t cols = a->cols;
+    const int rms = a->kind == FO_NORM_RMS;
+    const float *restrict dy = (const float *)a->dy + r * a->dy_row_stride;
+    const float *restrict h = (const float *)a->h + r * a->h_row_stride;
+    const float *restrict w = a->weight;
+    const double mean = rms ? 0.0 : ((const float *)a->mean)[r];
+    const double rstd = ((const float *)a->rstd)[r];
+    /* mean(wdy) as wdy0 + mean(wdy - wdy0): exactly wdy0 where wdy is
+     * constant along the row, so that with xhat = 0 (a constant row) dx is
+     * exactly 0, not a rounding residue times rstd = 1 / sqrt(eps) */
+    const double wdy0 = w ? (double)dy[0] * w[0] : dy[0];
+    fo_lanes s1 = fo_lanes_zero(), s2 = fo_lanes_zero();
+    if (w)
+        row_sums_f32(&s1, &s2, dy, w, h, wdy0, mean, rstd, cols);
+    else
+        row_sums_f32(&s1, &s2, dy, NULL, h, wdy0, mean, rstd, cols);
+    const double mean_wdy = rms ? 0.0 : wdy0 + fo_lanes_total(&s1) / (double)cols;
+    const double mean_wdy_xhat = fo_lanes_total(&s2) / (double)cols;
+    const float *restrict more =
+        a->dresidual_out ? (const float *)a->dresidual_out + r * a->dresidual_out_row_stride : NULL;
+    /* dx and dresidual are the same values without dropout */
+    float *restrict out = (float *)(a->dx ? a->dx : a->dresidual) + r * cols;
+    /* a piece at a time, in loops without branches: so gcc 12 vectorizes */
+    double dh[CPU_CHUNK];
+    for (int64_t c0 = 0; c0 < cols; c0 += CPU_CHUNK) {
+        const int64_t n = cols - c0 < CPU_CHUNK ? cols - c0 : CPU_CHUNK;
+        if (w)
+            for (int64_t i = 0; i < n; i++) dh[i] = (double)dy[c0 + i] * w[c0 + i];
+        else
+            for (int64_t i = 0; i < n; i++) dh[i] = dy[c0 + i];
+        for (int64_t i = 0; i < n; i++) {
+            const double xhat = (h[c0 + i] - mean) * rstd;
+            dh[i] = rstd * (dh[i] - mean_wdy - xhat * mean_wdy_xhat);
+        }
+        if (more)
+            for (int64_t i = 0; i < n; i++) dh[i] += more[c0 + i];
+        for (int64_t i = 0; i < n; i++) out[c0 + i] = (float)dh[i];
+    }
+    if (a->dx && a->dresidual)
+        memcpy((float *)a->dresidual + r * cols, out, (size_t)cols * sizeof(float));
+}
+
+/* dx (and dresidual) of rows [r0, r1): each row is independent. */
+static void backward_rows(const void *ctx, int64_t r0, int64_t r1) {
+    const fo_norm_backward_params *a = ctx;
+    if (backward_is_f32(a)) {
+        for (int64_t r = r0; r < r1; r++) backward_row_f32(a, r);
+        return;
+    }
+    double wdy[CPU_CHUNK], xhat[CPU_CHUNK], other[CPU_CHUNK];
+    const int64_t cols = a->cols;
+    const int rms = a->kind == FO_NORM_RMS;
+    for (int64_t r = r0; r < r1; r++) {
+        const double mean = rms ? 0.0 : stat_at(a->mean, r, a->dtype);
+        const double rstd = stat_at(a->rstd, r, a->dtype);
+        /* the two row sums of the gradient of a normalization; the first
+         * of wdy - wdy[0], as in the float32 path (the mean of a constant
+         * wdy is then exactly it, and a constant row's dx exactly 0) */
+        fo_lanes shifted_sum_wdy = fo_lanes_zero(), sum_wdy_xhat = fo_lanes_zero();
+        double wdy0 = 0.0;
+        for (int64_t c0 = 0; c0 < cols; c0 += CPU_CHUNK) {
+            int64_t n = cols - c0 < CPU_CHUNK ? cols - c0 : CPU_CHUNK;
+            load_weighted_dy(wdy, other, a, r, c0, n);
+            fo_cpu_load(xhat, a->h, r * a->h_row_stride + c0, n, a->h_dtype);
+            for (int64_t i = 0; i < n; i++) xhat[i] = (xhat[i] - mean) * rstd;
+            fo_lanes_add(&sum_wdy_xhat, wdy, xhat, n);
+            if (c0 == 0) wdy0 = wdy[0];
+            for (int64_t i = 0; i < n; i++) wdy[i] -= wdy0;
+            fo_lanes_add(&shifted_sum_wdy, wdy, NULL, n);
+        }
+        const double mean_wdy =
+            rms ? 0.0 : wdy0 + fo_lanes_total(&shifted_sum_wdy) / (double)cols;
+        const double mean_wdy_xhat = fo_lanes_total(&sum_wdy_xhat) / (double)cols;
+        for (int64_t c0 = 0; c0 < cols; c0 += CPU_CHUNK) {
+            int64_t n = cols - c0 < CPU_CHUNK ? cols - c0 : CPU_CHUNK;
+            load_weighted_dy(wdy, other, a, r, c0, n);
+            fo_cpu_load(xhat, a->h, r * a->h_row_stride + c0, n, a->h_dtype);
+            for (int64_t i = 0; i < n; i++) {
+                xhat[i] = (xhat[i] - mean) * rstd;
+                wdy[i] = rstd * (wdy[i] - mean_wdy - xhat[i] * mean_wdy_xhat);
+            }
+            if (a->dresidual_out) {
+                fo_cpu_load(other, a->dresidual_out,
+                            r * a->dresidual_out_row_stride + c0, n, a->h_dtype);
+                for (int64_t i = 0; i < n; i++) wdy[i] += other[i];
+            }
+            if (a->dresidual)
+                fo_cpu_store(a->dresidual, r * cols + c0, wdy, n, a->h_dtype);
+            if (a->dx) {
+                if (a->dropout_p > 0.0)
+                    cpu_dropout(wdy, n, r, c0, a->dropout_p, a->seed, a->offset,
+                                cols);
+                fo_cpu_store(a->dx, r * cols + c0, wdy, n, a->dtype);
+            }
+        }
+    }
+}
+
+/* dweight and dbias of columns [c0, c0 + n), float32, into double sums. */
+static void parameter_gradient_chunk_f32(const fo_norm_backward_params *a,
+                                         int64_t c0, int64_t n,
+                                         double *restrict dweight,
+                                         double *restrict dbias) {
+    for (int64_t r = 0; r < a->rows; r++) {
+        const double mean = a->kind == FO_NORM_RMS ? 0.0 : ((const float *)a->mean)[r];
+        const double rstd = ((const float *)a->rstd)[r];
+        const float *restrict dy = (const float *)a->dy + r * a->dy_row_stride + c0;
+        const float *restrict h = (const float *)a->h + r * a->h_row_stride + c0;
+        for (int64_t i = 0; i < n; i++) {
+            dweight[i] += (double)dy[i] * ((double)h[i] - mean) * rstd;
+            dbias[i] += (double)dy[i];
+        }
+    }
+}
+
+/* dweight and dbias of columns [c0, c0 + n), any dtypes, into double sums. */
+static void parameter_gradient_chunk(const fo_norm_backward_params *a,
+                                     int64_t c0, int64_t n, double *dweight,
+                                     double *dbias) {
+    double wdy[CPU_CHUNK], xhat[CPU_CHUNK];
+    const int rms = a->kind == FO_NORM_RMS;
+    for (int64_t r = 0; r < a->rows; r++) {
+        const double mean = rms ? 0.0 : stat_at(a->mean, r, a->dtype);
+        const double rstd = stat_at(a->rstd, r, a->dtype);
+        fo_cpu_load(wdy, a->dy, r * a->dy_row_stride + c0, n, a->dtype);
+        fo_cpu_load(xhat, a->h, r * a->h_row_stride + c0, n, a->h_dtype);
+        for (int64_t i = 0; i < n; i++) {
+            dweight[i] += wdy[i] * (xhat[i] - mean) * rstd;
+            dbias[i] += wdy[i];
+        }
+    }
+}
+
+/* dweight and dbias of the column chunks [k0, k1): each column's sums run
+ * down the rows in order, whichever thread takes the chunk. */
+static void parameter_gradient_chunks(const void *ctx, int64_t k0, int64_t k1) {
+    const fo_norm_backward_params *a = ctx;
+    double dweight[CPU_CHUNK], dbias[CPU_CHUNK];
+    for (int64_t k = k0; k < k1; k++) {
+        const int64_t c0 = k * CPU_CHUNK;
+        const int64_t n = a->cols - c0 < CPU_CHUNK ? a->cols - c0 : CPU_CHUNK;
+        for (int64_t i = 0; i < n; i++) dweight[i] = dbias[i] = 0.0;
+        if (backward_is_f32(a))
+            parameter_gradient_chunk_f32(a, c0, n, dweight, dbias);
+        else
+            parameter_gradient_chunk(a, c0, n, dweight, dbias);
+        if (a->dweight)
+            fo_cpu_store(a->dweight, c0, dweight, n, a->param_dtype);
+        if (a->dbias) fo_cpu_store(a->dbias, c0, dbias, n, a->param_dtype);
+    }
+}
+
+void FO_CPU(norm_backward)(const fo_norm_backward_params *a) {
+    if (a->dx || a->dresidual)
+        fo_cpu_parallel(a->rows, a->cols, backward_rows, a);
+    if (a->dweight || a->dbias)
+        fo_cpu_parallel(fo_cpu_chunks(a->cols), a->rows * fo_cpu_chunk_width(a->cols),
+                        parameter_gradient_chunks, a);
+}

@@ -1,0 +1,48 @@
+/* cpu/square.c: y = x * x and its gradient: the CPU kernels, compiled once for each instruction set
+ * (cpu_kernels.h) and chosen at load. */
+#include "cpu_convert.h"
+#include "cpu_kernels.h"
+#include "cpu_parallel.h"
+
+/* A float32 piece straight from and to memory, the same bits as the
+ * generic path: x * x rounds once in float as in double, and 2 * x * dy is
+ * taken in double (in float, 2 * x can overflow where the product does not). */
+static void square_piece_f32(const fo_square_args *a, int64_t r, int64_t c0,
+                             int64_t n) {
+    const float *restrict x = (const float *)a->x + r * a->x_row_stride + c0;
+    float *restrict out = (float *)a->out + r * a->cols + c0;
+    if (a->dy) {
+        const float *restrict dy = (const float *)a->dy + r * a->dy_row_stride + c0;
+        for (int64_t i = 0; i < n; i++) out[i] = (float)(2.0 * x[i] * dy[i]);
+    } else {
+        for (int64_t i = 0; i < n; i++) out[i] = x[i] * x[i];
+    }
+}
+
+/* Pieces [k0, k1) of the rows x fo_cpu_chunks(cols) pieces (each
+ * independent); one loop for both passes: dy == 0 means forward. */
+static void square_pieces(const void *ctx, int64_t k0, int64_t k1) {
+    const fo_square_args *a = ctx;
+    double x[CPU_CHUNK], dy[CPU_CHUNK], out[CPU_CHUNK];
+    const int64_t chunks = fo_cpu_chunks(a->cols);
+    for (int64_t k = k0; k < k1; k++) {
+        const int64_t r = k / chunks, c0 = k % chunks * CPU_CHUNK;
+        const int64_t n = a->cols - c0 < CPU_CHUNK ? a->cols - c0 : CPU_CHUNK;
+        if (a->dtype == FO_DTYPE_F32) {
+            square_piece_f32(a, r, c0, n);
+            continue;
+        }
+        fo_cpu_load(x, a->x, r * a->x_row_stride + c0, n, a->dtype);
+        if (a->dy) {
+            fo_cpu_load(dy, a->dy, r * a->dy_row_stride + c0, n, a->dtype);
+            for (int64_t i = 0; i < n; i++) out[i] = 2.0 * x[i] * dy[i];
+        } else {
+            for (int64_t i = 0; i < n; i++) out[i] = x[i] * x[i];
+        }
+        fo_cpu_store(a->out, r * a->cols + c0, out, n, a->dtype);
+    }
+}
+
+void FO_CPU(square)(const fo_square_args *a) {
+    fo_cpu_parallel(a->rows * fo_cpu_chunks(a->cols), CPU_CHUNK, square_pieces, a);
+}
