@@ -44,7 +44,7 @@ fi
     -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
     -Wall -Wextra \
     -Ilib -Itests/c "${defines[@]}" \
-    lib/*.c tests/c/harness.c tests/fuzz/fuzz_ops.c \
+    lib/*.c lib/cpu/*.c tests/c/harness.c tests/fuzz/fuzz_ops.c \
     -lm -pthread -o "$OUT/fuzz_ops"
 
 # The committed seeds plus whatever this run finds go to a scratch folder.
