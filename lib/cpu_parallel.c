@@ -1,4 +1,8 @@
-/* cpu_parallel.c: the threads of the CPU kernels (see cpu_parallel.h). */
+/* cpu_parallel.c: the threads of the CPU kernels (see cpu_parallel.h): a
+ * pool that lives across calls, started on first use and grown to the
+ * thread count asked for. A child of fork() has none of its parent's
+ * threads, so pthread_atfork resets the pool there (a DataLoader's workers
+ * fork) and the child starts its own. */
 #define _GNU_SOURCE /* sched_getaffinity */
 #include "cpu_parallel.h"
 
@@ -11,11 +15,10 @@
 #include <unistd.h>
 #endif
 
-/* Starting and joining a thread cost about 60 us on a 2-core x86-64 VM,
- * and the CPU kernels take 1-3 ns an element: a thread is worth starting
- * for 2^18 elements (0.3-0.8 ms of work), not much less. */
-#define MIN_ELEMENTS_A_THREAD ((int64_t)1 << 18)
-/* The ranges live on the caller's stack. */
+/* Waking the pool's threads and waiting for them costs 10-20 us on a 2-core
+ * x86-64 VM, and the CPU kernels take 0.1-1 ns an element: a thread is worth
+ * waking for 2^16 elements, not much less. */
+#define MIN_ELEMENTS_A_THREAD ((int64_t)1 << 16)
 #define MAX_THREADS 256
 
 #if defined(_WIN32)
@@ -63,18 +66,6 @@ int fo_get_cpu_threads(void) {
     return threads < MAX_THREADS ? threads : MAX_THREADS;
 }
 
-typedef struct {
-    fo_cpu_range_fn fn;
-    const void *ctx;
-    int64_t begin, end;
-} range;
-
-static void *run_range(void *arg) {
-    const range *r = arg;
-    r->fn(r->ctx, r->begin, r->end);
-    return NULL;
-}
-
 int64_t fo_cpu_threads_for(int64_t items, int64_t item_elements) {
     if (item_elements < 1) item_elements = 1;
     /* every thread gets MIN_ELEMENTS_A_THREAD elements of work, and an item */
@@ -87,32 +78,121 @@ int64_t fo_cpu_threads_for(int64_t items, int64_t item_elements) {
     return threads < worth ? threads : worth;
 }
 
+/* Range t of items split in `threads` contiguous ranges: items / threads
+ * each, and one more for the first items % threads. */
+static void run_range(fo_cpu_range_fn fn, const void *ctx, int64_t items,
+                      int64_t threads, int64_t t) {
+    const int64_t share = items / threads, extra = items % threads;
+    const int64_t begin = t * share + (t < extra ? t : extra);
+    fn(ctx, begin, begin + share + (t < extra));
+}
+
+/* The pool: one job at a time (a second caller meanwhile runs its call on
+ * its own thread, with the same bits). Worker w takes range w of a job of
+ * more than w threads; the caller takes range 0. */
+static struct {
+    pthread_mutex_t busy; /* held by the caller whose job the pool runs */
+    pthread_mutex_t lock; /* guards what follows */
+    pthread_cond_t posted, finished;
+    int workers;          /* started */
+    uint64_t generation;  /* one more for each job posted */
+    fo_cpu_range_fn fn;
+    const void *ctx;
+    int64_t items, threads;
+    int64_t running; /* workers still in the job */
+    uint64_t born[MAX_THREADS]; /* the generation when worker w started */
+} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER,
+          PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, NULL, NULL, 0, 0, 0, {0}};
+
+static void *worker(void *arg) {
+    const int64_t w = (int64_t)(intptr_t)arg;
+    pthread_mutex_lock(&pool.lock);
+    /* the job posted right after its start is already one to run */
+    uint64_t seen = pool.born[w];
+    for (;;) {
+        while (pool.generation == seen) pthread_cond_wait(&pool.posted, &pool.lock);
+        seen = pool.generation;
+        if (w >= pool.threads) continue; /* a job of fewer threads */
+        const fo_cpu_range_fn fn = pool.fn;
+        const void *ctx = pool.ctx;
+        const int64_t items = pool.items, threads = pool.threads;
+        pthread_mutex_unlock(&pool.lock);
+        run_range(fn, ctx, items, threads, w);
+        pthread_mutex_lock(&pool.lock);
+        if (--pool.running == 0) pthread_cond_signal(&pool.finished);
+    }
+    return NULL;
+}
+
+/* Starts workers up to threads - 1 (under pool.lock); returns the threads
+ * the pool can run now, fewer where the system gave no more. */
+static int64_t grow(int64_t threads) {
+    while (pool.workers < threads - 1) {
+        pthread_t id;
+        pthread_attr_t attr;
+        pool.born[pool.workers + 1] = pool.generation;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        const int failed = pthread_create(&id, &attr, worker,
+                                          (void *)(intptr_t)(pool.workers + 1));
+        pthread_attr_destroy(&attr);
+        if (failed) break;
+        pool.workers++;
+    }
+    return pool.workers + 1 < threads ? pool.workers + 1 : threads;
+}
+
+/* The forking thread holds both locks (no job is half posted); the parent
+ * lets go, the child starts over with no workers. */
+static void before_fork(void) {
+    pthread_mutex_lock(&pool.busy);
+    pthread_mutex_lock(&pool.lock);
+}
+
+static void after_fork_parent(void) {
+    pthread_mutex_unlock(&pool.lock);
+    pthread_mutex_unlock(&pool.busy);
+}
+
+static void after_fork_child(void) {
+    pthread_mutex_init(&pool.busy, NULL);
+    pthread_mutex_init(&pool.lock, NULL);
+    pthread_cond_init(&pool.posted, NULL);
+    pthread_cond_init(&pool.finished, NULL);
+    pool.workers = 0;
+    pool.running = 0;
+}
+
+static pthread_once_t fork_handlers = PTHREAD_ONCE_INIT;
+
+static void register_fork_handlers(void) {
+    pthread_atfork(before_fork, after_fork_parent, after_fork_child);
+}
+
 void fo_cpu_parallel(int64_t items, int64_t item_elements, fo_cpu_range_fn fn,
                      const void *ctx) {
     if (items <= 0) return;
-    const int64_t threads = fo_cpu_threads_for(items, item_elements);
-    if (threads <= 1) {
+    int64_t threads = fo_cpu_threads_for(items, item_elements);
+    if (threads <= 1 || (pthread_once(&fork_handlers, register_fork_handlers),
+                         pthread_mutex_trylock(&pool.busy) != 0)) {
         fn(ctx, 0, items);
         return;
     }
-    range ranges[MAX_THREADS];
-    pthread_t ids[MAX_THREADS];
-    int started[MAX_THREADS];
-    /* items / threads each, and one more for the first items % threads */
-    const int64_t share = items / threads, extra = items % threads;
-    for (int64_t t = 0, begin = 0; t < threads; t++) {
-        const int64_t end = begin + share + (t < extra);
-        ranges[t] = (range){fn, ctx, begin, end};
-        started[t] = t > 0 && pthread_create(&ids[t], NULL, run_range, &ranges[t]) == 0;
-        begin = end;
-    }
-    run_range(&ranges[0]);
-    for (int64_t t = 1; t < threads; t++) {
-        if (started[t])
-            pthread_join(ids[t], NULL);
-        else /* no thread to be had: this one does the range */
-            run_range(&ranges[t]);
-    }
+    pthread_mutex_lock(&pool.lock);
+    threads = grow(threads);
+    pool.fn = fn;
+    pool.ctx = ctx;
+    pool.items = items;
+    pool.threads = threads;
+    pool.running = threads - 1;
+    pool.generation++;
+    pthread_cond_broadcast(&pool.posted);
+    pthread_mutex_unlock(&pool.lock);
+    run_range(fn, ctx, items, threads, 0);
+    pthread_mutex_lock(&pool.lock);
+    while (pool.running > 0) pthread_cond_wait(&pool.finished, &pool.lock);
+    pthread_mutex_unlock(&pool.lock);
+    pthread_mutex_unlock(&pool.busy);
 }
 
 #endif

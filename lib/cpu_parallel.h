@@ -5,9 +5,8 @@
  * item is computed whole by one thread, in the same order on any number of
  * threads, so every output has the same bits on 1 thread or 64.
  * fo_cpu_parallel runs fn over contiguous ranges of the items on up to
- * fo_get_cpu_threads() threads, started for the call and joined before it
- * returns: nothing outlives a call, so nothing is left broken by fork()
- * (a DataLoader's workers). */
+ * fo_get_cpu_threads() threads of a pool that lives across calls; a child
+ * of fork() (a DataLoader's workers) starts a pool of its own. */
 #ifndef FO_CPU_PARALLEL_H
 #define FO_CPU_PARALLEL_H
 
@@ -24,7 +23,8 @@ int64_t fo_cpu_threads_for(int64_t items, int64_t item_elements);
 /* fn over items [0, items), each costing about item_elements elements of
  * work: on one thread when that is all the call is worth, else split in
  * contiguous ranges over up to fo_get_cpu_threads() threads (the caller's
- * own thread takes the first range). */
+ * own thread takes the first range). While the pool runs another caller's
+ * job, the call runs on its own thread: the same bits, later. */
 void fo_cpu_parallel(int64_t items, int64_t item_elements, fo_cpu_range_fn fn,
                      const void *ctx);
 

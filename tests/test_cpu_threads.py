@@ -106,3 +106,37 @@ def test_values_when_split(case):
     assert len(got) == len(expected_all)
     for g, e in zip(got, expected_all):
         assert_close(g, e, torch.float32)  # sums too: the CPU adds in double
+
+
+def test_a_forked_child_runs_its_own_pool():
+    """The pool's threads are not in a child of fork() (a DataLoader's
+    workers): the child starts its own and gets the parent's bits. The
+    child runs no parallel torch op: OpenMP's own pool hangs after fork."""
+    import os
+
+    x = random(SHAPE, torch.float32, "cpu", seed=1)
+    torch.set_num_threads(2)
+    expected = fo.square(x).numpy().tobytes()  # the parent's pool has started
+    assert lib.fo_get_cpu_threads() == 2
+    pid = os.fork()
+    if pid == 0:  # the child: exit status 0 when its result matches
+        try:
+            os._exit(0 if fo.square(x).numpy().tobytes() == expected else 1)
+        finally:
+            os._exit(2)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+
+
+def test_callers_on_several_threads_share_the_pool():
+    """While the pool runs one caller's job another caller's call runs on
+    its own thread: every result has the bits of a call made alone."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    inputs = [random(SHAPE, torch.float32, "cpu", seed=s) for s in range(6)]
+    torch.set_num_threads(2)
+    alone = [fo.square(x) for x in inputs]
+    with ThreadPoolExecutor(3) as callers:
+        together = list(callers.map(lambda x: [fo.square(x) for _ in range(20)], inputs))
+    for expected, results in zip(alone, together):
+        assert all(torch.equal(expected, r) for r in results)
