@@ -4,7 +4,8 @@
 # build_wheel.sh: manylinux tag, twine check), the C tests of the wheel's
 # build (CUDA with nvcc), a wheel built from the sdist, pytest against the
 # installed wheel, again against the CPU-only library swapped in with
-# $FUSED_OPS_PY_LIBRARY, the same wheel on the oldest torch tested (CPython
+# $FUSED_OPS_PY_LIBRARY, the CPU kernels' tests on each instruction set the
+# wheel carries, the same wheel on the oldest torch tested (CPython
 # 3.9) and on CPython 3.13.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -80,6 +81,16 @@ echo "== pytest, installed wheel"
 pytest -q tests
 echo "== pytest, CPU-only library via FUSED_OPS_PY_LIBRARY"
 FUSED_OPS_PY_LIBRARY="$PWD/build/cpu/libfused_ops.so" pytest -q tests
+
+# The wheel carries the CPU kernels for three instruction sets and picks the
+# best this CPU runs: the others run here through FUSED_OPS_PY_CPU_ISA.
+cpu_kernel_tests=(tests/test_norms.py tests/test_variants.py tests/test_bias_scale_relu.py tests/test_square.py
+    tests/test_reduce_sum.py tests/test_swiglu.py tests/test_geglu.py tests/test_rope.py tests/test_cross_entropy.py
+    tests/test_cpu_threads.py)
+for isa in avx2 baseline; do
+    echo "== pytest, the CPU kernels' tests on the $isa kernels (FUSED_OPS_PY_CPU_ISA=$isa)"
+    FUSED_OPS_PY_CPU_ISA=$isa pytest -q "${cpu_kernel_tests[@]}" -k "not cuda"
+done
 
 echo "== the same wheel on the oldest torch tested, CPython 3.9 (scripts/test_old_torch.sh)"
 scripts/test_old_torch.sh
