@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_ops as b  # noqa: E402
 
 import fused_ops_py as fo  # noqa: E402
+from fused_ops_py._ffi import ffi, lib  # noqa: E402
 
 EPS = b.EPS
 DROPOUT_P = 0.1
@@ -116,7 +117,7 @@ def main(argv=None):
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
     threads = [int(t) for t in args.threads.split(",")]
     many = torch.get_num_threads()
-    isa = getattr(fo, "cpu_isa", lambda: "baseline")()
+    isa = ffi.string(lib.fo_cpu_isa()).decode()
     ceiling = {t: (torch.set_num_threads(t), copy_ceiling_gbs(64 << 20, 1.0))[1] for t in threads}
     meta = (f"{platform.machine()} {os.cpu_count()} CPUs ({platform.processor() or 'cpu'}); torch "
             f"{torch.__version__}; fused_ops_py {fo.__version__}, CPU kernels {isa}; copy ceiling "
