@@ -357,3 +357,19 @@ def test_bench_train_step_runs_each_row_in_its_own_process_and_breaks_the_moe_st
         assert sum(parts[provider, c][1] for c in bench_train_step.CATEGORY_NAMES) == pytest.approx(1, abs=0.01)
         assert parts[provider, "experts_gemm"][0] > 0 and parts[provider, "routing"][0] > 0
     assert parts["eager", "fused_ops_py"][0] == 0 < parts["patch", "fused_ops_py"][0]
+
+
+def test_bench_cpu_times_every_op_and_direction_on_each_thread_count(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCH))  # it imports bench_ops, as when run as a script
+    bench_cpu = load("bench_cpu")
+    rows = bench_cpu.main(["--shapes", "16x256", "--threads", "2,1", "--rounds", "1", "--budget-s", "0",
+                           "--out", str(tmp_path)])
+    expected = {(op, d, dt, t) for op in bench_cpu.OPS for d in bench_cpu.directions(op, ["fwd", "bwd"])
+                for dt in ("fp32", "bf16") for t in (2, 1)}
+    assert ("cross_entropy", "fwdbwd", "fp32", 1) in expected and ("reduce_sum", "bwd", "fp32", 1) not in expected
+    assert {(r["op"], r["dir"], r["dtype"], r["threads"]) for r in rows} == expected
+    with open(tmp_path / "cpu.csv") as f:
+        written = list(csv.DictReader(f))
+    assert len(written) == len(rows)
+    assert all(float(r["eager_ms"]) > 0 and float(r["fused_ms"]) > 0 and float(r["speedup"]) > 0 for r in written)
+    assert f"{len(rows)} rows" in (tmp_path / "cpu.md").read_text()
