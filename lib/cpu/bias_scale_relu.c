@@ -1,8 +1,10 @@
 /* cpu/bias_scale_relu.c: relu(x * scale + bias), forward and backward: the CPU kernels, compiled once for each instruction set
  * (cpu_kernels.h) and chosen at load. */
 #include <math.h>
+#include <string.h>
 
 #include "cpu_convert.h"
+#include "cpu_float.h"
 #include "cpu_kernels.h"
 #include "cpu_parallel.h"
 
@@ -16,32 +18,34 @@ static void mask_of_f32(unsigned char *restrict mask, const float *restrict y,
     unsigned char flag[CPU_CHUNK + 8] = {0};
     for (int64_t i = 0; i < n; i++) flag[i] = !(y[i] <= 0.0f);
     for (int64_t j = 0; j < (n + 7) / 8; j++) {
-        uint64_t x = 0;
-        for (int b = 0; b < 8; b++) x |= (uint64_t)flag[8 * j + b] << (8 * b);
+        uint64_t x; /* little-endian: byte b is flag b */
+        memcpy(&x, flag + 8 * j, sizeof x);
         mask[j] = (unsigned char)((x * 0x0102040810204080u) >> 56);
     }
 }
 
-/* The float32 piece straight from and to memory: the generic path's double
- * arithmetic (the same bits: x * scale + bias rounds once, and + 0.0 makes
- * -0 +0 as there), without its buffers. */
-static void forward_piece_f32(const fo_bias_scale_relu_forward_params *a,
-                              int64_t r, int64_t c0, int64_t n) {
-    const float *restrict x = (const float *)a->x + r * a->x_row_stride + c0;
-    const float *restrict bias = a->bias ? (const float *)a->bias + c0 : NULL;
-    float *restrict y = (float *)a->y + r * a->cols + c0;
-    const double scale = a->scale;
-    double v[CPU_CHUNK];
-    if (bias)
-        for (int64_t i = 0; i < n; i++) v[i] = x[i] * scale + bias[i];
-    else
-        for (int64_t i = 0; i < n; i++) v[i] = x[i] * scale + 0.0;
-    /* apart from the conversion: in one loop with it, gcc 12 vectorized
-     * neither */
-    for (int64_t i = 0; i < n; i++) v[i] = v[i] < 0.0 ? 0.0 : v[i];
-    for (int64_t i = 0; i < n; i++) y[i] = (float)v[i];
+/* A piece of a float32, bfloat16 or float16 tensor, in float as torch
+ * computes these dtypes (+ 0.0f makes -0 +0; NaN passes through). The mask
+ * is taken from y as stored: a tiny positive value that float16 rounds to 0
+ * passes no gradient. */
+static void forward_piece_float(const fo_bias_scale_relu_forward_params *a,
+                                int64_t r, int64_t c0, int64_t n) {
+    float x_buf[CPU_CHUNK], bias_buf[CPU_CHUNK], y_buf[CPU_CHUNK], stored_buf[CPU_CHUNK];
+    const float *restrict x = fo_float_in(x_buf, a->x, r * a->x_row_stride + c0, n, a->dtype);
+    const int64_t out = r * a->cols + c0;
+    float *restrict y = fo_float_out(y_buf, a->y, out, a->dtype);
+    const float scale = (float)a->scale;
+    if (a->bias) {
+        const float *restrict bias = fo_float_in(bias_buf, a->bias, c0, n, a->bias_dtype);
+        for (int64_t i = 0; i < n; i++) y[i] = x[i] * scale + bias[i];
+    } else {
+        for (int64_t i = 0; i < n; i++) y[i] = x[i] * scale + 0.0f;
+    }
+    for (int64_t i = 0; i < n; i++) y[i] = y[i] < 0.0f ? 0.0f : y[i];
+    fo_float_done(a->y, out, y, n, a->dtype);
     if (a->mask)
-        mask_of_f32(a->mask + r * fo_mask_row_bytes(a->cols) + c0 / 8, y, n);
+        mask_of_f32(a->mask + r * fo_mask_row_bytes(a->cols) + c0 / 8,
+                    fo_float_in(stored_buf, a->y, out, n, a->dtype), n);
 }
 
 /* Pieces [k0, k1) of the rows x fo_cpu_chunks(cols) pieces, each
@@ -53,12 +57,12 @@ static void forward_pieces(const void *ctx, int64_t k0, int64_t k1) {
     const double scale = a->scale;
     const int64_t mask_row_bytes = fo_mask_row_bytes(a->cols);
     const int64_t chunks = fo_cpu_chunks(a->cols);
-    const int f32 = a->dtype == FO_DTYPE_F32 && a->bias_dtype == FO_DTYPE_F32;
+    const int f64 = a->dtype == FO_DTYPE_F64 || a->bias_dtype == FO_DTYPE_F64;
     for (int64_t k = k0; k < k1; k++) {
         const int64_t r = k / chunks, c0 = k % chunks * CPU_CHUNK;
         const int64_t n = a->cols - c0 < CPU_CHUNK ? a->cols - c0 : CPU_CHUNK;
-        if (f32) {
-            forward_piece_f32(a, r, c0, n);
+        if (!f64) {
+            forward_piece_float(a, r, c0, n);
             continue;
         }
         fo_cpu_load(x, a->x, r * a->x_row_stride + c0, n, a->dtype);
@@ -89,19 +93,23 @@ static void forward_pieces(const void *ctx, int64_t k0, int64_t k1) {
     }
 }
 
-/* backward_piece for float32, straight from and to memory (dy * scale in
- * double, rounded once, as there). */
-static void backward_piece_f32(const fo_bias_scale_relu_backward_params *a,
-                               int64_t r, int64_t c0, int64_t n,
-                               double *restrict dbias) {
-    const float *restrict dy = (const float *)a->dy + r * a->dy_row_stride + c0;
+/* backward_piece in float for float32, bfloat16 and float16 (dbias sums in
+ * double). */
+static void backward_piece_float(const fo_bias_scale_relu_backward_params *a,
+                                 int64_t r, int64_t c0, int64_t n,
+                                 double *restrict dbias) {
+    float dy_buf[CPU_CHUNK], dx_buf[CPU_CHUNK], g[CPU_CHUNK];
+    const float *restrict dy = fo_float_in(dy_buf, a->dy, r * a->dy_row_stride + c0, n, a->dtype);
     const unsigned char *restrict mask =
         a->mask + r * fo_mask_row_bytes(a->cols) + c0 / 8;
-    float g[CPU_CHUNK];
     unsigned char kept[CPU_CHUNK];
-    /* byte by byte, each bit by a constant test: this vectorizes */
-    for (int64_t j = 0; j < (n + 7) / 8; j++)
-        for (int b = 0; b < 8; b++) kept[8 * j + b] = (mask[j] & (1u << b)) != 0;
+    /* a mask byte to eight flag bytes: copied into every byte, byte b keeps
+     * bit b, and + 0x7f carries any set bit to the byte's top (no carry out) */
+    for (int64_t j = 0; j < (n + 7) / 8; j++) {
+        const uint64_t bits = (uint64_t)mask[j] * 0x0101010101010101u & 0x8040201008040201u;
+        const uint64_t flags = (bits + 0x7f7f7f7f7f7f7f7fu) >> 7 & 0x0101010101010101u;
+        memcpy(kept + 8 * j, &flags, sizeof flags); /* little-endian: byte b */
+    }
     for (int64_t i = 0; i < n; i++) {
         const float d = dy[i]; /* loaded either way: a select, no branch */
         g[i] = kept[i] ? d : 0.0f;
@@ -109,9 +117,11 @@ static void backward_piece_f32(const fo_bias_scale_relu_backward_params *a,
     if (dbias)
         for (int64_t i = 0; i < n; i++) dbias[i] += (double)g[i];
     if (a->dx) {
-        float *restrict dx = (float *)a->dx + r * a->cols + c0;
-        const double scale = a->scale;
-        for (int64_t i = 0; i < n; i++) dx[i] = (float)(g[i] * scale);
+        const int64_t out = r * a->cols + c0;
+        float *restrict dx = fo_float_out(dx_buf, a->dx, out, a->dtype);
+        const float scale = (float)a->scale;
+        for (int64_t i = 0; i < n; i++) dx[i] = g[i] * scale;
+        fo_float_done(a->dx, out, dx, n, a->dtype);
     }
 }
 
@@ -122,8 +132,8 @@ static void backward_piece(const fo_bias_scale_relu_backward_params *a,
     double dy[CPU_CHUNK], dx[CPU_CHUNK];
     unsigned char kept[CPU_CHUNK];
     const unsigned char *mask = a->mask + r * fo_mask_row_bytes(a->cols) + c0 / 8;
-    if (a->dtype == FO_DTYPE_F32 && a->bias_dtype == FO_DTYPE_F32) {
-        backward_piece_f32(a, r, c0, n, dbias);
+    if (a->dtype != FO_DTYPE_F64 && a->bias_dtype != FO_DTYPE_F64) {
+        backward_piece_float(a, r, c0, n, dbias);
         return;
     }
     fo_cpu_load(dy, a->dy, r * a->dy_row_stride + c0, n, a->dtype);
