@@ -1,22 +1,26 @@
 /* cpu/square.c: y = x * x and its gradient: the CPU kernels, compiled once for each instruction set
  * (cpu_kernels.h) and chosen at load. */
 #include "cpu_convert.h"
+#include "cpu_float.h"
 #include "cpu_kernels.h"
 #include "cpu_parallel.h"
 
-/* A float32 piece straight from and to memory, the same bits as the
- * generic path: x * x rounds once in float as in double, and 2 * x * dy is
- * taken in double (in float, 2 * x can overflow where the product does not). */
-static void square_piece_f32(const fo_square_args *a, int64_t r, int64_t c0,
-                             int64_t n) {
-    const float *restrict x = (const float *)a->x + r * a->x_row_stride + c0;
-    float *restrict out = (float *)a->out + r * a->cols + c0;
+/* A piece of a float32, bfloat16 or float16 tensor, in float: x * dy
+ * rounds once and * 2 is exact, so (x * dy) * 2 is 2 * x * dy rounded once
+ * (2 * x first could overflow where the product does not). */
+static void square_piece_float(const fo_square_args *a, int64_t r, int64_t c0,
+                               int64_t n) {
+    float x_buf[CPU_CHUNK], dy_buf[CPU_CHUNK], out_buf[CPU_CHUNK];
+    const float *restrict x = fo_float_in(x_buf, a->x, r * a->x_row_stride + c0, n, a->dtype);
+    const int64_t at = r * a->cols + c0;
+    float *restrict out = fo_float_out(out_buf, a->out, at, a->dtype);
     if (a->dy) {
-        const float *restrict dy = (const float *)a->dy + r * a->dy_row_stride + c0;
-        for (int64_t i = 0; i < n; i++) out[i] = (float)(2.0 * x[i] * dy[i]);
+        const float *restrict dy = fo_float_in(dy_buf, a->dy, r * a->dy_row_stride + c0, n, a->dtype);
+        for (int64_t i = 0; i < n; i++) out[i] = x[i] * dy[i] * 2.0f;
     } else {
         for (int64_t i = 0; i < n; i++) out[i] = x[i] * x[i];
     }
+    fo_float_done(a->out, at, out, n, a->dtype);
 }
 
 /* Pieces [k0, k1) of the rows x fo_cpu_chunks(cols) pieces (each
@@ -28,8 +32,8 @@ static void square_pieces(const void *ctx, int64_t k0, int64_t k1) {
     for (int64_t k = k0; k < k1; k++) {
         const int64_t r = k / chunks, c0 = k % chunks * CPU_CHUNK;
         const int64_t n = a->cols - c0 < CPU_CHUNK ? a->cols - c0 : CPU_CHUNK;
-        if (a->dtype == FO_DTYPE_F32) {
-            square_piece_f32(a, r, c0, n);
+        if (a->dtype != FO_DTYPE_F64) {
+            square_piece_float(a, r, c0, n);
             continue;
         }
         fo_cpu_load(x, a->x, r * a->x_row_stride + c0, n, a->dtype);
