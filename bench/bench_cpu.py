@@ -122,6 +122,8 @@ def main(argv=None):
     p.add_argument("--threads", default=f"{torch.get_num_threads()},1", help="comma list of thread counts")
     p.add_argument("--rounds", type=int, default=3, help="eager and fused timed in turns, this many times")
     p.add_argument("--budget-s", type=float, default=0.3, help="seconds of calls a median takes")
+    p.add_argument("--append", action="store_true",
+                   help="keep the rows of --out's cpu.csv that this run does not measure again")
     p.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results" / "cpu-x86-64")
     args = p.parse_args(argv)
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
@@ -158,6 +160,14 @@ def main(argv=None):
                         print(" ".join(f"{k}={v}" for k, v in row.items()), flush=True)
                     torch.set_num_threads(many)
     args.out.mkdir(parents=True, exist_ok=True)
+    key = lambda r: (r["op"], r["dir"], r["dtype"], r["shape"], str(r["threads"]))  # noqa: E731
+    if args.append and (args.out / "cpu.csv").exists():
+        with open(args.out / "cpu.csv") as f:
+            measured = {key(r) for r in rows}
+            kept = [r for r in csv.DictReader(f) if key(r) not in measured]
+        rows = [dict(r, threads=int(r["threads"]), speedup=float(r["speedup"])) for r in kept] + rows
+        rows.sort(key=lambda r: (OPS.index(r["op"]), list(DTYPES).index(r["dtype"]), r["shape"], r["dir"],
+                                 -r["threads"]))
     with open(args.out / "cpu.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
