@@ -87,7 +87,8 @@ static void forward_row_float(const fo_norm_forward_params *a, int64_t r) {
             m2 += piece_sum(h, n, 0.0f, 1);
             continue;
         }
-        const double piece_mean = piece_sum(h, n, 0.0f, 0) / (double)n;
+        /* about h[0]: a constant piece's mean is then exactly its value */
+        const double piece_mean = h[0] + piece_sum(h, n, h[0], 0) / (double)n;
         const double piece_m2 = piece_sum(h, n, (float)piece_mean, 1);
         const double delta = piece_mean - mean;
         mean += delta * (double)n / (double)(c0 + n);
