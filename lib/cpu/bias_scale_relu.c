@@ -25,7 +25,7 @@ static void mask_of_f32(unsigned char *restrict mask, const float *restrict y,
 }
 
 /* A piece of a float32, bfloat16 or float16 tensor, in float as torch
- * computes these dtypes (+ 0.0f makes -0 +0; NaN passes through). The mask
+ * computes these dtypes (+ 0.0 makes -0 +0; NaN passes through). The mask
  * is taken from y as stored: a tiny positive value that float16 rounds to 0
  * passes no gradient. */
 static void forward_piece_float(const fo_bias_scale_relu_forward_params *a,
@@ -34,14 +34,16 @@ static void forward_piece_float(const fo_bias_scale_relu_forward_params *a,
     const float *restrict x = fo_float_in(x_buf, a->x, r * a->x_row_stride + c0, n, a->dtype);
     const int64_t out = r * a->cols + c0;
     float *restrict y = fo_float_out(y_buf, a->y, out, a->dtype);
-    const float scale = (float)a->scale;
+    /* x * scale + bias in double, rounded once: x * scale may overflow float */
+    const double scale = a->scale;
+    double v[CPU_CHUNK];
     if (a->bias) {
         const float *restrict bias = fo_float_in(bias_buf, a->bias, c0, n, a->bias_dtype);
-        for (int64_t i = 0; i < n; i++) y[i] = x[i] * scale + bias[i];
+        for (int64_t i = 0; i < n; i++) v[i] = x[i] * scale + bias[i];
     } else {
-        for (int64_t i = 0; i < n; i++) y[i] = x[i] * scale + 0.0f;
+        for (int64_t i = 0; i < n; i++) v[i] = x[i] * scale + 0.0;
     }
-    for (int64_t i = 0; i < n; i++) y[i] = y[i] < 0.0f ? 0.0f : y[i];
+    for (int64_t i = 0; i < n; i++) y[i] = (float)(v[i] < 0.0 ? 0.0 : v[i]);
     fo_float_done(a->y, out, y, n, a->dtype);
     if (a->mask)
         mask_of_f32(a->mask + r * fo_mask_row_bytes(a->cols) + c0 / 8,
@@ -119,8 +121,8 @@ static void backward_piece_float(const fo_bias_scale_relu_backward_params *a,
     if (a->dx) {
         const int64_t out = r * a->cols + c0;
         float *restrict dx = fo_float_out(dx_buf, a->dx, out, a->dtype);
-        const float scale = (float)a->scale;
-        for (int64_t i = 0; i < n; i++) dx[i] = g[i] * scale;
+        const double scale = a->scale; /* rounded once, as the forward */
+        for (int64_t i = 0; i < n; i++) dx[i] = (float)(g[i] * scale);
         fo_float_done(a->dx, out, dx, n, a->dtype);
     }
 }

@@ -3,9 +3,7 @@
 #include <math.h>
 
 #include "cpu_convert.h"
-#include "cpu_float.h"
 #include "cpu_kernels.h"
-#include "cpu_math.h"
 #include "cpu_parallel.h"
 
 #define SQRT_HALF 0.70710678118654752440       /* 1 / sqrt(2) */
@@ -50,41 +48,6 @@ static void geglu_piece_f32(const fo_geglu_params *a, int64_t r, int64_t c0, int
     }
 }
 
-/* A tanh-GELU piece of a bfloat16 or float16 tensor, in float:
- * 0.5 g (1 + tanh(u)) is g sigmoid(2u), without the cancellation of 1 + tanh
- * for negative g; its derivative s + 2 g s (1 - s) u'. */
-static void geglu_tanh_piece_float(const fo_geglu_params *a, int64_t r, int64_t c0, int64_t n) {
-    float gate_buf[CPU_CHUNK], up_buf[CPU_CHUNK], dy_buf[CPU_CHUNK];
-    float first_buf[CPU_CHUNK], second_buf[CPU_CHUNK];
-    const float k = (float)SQRT_2_OVER_PI, c = (float)TANH_CUBIC;
-    const float *restrict gate = fo_float_in(gate_buf, a->gate, r * a->gate_row_stride + c0, n, a->dtype);
-    const float *restrict up = fo_float_in(up_buf, a->up, r * a->up_row_stride + c0, n, a->dtype);
-    const int64_t out = r * a->cols + c0;
-    if (!a->dy) {
-        float *restrict y = fo_float_out(first_buf, a->y_or_dgate, out, a->dtype);
-        for (int64_t i = 0; i < n; i++) {
-            const float g = gate[i];
-            y[i] = g * fo_sigmoidf(2.0f * k * (g + c * g * g * g)) * up[i];
-        }
-        fo_float_done(a->y_or_dgate, out, y, n, a->dtype);
-        return;
-    }
-    const float *restrict dy = fo_float_in(dy_buf, a->dy, r * a->dy_row_stride + c0, n, a->dtype);
-    /* both gradients into buffers where one is not wanted: loops without branches */
-    float *restrict first = a->y_or_dgate ? fo_float_out(first_buf, a->y_or_dgate, out, a->dtype) : first_buf;
-    float *restrict second = a->dup ? fo_float_out(second_buf, a->dup, out, a->dtype) : second_buf;
-    for (int64_t i = 0; i < n; i++) {
-        const float g = gate[i], d = dy[i];
-        const float s = fo_sigmoidf(2.0f * k * (g + c * g * g * g)), slope = s * (1.0f - s);
-        /* a saturated sigmoid has slope 0 however large g^2 grows */
-        const float tail = slope == 0.0f ? 0.0f : 2.0f * g * slope * k * (1.0f + 3.0f * c * g * g);
-        first[i] = d * up[i] * (s + tail);
-        second[i] = d * g * s;
-    }
-    if (a->y_or_dgate) fo_float_done(a->y_or_dgate, out, first, n, a->dtype);
-    if (a->dup) fo_float_done(a->dup, out, second, n, a->dtype);
-}
-
 /* Pieces [k0, k1) of the rows x fo_cpu_chunks(cols) pieces (each
  * independent); one loop for both passes: dy == 0 means forward. */
 static void geglu_pieces(const void *ctx, int64_t k0, int64_t k1) {
@@ -95,11 +58,6 @@ static void geglu_pieces(const void *ctx, int64_t k0, int64_t k1) {
     for (int64_t k = k0; k < k1; k++) {
         const int64_t r = k / chunks, c0 = k % chunks * CPU_CHUNK;
         const int64_t n = a->cols - c0 < CPU_CHUNK ? a->cols - c0 : CPU_CHUNK;
-        /* float32 keeps double arithmetic: the C tests hold it to 2 ulp */
-        if ((a->dtype == FO_DTYPE_BF16 || a->dtype == FO_DTYPE_F16) && a->approximate == FO_GELU_TANH) {
-            geglu_tanh_piece_float(a, r, c0, n);
-            continue;
-        }
         if (a->dtype == FO_DTYPE_F32) {
             geglu_piece_f32(a, r, c0, n);
             continue;
