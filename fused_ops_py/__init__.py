@@ -6,6 +6,7 @@ from importlib import metadata as _metadata
 from . import _ffi
 from .functional import (
     fused_bias_scale_relu,
+    fused_clamped_swiglu,
     fused_geglu,
     fused_rope,
     fused_swiglu,
@@ -51,6 +52,7 @@ __all__ = [
     "fused_add_layer_norm",
     "fused_add_rms_norm",
     "fused_bias_scale_relu",
+    "fused_clamped_swiglu",
     "fused_cross_entropy",
     "fused_geglu",
     "fused_layer_norm",

@@ -295,6 +295,33 @@ class GeGLUFunction(torch.autograd.Function):
         return (*geglu_grads(_calls.geglu_backward, ctx, dy), None)
 
 
+# clamped swiglu -------------------------------------------------------------------
+
+
+def clamped_swiglu_save(ctx, gate_up, alpha, limit, interleaved):
+    ctx.save_for_backward(gate_up)
+    ctx.clamped_swiglu = (alpha, limit, interleaved)
+
+
+def clamped_swiglu_grads(backward, ctx, dy):
+    """dgate_up from backward(dy, gate_up, alpha, limit, interleaved)."""
+    (gate_up,) = ctx.saved_tensors
+    return backward(dy, gate_up, *ctx.clamped_swiglu)
+
+
+class ClampedSwiGLUFunction(torch.autograd.Function):
+    """apply(gate_up, alpha, limit, interleaved)."""
+
+    @staticmethod
+    def forward(ctx, gate_up, alpha, limit, interleaved):
+        clamped_swiglu_save(ctx, gate_up, alpha, limit, interleaved)
+        return _calls.clamped_swiglu_forward("fused_clamped_swiglu", gate_up, alpha, limit, interleaved)
+
+    @staticmethod
+    def backward(ctx, dy):
+        return clamped_swiglu_grads(_calls.clamped_swiglu_backward, ctx, dy), None, None, None
+
+
 # rope -----------------------------------------------------------------------------
 #
 # The rotation is linear in q and k: backward needs only cos and sin, never
@@ -444,6 +471,7 @@ apply_square = eager_apply(SquareFunction)
 apply_reduce_sum = eager_apply(ReduceSumFunction)
 apply_swiglu = eager_apply(SwiGLUFunction)
 apply_geglu = eager_apply(GeGLUFunction)
+apply_clamped_swiglu = eager_apply(ClampedSwiGLUFunction)
 apply_rope = eager_apply(RoPEFunction)
 apply_cross_entropy = eager_apply(CrossEntropyFunction)
 apply_linear_cross_entropy = eager_apply(LinearCrossEntropyFunction)

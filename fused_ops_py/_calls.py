@@ -7,6 +7,7 @@ the scalar arguments) is worked out once and kept: the rows x cols view and
 an argument struct filled with everything but the addresses and the stream.
 A call then copies that struct, writes its addresses and calls."""
 
+import functools
 import math
 import re
 
@@ -718,6 +719,86 @@ def geglu_backward(dy, gate, up, approximate, want_gate, want_up):
                 gate_row_stride=gate_stride, up=up_view.data_ptr(), up_row_stride=up_stride, rows=rows,
                 cols=cols, dtype=DTYPE_CODES[gate.dtype], approximate=GELU_APPROXIMATIONS[approximate])
     return geglu_backward_prepared(b, dy_view, want_gate, want_up, gate)
+
+
+# clamped swiglu (gpt-oss's experts): one gate_up input, gate and up in
+# pairs or halves; backward needs gate_up, which forward saves -----------------------
+
+_CLAMPED_SWIGLU = ffi.typeof("fo_clamped_swiglu_args *")
+_GLU_LAYOUTS = {True: lib.FO_GLU_INTERLEAVED, False: lib.FO_GLU_HALVES}
+
+
+def check_clamped_swiglu(fn, gate_up, alpha, limit, interleaved):
+    _args.check_tensor(fn, "gate_up", gate_up)
+    if gate_up.dim() == 0 or gate_up.shape[-1] % 2:
+        raise ValueError(f"{fn}: gate_up has shape {tuple(gate_up.shape)}; its last dimension must be even "
+                         "(gate and up side by side)")
+    _args.check_number(fn, "alpha", alpha)
+    _args.check_number(fn, "limit", limit)
+    if not math.isfinite(alpha):
+        raise ValueError(f"{fn}: alpha={alpha!r} must be finite")
+    if not limit > 0:
+        raise ValueError(f"{fn}: limit={limit!r} must be positive (inf: no clamp)")
+    if not isinstance(interleaved, bool):
+        raise TypeError(f"{fn}: interleaved must be a bool, got {type(interleaved).__name__}")
+
+
+@functools.cache
+def clamp_grad_at_limit():
+    """Whether the installed torch.clamp passes a gradient at its bounds
+    (up to torch 2.13 it does; from 2.14 it does not)."""
+    x = torch.ones((), requires_grad=True)
+    with torch.enable_grad():
+        (gradient,) = torch.autograd.grad(x.clamp(max=1.0), x)
+    return int(gradient.item() == 1.0)
+
+
+def _clamped_swiglu_plan(fn, gate_up, alpha, limit, interleaved):
+    """(struct template, CUDA index, free structs) for a signature."""
+    check_clamped_swiglu(fn, gate_up, alpha, limit, interleaved)
+    _, rows, cols2, stride = as_rows(gate_up)
+    device = (lib.FO_DEVICE_CUDA if gate_up.is_cuda else lib.FO_DEVICE_CPU, max(gate_up.get_device(), 0))
+    template = _struct(_CLAMPED_SWIGLU, device, gate_up_row_stride=stride, rows=rows, cols=cols2 // 2,
+                       dtype=DTYPE_CODES[gate_up.dtype], layout=_GLU_LAYOUTS[interleaved], alpha=alpha,
+                       limit=limit, grad_at_limit=clamp_grad_at_limit())
+    return template, _cuda_index(gate_up), []
+
+
+_clamped_swiglu_plans = {}
+
+
+def _clamped_swiglu_call(fn, gate_up, alpha, limit, interleaved, dy=None):
+    try:
+        key = (gate_up.shape, gate_up.stride(), gate_up.dtype, gate_up.device, alpha, limit, interleaved)
+    except AttributeError:  # not a tensor: the checks name what is wrong
+        key = None
+    template, cuda_index, free = _prepared(_clamped_swiglu_plans, key, _clamped_swiglu_plan, fn, gate_up,
+                                           alpha, limit, interleaved)
+    a = _call_struct(_CLAMPED_SWIGLU, template, cuda_index, free)
+    gate_up_rows = as_rows(gate_up)[0]  # a copy where no view has dense rows: alive until the call returns
+    a.gate_up = gate_up_rows.data_ptr()
+    if dy is None:
+        out = torch.empty((*gate_up.shape[:-1], gate_up.shape[-1] // 2), dtype=gate_up.dtype,
+                          device=gate_up.device)
+        a.y, entry = out.data_ptr(), lib.fo_clamped_swiglu_forward
+    else:
+        dy_rows, _, _, a.dy_row_stride = as_rows(dy)
+        out = dense_like(gate_up)
+        a.dy, a.dgate_up, entry = dy_rows.data_ptr(), out.data_ptr(), lib.fo_clamped_swiglu_backward
+    status = entry(a)
+    if status or SYNC:
+        finish(entry, status, (a.device_type, a.device_index))
+    free.append(a)
+    return out
+
+
+def clamped_swiglu_forward(fn, gate_up, alpha, limit, interleaved):
+    return _clamped_swiglu_call(fn, gate_up, alpha, limit, interleaved)
+
+
+def clamped_swiglu_backward(dy, gate_up, alpha, limit, interleaved):
+    """dgate_up, laid out as gate_up."""
+    return _clamped_swiglu_call("fused_clamped_swiglu", gate_up, alpha, limit, interleaved, dy)
 
 
 # rope: q and k in one call, read in place through their strides (typically

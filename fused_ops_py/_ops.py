@@ -240,6 +240,34 @@ if AVAILABLE:
 
     geglu.register_autograd(_geglu_grad, setup_context=_geglu_setup)
 
+    # clamped swiglu -------------------------------------------------------------------
+
+    @custom_op("fused_ops_py::clamped_swiglu", mutates_args=())
+    def clamped_swiglu(gate_up: Tensor, alpha: float, limit: float, interleaved: bool) -> Tensor:
+        return _calls.clamped_swiglu_forward("fused_ops_py::clamped_swiglu", gate_up, alpha, limit, interleaved)
+
+    @clamped_swiglu.register_fake
+    def _(gate_up, alpha, limit, interleaved):
+        return gate_up.new_empty((*gate_up.shape[:-1], gate_up.shape[-1] // 2))
+
+    @custom_op("fused_ops_py::clamped_swiglu_backward", mutates_args=())
+    def clamped_swiglu_backward(dy: Tensor, gate_up: Tensor, alpha: float, limit: float,
+                                interleaved: bool) -> Tensor:
+        return _calls.clamped_swiglu_backward(dy, gate_up, alpha, limit, interleaved)
+
+    @clamped_swiglu_backward.register_fake
+    def _(dy, gate_up, alpha, limit, interleaved):
+        return gate_up.new_empty(gate_up.shape)
+
+    def _clamped_swiglu_setup(ctx, inputs, output):
+        _autograd.clamped_swiglu_save(ctx, *inputs)
+
+    def _clamped_swiglu_grad(ctx, dy):
+        return (_autograd.clamped_swiglu_grads(torch.ops.fused_ops_py.clamped_swiglu_backward, ctx, dy),
+                None, None, None)
+
+    clamped_swiglu.register_autograd(_clamped_swiglu_grad, setup_context=_clamped_swiglu_setup)
+
     # rope -----------------------------------------------------------------------------
 
     @custom_op("fused_ops_py::rope", mutates_args=())

@@ -8,6 +8,7 @@ import torch
 from . import _args, _calls
 from ._autograd import (
     apply_bias_scale_relu,
+    apply_clamped_swiglu,
     apply_geglu,
     apply_reduce_sum,
     apply_rope,
@@ -110,6 +111,27 @@ def fused_geglu(gate, up, approximate="tanh"):
     if wants_grad:
         return apply_geglu(gate, up, approximate)
     return _calls.geglu_forward(fn, gate, up, approximate)[0]
+
+
+def fused_clamped_swiglu(gate_up, alpha=1.702, limit=7.0, interleaved=True):
+    """gpt-oss's clamped SwiGLU: with gate and up the two halves of gate_up's
+    last dimension, interleaved (gate_up[..., ::2] and gate_up[..., 1::2],
+    gpt-oss's layout) or side by side (chunk(2, dim=-1)),
+    g = gate.clamp(max=limit) and u = up.clamp(-limit, limit):
+    (u + 1) * g * sigmoid(alpha * g), of gate_up's shape with its last
+    dimension halved. limit=inf clamps nothing. The gradient flows to
+    gate_up, in its layout."""
+    fn = "fused_clamped_swiglu"
+    if compiling():
+        _calls.check_clamped_swiglu(fn, gate_up, alpha, limit, interleaved)
+        return torch.ops.fused_ops_py.clamped_swiglu(gate_up, float(alpha), float(limit), interleaved)
+    try:
+        wants_grad = _wants_grad(gate_up)
+    except AttributeError:  # not a tensor: the raw call names what is wrong
+        wants_grad = False
+    if wants_grad:
+        return apply_clamped_swiglu(gate_up, alpha, limit, interleaved)
+    return _calls.clamped_swiglu_forward(fn, gate_up, alpha, limit, interleaved)
 
 
 def fused_rope(q, k, cos, sin, unsqueeze_dim=1, interleaved=False):

@@ -83,6 +83,11 @@ int fo_cuda_geglu(int device_index, uintptr_t stream, const fo_geglu_params *a) 
     return not_built();
 }
 
+int fo_cuda_clamped_swiglu(const fo_clamped_swiglu_args *a) {
+    (void)a;
+    return not_built();
+}
+
 int fo_cuda_rope(int device_index, uintptr_t stream, const fo_rope_params *a) {
     (void)device_index, (void)stream, (void)a;
     return not_built();

@@ -504,6 +504,53 @@ typedef struct fo_geglu_backward_args {
 
 FO_API int fo_geglu_backward(const fo_geglu_backward_args *args);
 
+/* Where gate and up lie in a row of fo_clamped_swiglu's gate_up. */
+enum fo_glu_layout {
+    FO_GLU_HALVES = 0,     /* gate's cols, then up's: [gate | up] (chunk(2, dim=-1)) */
+    FO_GLU_INTERLEAVED = 1 /* (gate, up) pairs: gate_up[..., ::2], gate_up[..., 1::2] (gpt-oss) */
+};
+
+/*
+ * Clamped SwiGLU (gpt-oss's experts), elementwise over each row's gate and
+ * up, with g = min(gate, limit) and u = clamp(up, -limit, limit) (NaN
+ * stays NaN):
+ *   y = (u + 1) * g * sigmoid(alpha * g)
+ * and its gradients, with s = sigmoid(alpha * g):
+ *   dgate = gate < limit          ? dy * (u + 1) * s * (1 + alpha * g * (1 - s)) : 0
+ *   dup   = -limit < up < limit   ? dy * g * s : 0
+ * where the comparisons are <= with grad_at_limit set: torch.clamp's
+ * gradient passes at its bounds up to torch 2.13, and not from 2.14.
+ * Arithmetic is fp32 (fp64 for fp64).
+ *   gate_up:  rows x (2 * cols) with its row stride, `dtype`, laid out as
+ *             `layout` says.
+ *   y:        fo_clamped_swiglu_forward's output, rows x cols, dense.
+ *   dy:       fo_clamped_swiglu_backward's input, rows x cols with its row
+ *             stride (0 is fine: an expanded gradient).
+ *   dgate_up: fo_clamped_swiglu_backward's output, rows x (2 * cols), dense,
+ *             laid out as gate_up.
+ * An entry point reads only its own fields (forward: y; backward: dy and
+ * dgate_up). alpha is finite; limit is positive (+inf: no clamp).
+ */
+typedef struct fo_clamped_swiglu_args {
+    int64_t struct_size;  /* sizeof(fo_clamped_swiglu_args) */
+    int32_t device_type, device_index;
+    uintptr_t stream;
+    uintptr_t y;
+    uintptr_t dgate_up;
+    uintptr_t dy;
+    int64_t dy_row_stride;      /* elements */
+    uintptr_t gate_up;
+    int64_t gate_up_row_stride; /* elements */
+    int64_t rows, cols;         /* cols: of y; gate_up has 2 * cols */
+    int32_t dtype;
+    int32_t layout;             /* an fo_glu_layout */
+    double alpha, limit;
+    int64_t grad_at_limit;      /* 1: the gradient passes at gate == limit and up == +-limit */
+} fo_clamped_swiglu_args;
+
+FO_API int fo_clamped_swiglu_forward(const fo_clamped_swiglu_args *args);
+FO_API int fo_clamped_swiglu_backward(const fo_clamped_swiglu_args *args);
+
 /* Where the heads dimension of q and k lies. */
 enum fo_rope_layout {
     FO_ROPE_HEADS_FIRST = 0, /* [batch, heads, tokens, head_dim] (Hugging Face's unsqueeze_dim=1) */

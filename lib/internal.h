@@ -229,6 +229,7 @@ int64_t fo_cuda_norm_workspace_bytes(const fo_norm_backward_params *a,
                                      int device_index);
 int fo_cuda_swiglu(int device_index, uintptr_t stream, const fo_swiglu_args *a);
 int fo_cuda_geglu(int device_index, uintptr_t stream, const fo_geglu_params *a);
+int fo_cuda_clamped_swiglu(const fo_clamped_swiglu_args *a); /* dy == 0: forward */
 int fo_cuda_rope(int device_index, uintptr_t stream, const fo_rope_params *a);
 int fo_cuda_cross_entropy(int device_index, uintptr_t stream,
                           const fo_cross_entropy_params *a);

@@ -66,7 +66,7 @@ TINY_FAMILIES = [
     ("mixtral", "MixtralForCausalLM", 5 + 2 + 1 + 1, True),  # norms, experts, RoPE, loss
     ("qwen2_moe", "Qwen2MoeForCausalLM", 5 + 4 + 1 + 1, True),  # experts and shared experts
     ("qwen3_moe", "Qwen3MoeForCausalLM", 9 + 2 + 1 + 1, True),  # q and k norms
-    ("gpt_oss", "GptOssForCausalLM", 5 + 1 + 1, False),  # its clamped experts keep their code
+    ("gpt_oss", "GptOssForCausalLM", 5 + 2 + 1 + 1, True),  # clamped experts
     ("olmo2", "Olmo2ForCausalLM", 9 + 2 + 1 + 1, True),
     ("olmo3", "Olmo3ForCausalLM", 9 + 2 + 1 + 1, True),
     ("granite", "GraniteForCausalLM", 5 + 2 + 1 + 1, True),  # logits_scaling 8 (override below)
@@ -186,6 +186,24 @@ def test_patched_hf_model_matches_and_trains(index, device):
         assert abs(a - b) <= 2e-4 * abs(a)
 
 
+@pytest.mark.parametrize("implementation", ["eager", "grouped_mm", "batched_mm"])
+@pytest.mark.parametrize("family", ["mixtral", "qwen3_moe", "gpt_oss"])
+def test_patched_experts_match_in_every_experts_implementation(family, implementation, device):
+    """transformers runs experts by a loop, grouped_mm or batched_mm, as
+    config._experts_implementation says: patched experts compute what each does."""
+    _, config, original, patched = twins(FAMILIES.index(family), device)
+    for model in (original.model, patched):
+        model.set_experts_implementation(implementation)
+    tokens = torch.randint(0, config.vocab_size, (2, 12), generator=torch.Generator().manual_seed(3)).to(device)
+    loss_original = original(input_ids=tokens, labels=tokens).loss
+    loss_patched = patched(input_ids=tokens, labels=tokens).loss
+    torch.testing.assert_close(loss_patched, loss_original, atol=0, rtol=2e-4)
+    loss_original.backward()
+    loss_patched.backward()
+    for (n, a), (_, b) in zip(patched.named_parameters(), original.model.named_parameters()):
+        torch.testing.assert_close(a.grad, b.grad, atol=1e-5, rtol=1e-3, msg=lambda m: f"{family} {n}: {m}")
+
+
 @pytest.mark.parametrize("index", range(len(FAMILIES)), ids=FAMILIES)
 def test_patched_hf_model_generates_the_same_tokens(index, device):
     name, config, original, patched = twins(index, device)
@@ -213,12 +231,12 @@ def test_patch_chooses_what_to_replace(device):
 
 def test_strict_names_what_it_does_not_know_and_changes_nothing():
     tiny_causal_lms = pytest.importorskip("tiny_causal_lms")
-    model = tiny_causal_lms.build("GptOssForCausalLM")  # experts clamped as patch's gates are not
+    model = tiny_causal_lms.build("DeepseekV3ForCausalLM")  # its interleaved RoPE, rotated after a permute
     modeling = sys.modules[type(model).__module__]
     modules, rotary = dict(model.named_modules()), _rotary_functions(model)
-    with pytest.raises(fo.PatchError, match=r"2 part\(s\).*model\.layers\.0\.mlp\.experts \(GptOssExperts\)"):
+    with pytest.raises(fo.PatchError, match=r"1 part\(s\).*modeling_deepseek_v3\.apply_rotary_pos_emb_interleave"):
         fo.patch(model, strict=True)
     assert dict(model.named_modules()) == modules  # the very same modules
     assert not any("forward" in m.__dict__ for m in model.modules())
     assert {name: getattr(modeling, name) for name in rotary} == rotary
-    assert fo.patch(model) == 5 + 1 + 1  # without strict: what it knows
+    assert fo.patch(model) == 9 + 3 + 1 + 1  # without strict: what it knows

@@ -1,15 +1,17 @@
 """Gated MLPs and MoE experts: act(gate) * up through fused_swiglu (SiLU) or
-fused_geglu (GELU), where the module's forward is one of the computations
-below and its activation is one whose function is known. The projections,
-the experts' weights and the router stay as they are."""
+fused_geglu (GELU), and gpt-oss's clamped gate through fused_clamped_swiglu,
+where the module's forward is one of the computations below and its
+activation is one whose function is known. The projections, the experts'
+weights and the router stay as they are."""
 
 import functools
+import math
 import types
 
 import torch
 from torch import nn
 
-from ..functional import fused_geglu, swiglu_over_inputs
+from ..functional import fused_clamped_swiglu, fused_geglu, swiglu_over_inputs
 from ._source import is_known, known
 
 _SILU = known("def forward(self, input): return nn.functional.silu(input)")
@@ -123,6 +125,41 @@ _DEFAULT_APPLY_GATE = known(
         return self.act_fn(gate) * up
     """
 )
+# gpt-oss's experts: biases, [experts, hidden, 2 * intermediate] weights with
+# gate and up interleaved, each implementation's gate through _apply_gate
+_CLAMPED_EXPERTS = known(
+    """
+    def forward(self, hidden_states, router_indices=None, routing_weights=None):
+        next_states = torch.zeros_like(hidden_states, dtype=hidden_states.dtype, device=hidden_states.device)
+        with torch.no_grad():
+            expert_mask = torch.nn.functional.one_hot(router_indices, num_classes=self.num_experts)
+            expert_mask = expert_mask.permute(2, 1, 0)
+            expert_hit = torch.greater(expert_mask.sum(dim=(-1, -2)), 0).nonzero()
+        for expert_idx in expert_hit:
+            expert_idx = expert_idx[0]
+            if expert_idx == self.num_experts:
+                continue
+            top_k_pos, token_idx = torch.where(expert_mask[expert_idx])
+            current_state = hidden_states[token_idx]
+            gate_up = current_state @ self.gate_up_proj[expert_idx] + self.gate_up_proj_bias[expert_idx]
+            gated_output = self._apply_gate(gate_up)
+            out = gated_output @ self.down_proj[expert_idx] + self.down_proj_bias[expert_idx]
+            weighted_output = out * routing_weights[token_idx, top_k_pos, None]
+            next_states.index_add_(0, token_idx, weighted_output.to(hidden_states.dtype))
+        return next_states
+    """
+)
+_CLAMPED_APPLY_GATE = known(
+    """
+    def _apply_gate(self, gate_up):
+        gate, up = gate_up[..., ::2], gate_up[..., 1::2]
+        gate = gate.clamp(min=None, max=self.limit)
+        up = up.clamp(min=-self.limit, max=self.limit)
+        glu = gate * torch.sigmoid(gate * self.alpha)
+        gated_output = (up + 1) * glu
+        return gated_output
+    """
+)
 # transformers' dispatch among the experts implementations
 _EXPERTS_DISPATCH = known(
     """
@@ -165,6 +202,10 @@ def _apply_gate(gated):
     return apply_gate
 
 
+def _clamped_apply_gate(self, gate_up):
+    return fused_clamped_swiglu(gate_up, self.alpha, self.limit, interleaved=True)
+
+
 def _experts_eager_forward(self, hidden_states, top_k_index, top_k_weights):
     """transformers' eager experts loop, its gate through self._apply_gate."""
     final_hidden_states = torch.zeros_like(hidden_states)
@@ -202,6 +243,15 @@ def _is_experts(module):
             and hasattr(getattr(module, "config", None), "_experts_implementation"))
 
 
+def _is_clamped_experts(module):
+    kind = type(module)
+    return (is_known(kind.forward, _EXPERTS_DISPATCH) and is_known(kind.forward.__wrapped__, _CLAMPED_EXPERTS)
+            and is_known(getattr(kind, "_apply_gate", None), _CLAMPED_APPLY_GATE)
+            and isinstance(getattr(module, "alpha", None), (int, float)) and math.isfinite(module.alpha)
+            and isinstance(getattr(module, "limit", None), (int, float)) and module.limit > 0
+            and hasattr(getattr(module, "config", None), "_experts_implementation"))
+
+
 def fused_methods(module):
     """{method name: fused function} for a gated MLP or experts module whose
     computation is known, else None."""
@@ -216,6 +266,8 @@ def fused_methods(module):
         return {"forward": _bmm_experts_forward(gated)}
     if _is_experts(module) and (gated := gate_of(getattr(module, "act_fn", None))):
         return {"forward": _experts_forward, "_apply_gate": _apply_gate(gated)}
+    if _is_clamped_experts(module):  # every implementation, eager's loop too, calls _apply_gate
+        return {"_apply_gate": _clamped_apply_gate}
     return None
 
 
@@ -232,7 +284,7 @@ def patch_mlps(model, apply=True):
     names of the MLP-like modules it keeps)."""
     replaced, kept = 0, []
     for name, module in model.named_modules():
-        if "forward" in module.__dict__:  # patched already, or a forward of the user's own
+        if "forward" in module.__dict__ or "_apply_gate" in module.__dict__:  # patched, or the user's own
             continue
         methods = fused_methods(module)
         if methods is not None:

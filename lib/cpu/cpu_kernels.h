@@ -30,6 +30,7 @@ typedef struct fo_cpu_kernels {
     void (*norm_backward)(const fo_norm_backward_params *a);
     void (*swiglu)(const fo_swiglu_args *a);
     void (*geglu)(const fo_geglu_params *a);
+    void (*clamped_swiglu)(const fo_clamped_swiglu_args *a);
     void (*rope)(const fo_rope_params *a);
     void (*cross_entropy)(const fo_cross_entropy_params *a);
     void (*scale_rows)(const fo_scale_rows_params *a);
@@ -45,6 +46,7 @@ typedef struct fo_cpu_kernels {
     void FO_CPU_NAME(norm_backward, isa)(const fo_norm_backward_params *);     \
     void FO_CPU_NAME(swiglu, isa)(const fo_swiglu_args *);                     \
     void FO_CPU_NAME(geglu, isa)(const fo_geglu_params *);                     \
+    void FO_CPU_NAME(clamped_swiglu, isa)(const fo_clamped_swiglu_args *);     \
     void FO_CPU_NAME(rope, isa)(const fo_rope_params *);                       \
     void FO_CPU_NAME(cross_entropy, isa)(const fo_cross_entropy_params *);     \
     void FO_CPU_NAME(scale_rows, isa)(const fo_scale_rows_params *);
@@ -59,6 +61,7 @@ typedef struct fo_cpu_kernels {
      FO_CPU_NAME(norm_backward, isa),                                          \
      FO_CPU_NAME(swiglu, isa),                                                 \
      FO_CPU_NAME(geglu, isa),                                                  \
+     FO_CPU_NAME(clamped_swiglu, isa),                                         \
      FO_CPU_NAME(rope, isa),                                                   \
      FO_CPU_NAME(cross_entropy, isa),                                          \
      FO_CPU_NAME(scale_rows, isa)}
