@@ -8,7 +8,8 @@
 #   bench/gpu_check.sh multi   build, then the 2-GPU tests (DDP, FSDP2)
 #   bench/gpu_check.sh patch   build, then patch(model)'s tests and sweep over
 #                              every *ForCausalLM class on the GPU (whenever
-#                              patching changes), RoPE's tests and sanitizers
+#                              patching changes), RoPE's and the clamped
+#                              SwiGLU's tests and sanitizers
 # GPU_LIBRARY: a library built beforehand, used instead of building one.
 # For a shorter test stage: PYTEST_TARGETS (default tests) and SANITIZERS
 # (default "memcheck racecheck initcheck synccheck").
@@ -55,7 +56,7 @@ if [ "$stage" = test ]; then
 
     # sanitizers see torch's caching allocator as one big buffer; turn it off
     export PYTORCH_NO_CUDA_MEMORY_CACHING=1
-    subset=(tests/test_cuda.py tests/test_bias_scale_relu.py tests/test_square.py tests/test_reduce_sum.py tests/test_norms.py tests/test_swiglu.py tests/test_rope.py)
+    subset=(tests/test_cuda.py tests/test_bias_scale_relu.py tests/test_square.py tests/test_reduce_sum.py tests/test_norms.py tests/test_swiglu.py tests/test_clamped_swiglu.py tests/test_rope.py)
     filter="cuda and not gradcheck and not 2_to_the_31"
     for tool in ${SANITIZERS:-memcheck racecheck initcheck synccheck}; do
         echo "== compute-sanitizer --tool $tool"
@@ -108,13 +109,13 @@ if [ "$stage" = multi ]; then
     exit "$status"
 fi
 if [ "$stage" = patch ]; then
-    python3 -m pytest -q -rs tests/test_patching.py tests/test_patch_sweep.py tests/test_rope.py 2>&1 | tee /tmp/logs/patch.txt | tail -15
+    python3 -m pytest -q -rs tests/test_patching.py tests/test_patch_sweep.py tests/test_rope.py tests/test_clamped_swiglu.py 2>&1 | tee /tmp/logs/patch.txt | tail -15
     status=${PIPESTATUS[0]}
     export PYTORCH_NO_CUDA_MEMORY_CACHING=1
     for tool in memcheck racecheck initcheck synccheck; do
         compute-sanitizer --tool "$tool" --error-exitcode 99 python3 -m pytest -q -x tests/test_rope.py \
-            -k "cuda and not gradcheck" >"/tmp/logs/sanitizer_rope_$tool.txt" 2>&1
-        echo "rope $tool exit=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|passed|failed' "/tmp/logs/sanitizer_rope_$tool.txt" | tr '\n' ' ')"
+            tests/test_clamped_swiglu.py -k "cuda and not gradcheck" >"/tmp/logs/sanitizer_patch_$tool.txt" 2>&1
+        echo "rope, clamped swiglu $tool exit=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|passed|failed' "/tmp/logs/sanitizer_patch_$tool.txt" | tr '\n' ' ')"
     done | tee /tmp/logs/sanitizer_summary.txt
     tar -czf "$OUT/gpu_patch_logs.tar.gz" -C /tmp logs
     exit "$status"

@@ -31,9 +31,16 @@ CASES = {
     "swiglu": (fo.fused_swiglu, lambda x, r: F.silu(x) * r, "xr"),
     "geglu": (fo.fused_geglu, lambda x, r: F.gelu(x, approximate="tanh") * r, "xr"),
     "geglu_erf": (lambda x, r: fo.fused_geglu(x, r, approximate="none"), lambda x, r: F.gelu(x) * r, "xr"),
+    "clamped_swiglu": (lambda x: fo.fused_clamped_swiglu(x * 4, limit=3.0), lambda x: clamped_swiglu(x * 4, 3.0), "x"),
     "rope": (lambda x, r: rope_of(fo.fused_rope, x, r), lambda x, r: rope_of(hf_rope, x, r), "xr"),
     "reduce_sum": (fo.reduce_sum, torch.sum, "x"),
 }
+def clamped_swiglu(x, limit):
+    """gpt-oss's gate over (gate, up) pairs."""
+    gate, up = x[..., ::2].clamp(max=limit), x[..., 1::2].clamp(-limit, limit)
+    return (up + 1) * gate * torch.sigmoid(1.702 * gate)
+
+
 def hf_rope(q, k, cos, sin):
     """Hugging Face's apply_rotary_pos_emb (unsqueeze_dim=1), partial rotary."""
     cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)

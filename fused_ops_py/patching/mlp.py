@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from ..functional import fused_clamped_swiglu, fused_geglu, swiglu_over_inputs
+from . import grouped_experts
 from ._source import is_known, known
 
 _SILU = known("def forward(self, input): return nn.functional.silu(input)")
@@ -233,6 +234,16 @@ def _experts_forward(self, *args, **kwargs):
     return type(self).forward(self, *args, **kwargs)
 
 
+def _swiglu_experts_forward(self, hidden_states, top_k_index, top_k_weights):
+    """_experts_forward, its grouped_mm path through GroupedExpertsFunction:
+    the same computation, with less kept for backward."""
+    if (self.config._experts_implementation == "grouped_mm"
+            and grouped_experts.usable(self, hidden_states, top_k_index)):
+        return grouped_experts.GroupedExpertsFunction.apply(hidden_states, self.gate_up_proj, self.down_proj,
+                                                            top_k_index, top_k_weights)
+    return _experts_forward(self, hidden_states, top_k_index, top_k_weights)
+
+
 def _is_experts(module):
     kind = type(module)
     return (is_known(kind.forward, _EXPERTS_DISPATCH) and is_known(kind.forward.__wrapped__, _EXPERTS)
@@ -265,7 +276,8 @@ def fused_methods(module):
     if is_known(forward, _BMM_EXPERTS) and (gated := gate_of(getattr(module, "act_fn", None))):
         return {"forward": _bmm_experts_forward(gated)}
     if _is_experts(module) and (gated := gate_of(getattr(module, "act_fn", None))):
-        return {"forward": _experts_forward, "_apply_gate": _apply_gate(gated)}
+        forward = _swiglu_experts_forward if gated is swiglu_over_inputs else _experts_forward
+        return {"forward": forward, "_apply_gate": _apply_gate(gated)}
     if _is_clamped_experts(module):  # every implementation, eager's loop too, calls _apply_gate
         return {"_apply_gate": _clamped_apply_gate}
     return None

@@ -825,6 +825,134 @@ static void test_geglu_values(void) {
 }
 
 /* ========================================================================
+ * Clamped SwiGLU: errors and values (fo_clamped_swiglu_forward, _backward)
+ * ======================================================================== */
+
+static fo_clamped_swiglu_args clamped_swiglu_base(void) {
+    fo_clamped_swiglu_args a = {
+        .struct_size = sizeof a, .device_type = CPU, .device_index = -3, .stream = 12345,
+        .y = addr(&E_OUT), .dgate_up = addr(&E_OUT2), .dy = addr(&E_IN2), .dy_row_stride = 4,
+        .gate_up = addr(&E_IN), .gate_up_row_stride = 8, .rows = 2, .cols = 4, .dtype = F32,
+        .layout = FO_GLU_INTERLEAVED, .alpha = 1.702, .limit = 7.0, .grad_at_limit = 0};
+    return a;
+}
+
+static void test_errors_clamped_swiglu(void) {
+    section("errors: fo_clamped_swiglu_forward, fo_clamped_swiglu_backward");
+    static const char fwd[] = "fo_clamped_swiglu_forward", bwd[] = "fo_clamped_swiglu_backward";
+    char y2[48];
+    address_text(y2, sizeof y2, "y", addr(&E_OUT) + 2);
+    fo_clamped_swiglu_args a;
+#define FWD(why, status, needle, needle2, edit) \
+    STRUCT_CASE(a, fwd, clamped_swiglu_base, fo_clamped_swiglu_forward, why, status, needle, needle2, edit)
+    FWD("the base case", OK, NULL, NULL, (void)0);
+    FWD("the halves layout", OK, NULL, NULL, a.layout = FO_GLU_HALVES);
+    FWD("device_type 7", BAD_DEVICE, "device_type=7", NULL, a.device_type = 7);
+    FWD("negative cols", INVALID, "cols=-4", NULL, a.cols = -4);
+    FWD("dtype code 4", BAD_DTYPE, "dtype=4", NULL, a.dtype = 4);
+    FWD("layout 2", INVALID, "layout=2", "FO_GLU_INTERLEAVED", a.layout = 2);
+    FWD("alpha NaN", INVALID, "alpha=nan", NULL, a.alpha = NAN);
+    FWD("alpha inf", INVALID, "alpha=inf", NULL, a.alpha = INFINITY);
+    FWD("limit 0", INVALID, "limit=0", "positive", a.limit = 0.0);
+    FWD("limit NaN", INVALID, "limit=nan", NULL, a.limit = NAN);
+    FWD("limit inf (no clamp)", OK, NULL, NULL, a.limit = INFINITY);
+    FWD("y null", INVALID, "y ", "null", a.y = 0);
+    FWD("gate_up null", INVALID, "gate_up ", "null", a.gate_up = 0);
+    FWD("y 2 bytes off for f32", INVALID, y2, "align", a.y += 2);
+    FWD("negative gate_up_row_stride", INVALID, "gate_up row stride -1", NULL, a.gate_up_row_stride = -1);
+    FWD("struct_size 8", INVALID, "struct_size=8 ", "sizeof(fo_clamped_swiglu_args)", a.struct_size = 8);
+    FWD("backward's fields are not read", OK, NULL, NULL, a.dy = a.dgate_up = 0);
+    FWD("empty: null addresses", OK, NULL, NULL, (a.rows = 0, a.y = a.gate_up = 0));
+#undef FWD
+#define BWD(why, status, needle, needle2, edit) \
+    STRUCT_CASE(a, bwd, clamped_swiglu_base, fo_clamped_swiglu_backward, why, status, needle, needle2, edit)
+    BWD("the base case", OK, NULL, NULL, (void)0);
+    BWD("dy null", INVALID, "dy ", "null", a.dy = 0);
+    BWD("dgate_up null", INVALID, "dgate_up ", "null", a.dgate_up = 0);
+    BWD("dgate_up 2 bytes off", INVALID, "dgate_up=0x", "align", a.dgate_up += 2);
+    BWD("negative dy_row_stride", INVALID, "dy row stride -5", NULL, a.dy_row_stride = -5);
+    BWD("limit -1", INVALID, "limit=-1", NULL, a.limit = -1.0);
+    BWD("forward's y is not read", OK, NULL, NULL, a.y = 0);
+    BWD("dy stride 0 (an expanded gradient)", OK, NULL, NULL, a.dy_row_stride = 0);
+#undef BWD
+}
+
+/* gpt-oss's _apply_gate in double, with its gradients as torch.clamp gives
+ * them (passing at the bounds or not, as `closed` says). */
+static double clamped_swiglu_reference(double gate, double up, double alpha, double limit, int closed,
+                                       double *dgate, double *dup) {
+    const double g = gate > limit ? limit : gate;
+    const double u = up > limit ? limit : up < -limit ? -limit : up;
+    const double s = 1.0 / (1.0 + exp(-alpha * g));
+    const int gate_passes = closed ? gate <= limit : gate < limit;
+    const int up_passes = closed ? up >= -limit && up <= limit : up > -limit && up < limit;
+    *dgate = gate_passes ? (u + 1.0) * (s + alpha * g * s * (1.0 - s)) : 0.0;
+    *dup = up_passes ? g * s : 0.0;
+    return (u + 1.0) * g * s;
+}
+
+static void test_clamped_swiglu_values(void) {
+    section("clamped SwiGLU values against a double reference");
+    static const struct {
+        int64_t rows, cols, stride;
+        size_t offset;
+    } shapes[] = {{1, 1, 2, 0}, {3, 7, 16, 1}, {2, 300, 600, 0}, {5, 129, 270, 1}};
+    uint64_t rng = 91;
+    for (size_t d = 0; d < COUNT(ALL_DTYPES); d++)
+        for (int layout = 0; layout < 2; layout++)
+            for (int closed = 0; closed < 2; closed++)
+                for (size_t s = 0; s < COUNT(shapes); s++) {
+                    const int dt = ALL_DTYPES[d];
+                    const int64_t rows = shapes[s].rows, cols = shapes[s].cols, stride = shapes[s].stride;
+                    const int64_t n = rows * cols, rs = rows > 1 ? stride : 0;
+                    /* limit 1.5 with inputs in [-4, 4), and 1.5 itself (exact in every dtype) */
+                    const double alpha = 1.702, limit = 1.5;
+                    char what[128];
+                    snprintf(what, sizeof what, "clamped swiglu %s %s %s %" PRId64 " x %" PRId64,
+                             dtype_label(dt), layout ? "pairs" : "halves", closed ? "closed" : "open",
+                             rows, cols);
+                    guarded gate_up = random_input(&rng, dt, rows, 2 * cols, stride, shapes[s].offset, 0);
+                    guarded dy = random_input(&rng, dt, rows, cols, cols, shapes[s].offset, 0);
+                    for (int64_t r = 0; r < rows; r++) put(gate_up.data, r * rs + r % 2, dt, r % 4 < 2 ? limit : -limit);
+                    guarded y = new_operand(dt, n, shapes[s].offset);
+                    guarded dgate_up = new_operand(dt, 2 * n, shapes[s].offset);
+                    double *want = malloc(sizeof(double) * (size_t)(2 * n));
+                    double *want_grad = malloc(sizeof(double) * (size_t)(2 * n));
+                    double *tol = malloc(sizeof(double) * (size_t)(2 * n));
+                    double *tol_grad = malloc(sizeof(double) * (size_t)(2 * n));
+                    for (int64_t r = 0; r < rows; r++)
+                        for (int64_t c = 0; c < cols; c++) {
+                            const int64_t gi = r * rs + (layout ? 2 * c : c), ui = r * rs + (layout ? 2 * c + 1 : cols + c);
+                            const int64_t gout = r * 2 * cols + (layout ? 2 * c : c);
+                            const int64_t uout = r * 2 * cols + (layout ? 2 * c + 1 : cols + c);
+                            const double d_y = get(dy.data, r * cols + c, dt);
+                            double dg, du;
+                            want[r * cols + c] = clamped_swiglu_reference(get(gate_up.data, gi, dt),
+                                                                          get(gate_up.data, ui, dt), alpha,
+                                                                          limit, closed, &dg, &du);
+                            tol[r * cols + c] = elementwise_tol(want[r * cols + c], dt);
+                            want_grad[gout] = d_y * dg, want_grad[uout] = d_y * du;
+                            tol_grad[gout] = elementwise_tol(want_grad[gout], dt);
+                            tol_grad[uout] = elementwise_tol(want_grad[uout], dt);
+                        }
+                    fo_clamped_swiglu_args a = {
+                        .struct_size = sizeof a, .device_type = CPU, .y = addr(&y), .dgate_up = addr(&dgate_up),
+                        .dy = addr(&dy), .dy_row_stride = cols, .gate_up = addr(&gate_up),
+                        .gate_up_row_stride = stride, .rows = rows, .cols = cols, .dtype = dt,
+                        .layout = layout, .alpha = alpha, .limit = limit, .grad_at_limit = closed};
+                    int st = fo_clamped_swiglu_forward(&a);
+                    if (CHECK(st == OK, "%s forward: status %d (%s)", what, st, fo_last_error()))
+                        check_output(what, &y, want, tol, n, dt);
+                    st = fo_clamped_swiglu_backward(&a);
+                    if (CHECK(st == OK, "%s backward: status %d (%s)", what, st, fo_last_error()))
+                        check_output(what, &dgate_up, want_grad, tol_grad, 2 * n, dt);
+                    CHECK(guards_intact(&gate_up) && guards_intact(&dy), "%s: an input was written", what);
+                    free(want), free(want_grad), free(tol), free(tol_grad);
+                    guarded_free(&gate_up), guarded_free(&dy), guarded_free(&y), guarded_free(&dgate_up);
+                }
+}
+
+/* ========================================================================
  * RoPE: errors and values (fo_rope_forward, fo_rope_backward)
  * ======================================================================== */
 
@@ -2084,6 +2212,7 @@ int main(void) {
     test_errors_square_backward();
     test_errors_reduce_sum();
     test_errors_geglu();
+    test_errors_clamped_swiglu();
     test_errors_rope();
     test_struct_size();
     test_empty_operands();
@@ -2097,6 +2226,7 @@ int main(void) {
     test_square_values();
     test_reduce_sum_values();
     test_geglu_values();
+    test_clamped_swiglu_values();
     test_rope_values();
     test_rope_one_tensor();
     test_cpu_threads();
