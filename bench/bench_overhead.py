@@ -37,9 +37,9 @@ import torch
 import torch.nn.functional as F
 
 import fused_ops_py as fo
-from fused_ops_py import _calls
+from fused_ops_py.ops import bias_scale_relu
 from fused_ops_py._args import cuda_stream
-from fused_ops_py._autograd import eager_apply
+from fused_ops_py._core import eager_apply
 from fused_ops_py._ffi import ffi, lib
 from bench_ops import device_name, results_dir  # one results folder a device
 
@@ -92,7 +92,7 @@ def _launch(x, y):
     key = (x.shape, x.stride(), x.dtype, x.get_device())
     template = _launch_templates.get(key)
     if template is None:
-        template = _launch_templates[key] = _calls._bias_scale_relu_forward_plan("floor", x, None, 1.0)[0]
+        template = _launch_templates[key] = bias_scale_relu._bias_scale_relu_forward_plan("floor", x, None, 1.0)[0]
     a = ffi.new(_RELU_FORWARD, template[0])
     if x.is_cuda:
         a.stream = cuda_stream(x.get_device())

@@ -18,7 +18,7 @@ import torch
 import triton
 
 import fused_ops_py as fo
-from fused_ops_py import _calls
+from fused_ops_py.ops import linear_cross_entropy
 
 FIELDS = ["n", "h", "v", "chunk_rows", "chunk_mib", "logits_ms", "grad_input_ms", "grad_weight_ms",
           "gemms_ms", "op_ms"]
@@ -44,14 +44,14 @@ def gemm_times(x, w, rows):
 
 def op_time(x, w, target, rows):
     """The whole op, forward + backward, its chunks set to `rows` rows."""
-    chosen = _calls._chunk_rows
-    _calls._chunk_rows = lambda *_: rows
+    chosen = linear_cross_entropy._chunk_rows
+    linear_cross_entropy._chunk_rows = lambda *_: rows
     try:
         xg, wg = x.detach().requires_grad_(), w.detach().requires_grad_()
         return triton.testing.do_bench(lambda: fo.fused_linear_cross_entropy(xg, wg, target).backward(),
                                        warmup=10, rep=150, grad_to_none=[xg, wg])
     finally:
-        _calls._chunk_rows = chosen
+        linear_cross_entropy._chunk_rows = chosen
 
 
 def main(argv=None):
@@ -74,7 +74,7 @@ def main(argv=None):
         x = torch.randn(n, h, device=device, dtype=torch.bfloat16, generator=gen)
         w = torch.randn(v, h, device=device, dtype=torch.bfloat16, generator=gen) * h ** -0.5
         target = torch.randint(0, v, (n,), device=device, generator=gen)
-        default = _calls._chunk_rows(n, h, v, x.element_size())
+        default = linear_cross_entropy._chunk_rows(n, h, v, x.element_size())
         for chunk in sorted(set(args.chunks) | {default}):
             if n % chunk:
                 continue

@@ -4,17 +4,6 @@ with cffi, so one wheel works with every torch and every CPython."""
 from importlib import metadata as _metadata
 
 from . import _ffi
-from .functional import (
-    fused_bias_scale_relu,
-    fused_clamped_swiglu,
-    fused_geglu,
-    fused_rope,
-    fused_swiglu,
-    reduce_sum,
-    relu,
-    square,
-)
-from .losses import fused_cross_entropy, fused_linear_cross_entropy
 from .modules import (
     FusedBiasScaleReLU,
     FusedCrossEntropyLoss,
@@ -22,13 +11,17 @@ from .modules import (
     FusedLinearCrossEntropyLoss,
     FusedRMSNorm,
 )
+from .ops.bias_scale_relu import fused_bias_scale_relu, relu
+from .ops.clamped_swiglu import fused_clamped_swiglu
+from .ops.cross_entropy import fused_cross_entropy
+from .ops.geglu import fused_geglu
+from .ops.linear_cross_entropy import fused_linear_cross_entropy
+from .ops.norm import fused_add_layer_norm, fused_add_rms_norm, fused_layer_norm, fused_rms_norm
+from .ops.reduce_sum import reduce_sum
+from .ops.rope import fused_rope
+from .ops.square import square
+from .ops.swiglu import fused_swiglu
 from .patching import PatchError, patch
-from .normalization import (
-    fused_add_layer_norm,
-    fused_add_rms_norm,
-    fused_layer_norm,
-    fused_rms_norm,
-)
 
 try:
     __version__ = _metadata.version("fused-ops-py")

@@ -3,9 +3,10 @@
 import torch
 from torch import nn
 
-from .functional import fused_bias_scale_relu
-from .losses import fused_cross_entropy, fused_linear_cross_entropy
-from .normalization import fused_layer_norm, fused_rms_norm
+from .ops.bias_scale_relu import fused_bias_scale_relu
+from .ops.cross_entropy import fused_cross_entropy
+from .ops.linear_cross_entropy import fused_linear_cross_entropy
+from .ops.norm import fused_layer_norm, fused_rms_norm
 
 
 class FusedBiasScaleReLU(nn.Module):

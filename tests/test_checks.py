@@ -10,7 +10,8 @@ import random as stdlib_random
 import torch
 
 import fused_ops_py as fo
-from fused_ops_py import _calls
+from fused_ops_py.ops import bias_scale_relu as relu_op, cross_entropy as cross_entropy_op, geglu as geglu_op
+from fused_ops_py.ops import norm as norm_op, swiglu as swiglu_op
 
 SAMPLES = 3000
 
@@ -127,7 +128,7 @@ def norm_call(x, residual, weight, bias, eps, dropout_p, normalized_shape):
 
 
 def test_remembered_signatures_answer_as_fresh_calls(device):
-    answers_as_fresh(_calls._norm_forward_plans,
+    answers_as_fresh(norm_op._norm_forward_plans,
                      ((sample, norm_call(*sample)) for sample in samples(device, SAMPLES)))
 
 
@@ -141,7 +142,7 @@ def relu_samples(device, count):
 
 
 def test_bias_scale_relu_remembers_as_fresh_calls(device):
-    answers_as_fresh(_calls._bias_scale_relu_forward_plans,
+    answers_as_fresh(relu_op._bias_scale_relu_forward_plans,
                      ((args, lambda args=args: fo.fused_bias_scale_relu(*args))
                       for args in relu_samples(device, SAMPLES)))
 
@@ -153,10 +154,10 @@ def test_gated_units_remember_as_fresh_calls(device):
     goods = [[g, u, "tanh"], [g.bfloat16(), u.bfloat16(), "none"], [g.t().contiguous().t(), u, "tanh"]]
     pools = [values, values, ["tanh", "none", "erf", None, 1, ["tanh"]]]
     geglu = ((args, lambda args=args: fo.fused_geglu(*args)) for args in swapped(rng, goods, pools, SAMPLES, 2))
-    answers_as_fresh(_calls._geglu_plans, geglu)
+    answers_as_fresh(geglu_op._geglu_plans, geglu)
     swiglu = ((args, lambda args=args: fo.fused_swiglu(*args[:2]))
               for args in swapped(rng, goods, pools, SAMPLES, 2))
-    answers_as_fresh(_calls._swiglu_plans, swiglu)
+    answers_as_fresh(swiglu_op._swiglu_plans, swiglu)
 
 
 def test_cross_entropy_remembers_as_fresh_calls(device):
@@ -180,5 +181,5 @@ def test_cross_entropy_remembers_as_fresh_calls(device):
         return lambda: fo.fused_cross_entropy(x, target, ignore_index=ignore_index, label_smoothing=label_smoothing,
                                               reduction=reduction, softcap=softcap)
 
-    answers_as_fresh(_calls._cross_entropy_plans,
+    answers_as_fresh(cross_entropy_op._cross_entropy_plans,
                      ((args, call(args)) for args in swapped(rng, goods, pools, SAMPLES, 2)))

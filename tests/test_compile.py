@@ -6,10 +6,11 @@ import torch
 import torch.nn.functional as F
 
 import fused_ops_py as fo
-from fused_ops_py import _ops
+from fused_ops_py import _core
+from fused_ops_py.ops import norm as norm_op
 from conftest import random, requires_gpu
 
-pytestmark = pytest.mark.skipif(not _ops.AVAILABLE, reason="torch.compile support needs torch >= 2.4")
+pytestmark = pytest.mark.skipif(not _core.AVAILABLE, reason="torch.compile support needs torch >= 2.4")
 
 
 def leaves(device, dtype, *shapes, seed=0):
@@ -113,9 +114,9 @@ def opcheck_samples(device):
         (ops.rope, (q, k, cos, sin, 1, True)),
         (ops.rope, (q.transpose(1, 2), k.transpose(1, 2), cos[0], sin[0], 2, False)),
         (ops.reduce_sum, (x,)),
-        (ops.norm, (x, None, weight, bias, fo.normalization.LAYER, 1e-5, 0.0, [24], none)),
-        (ops.norm, (x, residual, weight, None, fo.normalization.RMS, 1e-6, 0.0, [24], none)),
-        (ops.norm, (x, residual, weight, bias, fo.normalization.LAYER, 1e-5, 0.25, [24], seed)),
+        (ops.norm, (x, None, weight, bias, norm_op.LAYER, 1e-5, 0.0, [24], none)),
+        (ops.norm, (x, residual, weight, None, norm_op.RMS, 1e-6, 0.0, [24], none)),
+        (ops.norm, (x, residual, weight, bias, norm_op.LAYER, 1e-5, 0.25, [24], seed)),
     ]
 
 

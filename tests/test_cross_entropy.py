@@ -11,7 +11,8 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import fused_ops_py as fo
-from fused_ops_py import _calls, _ops
+from fused_ops_py import _core
+from fused_ops_py.ops import cross_entropy, linear_cross_entropy
 from fused_ops_py._ffi import check
 from conftest import TOLERANCES, assert_close, random, requires_gpu
 
@@ -388,13 +389,13 @@ def test_chunks_are_a_sixteenth_of_fp32_logits_and_at_most_twice_the_input():
     for rows in (1, 3, 16, 17, 100, 4096, 8192, 65537):
         for hidden, vocab in ((8, 50), (4096, 32000), (4096, 128256), (2048, 256000)):
             for element_size in (2, 4, 8):
-                step = _calls._chunk_rows(rows, hidden, vocab, element_size)
+                step = linear_cross_entropy._chunk_rows(rows, hidden, vocab, element_size)
                 allowed = min(rows * vocab * 4 / 16, 2 * rows * hidden * element_size) / (vocab * element_size)
                 assert step == 1 or step <= allowed
                 assert step >= min(allowed / 2, 1)
                 assert step < 256 or step % 128 == 0
-    assert _calls._chunk_rows(8192, 4096, 128256, 2) == 512
-    assert _calls._chunk_rows(8192, 4096, 32000, 2) == 1024
+    assert linear_cross_entropy._chunk_rows(8192, 4096, 128256, 2) == 512
+    assert linear_cross_entropy._chunk_rows(8192, 4096, 32000, 2) == 1024
 
 
 class LiveLogits(TorchDispatchMode):
@@ -542,13 +543,13 @@ def _library_call(struct_size=None, **fields):
     and the rest are kept alive with it."""
     logits, target = torch.randn(3, 5), torch.tensor([1, -100, 4])
     loss, total = torch.full((3,), 7.0), torch.full((), 7.0)
-    a = _calls.ffi.new(_calls._CROSS_ENTROPY, _calls._cross_entropy_struct(logits, 3, 5, 5, -100, 0.0, 0.0, None)[0])
+    a = cross_entropy.ffi.new(cross_entropy.CROSS_ENTROPY, cross_entropy.cross_entropy_struct(logits, 3, 5, 5, -100, 0.0, 0.0, None)[0])
     a.loss, a.logits, a.target = loss.data_ptr(), logits.data_ptr(), target.data_ptr()
     for name, value in fields.items():
         setattr(a, name, value if name != "total" else total.data_ptr())
     if struct_size is not None:
         a.struct_size = struct_size
-    status = _calls.lib.fo_cross_entropy(a)
+    status = cross_entropy.lib.fo_cross_entropy(a)
     return status, logits, target, loss, total
 
 
@@ -556,9 +557,9 @@ def _library_call(struct_size=None, **fields):
     "fields, words",
     [
         (dict(reduction=3), ["fo_cross_entropy", "reduction=3"]),
-        (dict(reduction=_calls.lib.FO_REDUCTION_NONE, total=True), ["total=0x", "FO_REDUCTION_NONE"]),
-        (dict(reduction=_calls.lib.FO_REDUCTION_MEAN, total=True, scale=16), ["scale=0x10", "FO_REDUCTION_MEAN"]),
-        (dict(reduction=_calls.lib.FO_REDUCTION_SUM), ["total is a null address"]),
+        (dict(reduction=cross_entropy.lib.FO_REDUCTION_NONE, total=True), ["total=0x", "FO_REDUCTION_NONE"]),
+        (dict(reduction=cross_entropy.lib.FO_REDUCTION_MEAN, total=True, scale=16), ["scale=0x10", "FO_REDUCTION_MEAN"]),
+        (dict(reduction=cross_entropy.lib.FO_REDUCTION_SUM), ["total is a null address"]),
     ],
 )
 def test_library_refuses_a_bad_reduction(fields, words):
@@ -572,7 +573,7 @@ def test_library_first_struct_version_reduces_nothing():
     # a caller of the first version (its struct ends at softcap, its 0 in
     # reduction was `reserved`) gets the rows' losses alone: the total past
     # its struct_size reads as 0, and is neither refused nor written
-    first = _calls.ffi.offsetof("fo_cross_entropy_args", "total")
+    first = cross_entropy.ffi.offsetof("fo_cross_entropy_args", "total")
     status, logits, target, loss, total = _library_call(first, total=True)
     assert status == 0
     torch.testing.assert_close(loss.double(), reference(logits, target, reduction="none"))
@@ -590,7 +591,7 @@ def test_device_mismatch():
 
 # torch.compile ----------------------------------------------------------------
 
-needs_compile = pytest.mark.skipif(not _ops.AVAILABLE, reason="torch.compile support needs torch >= 2.4")
+needs_compile = pytest.mark.skipif(not _core.AVAILABLE, reason="torch.compile support needs torch >= 2.4")
 
 
 def _compiled_and_eager(function, inputs, dloss_seed=60):
@@ -757,11 +758,11 @@ def test_many_rows_a_block_at_model_vocabularies(vocab, dtype):
     assert_close(got.grad, expected_grad, dtype)
     in_place = logits.clone()
     losses = in_place.new_empty(rows, dtype=torch.float32)
-    template = _calls._cross_entropy_struct(in_place, rows, vocab, vocab, -100, 0.0, 0.0, None)
-    a = _calls.ffi.new(_calls._CROSS_ENTROPY, template[0])
+    template = cross_entropy.cross_entropy_struct(in_place, rows, vocab, vocab, -100, 0.0, 0.0, None)
+    a = cross_entropy.ffi.new(cross_entropy.CROSS_ENTROPY, template[0])
     a.loss, a.target = losses.data_ptr(), target.data_ptr()
     a.logits = a.dlogits = in_place.data_ptr()
-    _calls._call_cross_entropy(a)
+    cross_entropy.call_cross_entropy(a)
     torch.testing.assert_close(losses.sum(), loss, rtol=loss_rtol, atol=0)
     assert_close(in_place, expected_grad, dtype)
 

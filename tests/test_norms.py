@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 import fused_ops_py as fo
-from fused_ops_py import _calls
+from fused_ops_py.ops import norm as norm_module
 from conftest import TOLERANCES, assert_close, random
 
 # (x shape, normalized_shape): empty, one row, N=1, odd and prime N, N above
@@ -536,13 +536,13 @@ def test_shared_backward_partials_parked_in_dx(kind, shape, dtype, device, monke
     if outputs is None:
         outputs, grads_out, expected, expected_grads_out = [y], [dy], [expected], [dy.double()]
     workspaces = []  # what each backward call got: None where the partials were parked
-    ask = _calls._workspace
+    ask = norm_module.scratch
 
     def recorded(*args, **kwargs):
         workspaces.append(ask(*args, **kwargs))
         return workspaces[-1]
 
-    monkeypatch.setattr(_calls, "_workspace", recorded)
+    monkeypatch.setattr(norm_module, "scratch", recorded)
     grads = torch.autograd.grad(outputs, inputs, grads_out)
     monkeypatch.undo()
     expected_grads = torch.autograd.grad(expected, references, expected_grads_out)

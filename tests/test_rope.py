@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import fused_ops_py as fo
-from fused_ops_py import _calls
+from fused_ops_py.ops import rope
 from fused_ops_py._ffi import check as check_status
 from conftest import assert_close, random, requires_gpu
 
@@ -154,7 +154,7 @@ def test_gradcheck_float64(interleaved, device):
 
 
 class _Spy:
-    """Stands in for the library in _calls, recording each fo_rope_* call's
+    """Stands in for the library in ops/rope.py, recording each fo_rope_* call's
     q and k addresses."""
 
     def __init__(self, lib):
@@ -179,8 +179,8 @@ def test_q_and_k_are_read_in_place(device, monkeypatch):
     k = projected(2, 6, 2, 32, torch.bfloat16, device, 14, 1)
     assert not q.is_contiguous() and not k.is_contiguous()
     cos, sin = tables(2, 6, 32, torch.float32, device)
-    spy = _Spy(_calls.lib)
-    monkeypatch.setattr(_calls, "lib", spy)
+    spy = _Spy(rope.lib)
+    monkeypatch.setattr(rope, "lib", spy)
     with torch.no_grad():
         fo.fused_rope(q, k, cos, sin)
     assert spy.seen == [(q.data_ptr(), k.data_ptr())]
@@ -212,13 +212,13 @@ def test_output_strides_given_to_the_library(strides, device):
     cos, sin = tables(2, 5, 32, torch.float32, device)
     out = torch.full((2 * 1280,), float("nan"), device=device)
     placed = out.as_strided(q.shape, strides) if any(strides) else out[:q.numel()].view(q.shape)
-    a = _calls._struct(_calls._ROPE, _calls.device_args(q)[:2], stream=_calls.device_args(q)[2],
+    a = rope.new_struct(rope._ROPE, rope.device_args(q)[:2], stream=rope.device_args(q)[2],
                        q_out=placed.data_ptr(), q=q.data_ptr(), q_strides=q.stride(), cos=cos.data_ptr(),
                        sin=sin.data_ptr(), cos_strides=cos.stride(), sin_strides=sin.stride(), batch=2, tokens=5,
                        q_heads=4, k_heads=0, head_dim=32, rotary_dim=32, layout=0,
-                       dtype=_calls.DTYPE_CODES[torch.float32], cos_dtype=_calls.DTYPE_CODES[torch.float32],
+                       dtype=rope.DTYPE_CODES[torch.float32], cos_dtype=rope.DTYPE_CODES[torch.float32],
                        q_out_strides=strides)
-    assert _calls.lib.fo_rope_forward(a) == 0
+    assert rope.lib.fo_rope_forward(a) == 0
     assert_close(placed, reference(q.double(), q.double(), cos.double(), sin.double())[0], torch.float32)
 
 
@@ -231,13 +231,13 @@ def test_overlapping_output_strides_are_refused(strides, words, device):
     q = random((2, 4, 5, 32), torch.float32, device, seed=31)
     cos, sin = tables(2, 5, 32, torch.float32, device)
     out = torch.empty(2 * 640 * 2, device=device)
-    a = _calls._struct(_calls._ROPE, _calls.device_args(q)[:2], q_out=out.data_ptr(), q=q.data_ptr(),
+    a = rope.new_struct(rope._ROPE, rope.device_args(q)[:2], q_out=out.data_ptr(), q=q.data_ptr(),
                        q_strides=q.stride(), cos=cos.data_ptr(), sin=sin.data_ptr(), cos_strides=cos.stride(),
                        sin_strides=sin.stride(), batch=2, tokens=5, q_heads=4, k_heads=0, head_dim=32,
-                       rotary_dim=32, layout=0, dtype=_calls.DTYPE_CODES[torch.float32],
-                       cos_dtype=_calls.DTYPE_CODES[torch.float32], q_out_strides=strides)
+                       rotary_dim=32, layout=0, dtype=rope.DTYPE_CODES[torch.float32],
+                       cos_dtype=rope.DTYPE_CODES[torch.float32], q_out_strides=strides)
     with pytest.raises(ValueError) as info:
-        check_status(_calls.lib.fo_rope_forward(a))
+        check_status(rope.lib.fo_rope_forward(a))
     for word in words:
         assert word in str(info.value), (word, str(info.value))
 

@@ -6,7 +6,7 @@ import torch.nn.functional as F
 
 import fused_ops_py as fo
 from conftest import SHAPES, assert_close, random
-from fused_ops_py.functional import swiglu_over_inputs
+from fused_ops_py.ops.swiglu import swiglu_over_inputs
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=str)

@@ -8,7 +8,6 @@ import ast
 import inspect
 import textwrap
 
-
 # Spellings of one computation in the transformers releases patch knows
 # (5.17 to 5.24): the older is rewritten to the newer before comparing.
 _RENAMED = {"past_key_values": "cache"}

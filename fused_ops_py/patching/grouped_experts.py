@@ -9,8 +9,8 @@ transformers' grouped_mm_experts_forward does, with torch's grouped_mm."""
 
 import torch
 
-from .. import _calls
-from .._ops import compiling
+from .._core import compiling
+from ..ops import swiglu
 
 _grouped_mm = getattr(torch.nn.functional, "grouped_mm", None) or getattr(torch, "_grouped_mm", None)
 
@@ -35,7 +35,7 @@ def _token_sum(rows, perm, tokens, top_k):
 
 def _gate(projected):
     gate, up = projected.chunk(2, dim=-1)
-    return _calls.swiglu_forward("fused_swiglu", gate, up)
+    return swiglu.swiglu_forward("fused_swiglu", gate, up)
 
 
 class GroupedExpertsFunction(torch.autograd.Function):
@@ -62,7 +62,7 @@ class GroupedExpertsFunction(torch.autograd.Function):
         d_down = _grouped_mm(d_rows.t(), gated.mul_(column), offs=offsets) if want_down else None
         del d_rows, gated
         gate, up = projected.chunk(2, dim=-1)
-        d_projected = torch.cat(_calls.swiglu_backward(d_gated.mul_(column), gate, up, True, True), dim=-1)
+        d_projected = torch.cat(swiglu.swiglu_backward(d_gated.mul_(column), gate, up, True, True), dim=-1)
         del d_gated
         d_gate_up = d_hidden = None
         if want_gate_up:

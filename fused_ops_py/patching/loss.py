@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ..losses import linear_cross_entropy_fp32
+from ..ops.linear_cross_entropy import linear_cross_entropy_fp32
 from . import causal_lm_sources as sources
 from ._source import has_hooks, is_known, known
 

@@ -11,7 +11,9 @@ import types
 import torch
 from torch import nn
 
-from ..functional import fused_clamped_swiglu, fused_geglu, swiglu_over_inputs
+from ..ops.clamped_swiglu import fused_clamped_swiglu
+from ..ops.geglu import fused_geglu
+from ..ops.swiglu import swiglu_over_inputs
 from . import grouped_experts
 from ._source import is_known, known
 

@@ -9,7 +9,7 @@ import types
 from torch import nn
 
 from ..modules import FusedLayerNorm, FusedRMSNorm
-from ..normalization import fused_rms_norm
+from ..ops.norm import fused_rms_norm
 from ._source import canonical_source, has_hooks, is_known, known
 
 # weight * (x / rms(x)), with eps in `variance_epsilon` (Llama and most others;

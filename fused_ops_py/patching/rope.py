@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..functional import fused_rope
+from ..ops.rope import fused_rope
 from ._source import is_known, known
 
 # rotate_half: the pairs (i, i + d/2) (Llama and most others)
