@@ -51,16 +51,37 @@ def eager_cross_entropy(logits, target):
     return torch.nn.functional.cross_entropy(logits, target)
 
 
-EAGER = dict(b.EAGER, add_layer_norm=eager_add_layer_norm, add_layer_norm_dropout=eager_add_layer_norm_dropout,
-             gemma_rms_norm=eager_gemma_rms_norm, cross_entropy=eager_cross_entropy)
-FUSED = dict(b.FUSED,
-             add_layer_norm=lambda x, r, w, bias: fo.fused_add_layer_norm(x, r, w, bias, EPS)[0],
-             add_layer_norm_dropout=lambda x, r, w, bias: fo.fused_add_layer_norm(x, r, w, bias, EPS,
-                                                                                 dropout_p=DROPOUT_P)[0],
-             gemma_rms_norm=lambda x, w: fo.fused_rms_norm(x, w, EPS, offset=GEMMA_OFFSET),
-             cross_entropy=lambda logits, target: fo.fused_cross_entropy(logits, target))
-OPS = ("bias_scale_relu", "relu", "square", "reduce_sum", "layer_norm", "add_layer_norm", "add_layer_norm_dropout",
-       "rms_norm", "add_rms_norm", "gemma_rms_norm", "swiglu", "geglu", "rope", "rope_interleaved", "cross_entropy")
+EAGER = dict(
+    b.EAGER,
+    add_layer_norm=eager_add_layer_norm,
+    add_layer_norm_dropout=eager_add_layer_norm_dropout,
+    gemma_rms_norm=eager_gemma_rms_norm,
+    cross_entropy=eager_cross_entropy,
+)
+FUSED = dict(
+    b.FUSED,
+    add_layer_norm=lambda x, r, w, bias: fo.fused_add_layer_norm(x, r, w, bias, EPS)[0],
+    add_layer_norm_dropout=lambda x, r, w, bias: fo.fused_add_layer_norm(x, r, w, bias, EPS, dropout_p=DROPOUT_P)[0],
+    gemma_rms_norm=lambda x, w: fo.fused_rms_norm(x, w, EPS, offset=GEMMA_OFFSET),
+    cross_entropy=lambda logits, target: fo.fused_cross_entropy(logits, target),
+)
+OPS = (
+    "bias_scale_relu",
+    "relu",
+    "square",
+    "reduce_sum",
+    "layer_norm",
+    "add_layer_norm",
+    "add_layer_norm_dropout",
+    "rms_norm",
+    "add_rms_norm",
+    "gemma_rms_norm",
+    "swiglu",
+    "geglu",
+    "rope",
+    "rope_interleaved",
+    "cross_entropy",
+)
 SHAPES = ((4096, 1024), (16384, 4096))
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
@@ -122,8 +143,9 @@ def main(argv=None):
     p.add_argument("--threads", default=f"{torch.get_num_threads()},1", help="comma list of thread counts")
     p.add_argument("--rounds", type=int, default=3, help="eager and fused timed in turns, this many times")
     p.add_argument("--budget-s", type=float, default=0.3, help="seconds of calls a median takes")
-    p.add_argument("--append", action="store_true",
-                   help="keep the rows of --out's cpu.csv that this run does not measure again")
+    p.add_argument(
+        "--append", action="store_true", help="keep the rows of --out's cpu.csv that this run does not measure again"
+    )
     p.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results" / "cpu-x86-64")
     args = p.parse_args(argv)
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
@@ -131,9 +153,11 @@ def main(argv=None):
     many = torch.get_num_threads()
     isa = ffi.string(lib.fo_cpu_isa()).decode()
     ceiling = {t: (torch.set_num_threads(t), copy_ceiling_gbs(64 << 20, 1.0))[1] for t in threads}
-    meta = (f"{platform.machine()} {os.cpu_count()} CPUs ({platform.processor() or 'cpu'}); torch "
-            f"{torch.__version__}; fused_ops_py {fo.__version__}, CPU kernels {isa}; copy ceiling "
-            + ", ".join(f"{ceiling[t]:.1f} GB/s on {t} thread{'s' * (t > 1)}" for t in threads))
+    meta = (
+        f"{platform.machine()} {os.cpu_count()} CPUs ({platform.processor() or 'cpu'}); torch "
+        f"{torch.__version__}; fused_ops_py {fo.__version__}, CPU kernels {isa}; copy ceiling "
+        + ", ".join(f"{ceiling[t]:.1f} GB/s on {t} thread{'s' * (t > 1)}" for t in threads)
+    )
     print(meta, flush=True)
     rows = []
     for op in args.ops.split(","):
@@ -141,8 +165,10 @@ def main(argv=None):
             for m, n in shapes:
                 inputs, dy = make_inputs(op, m, n, DTYPES[dname])
                 for direction in directions(op, args.directions.split(",")):
-                    calls = {name: b.make_call(fns[op], inputs, dy, direction)
-                             for name, fns in (("eager", EAGER), ("fused", FUSED))}
+                    calls = {
+                        name: b.make_call(fns[op], inputs, dy, direction)
+                        for name, fns in (("eager", EAGER), ("fused", FUSED))
+                    }
                     for t in threads:
                         torch.set_num_threads(t)
                         times = {"eager": [], "fused": []}
@@ -151,11 +177,20 @@ def main(argv=None):
                                 times[name].append(median_ms(call, args.budget_s))
                         eager, fused = (statistics.median(times[k]) for k in ("eager", "fused"))
                         nbytes = bytes_moved(op, direction, m, n, DTYPES[dname].itemsize)
-                        row = dict(op=op, dir=direction, dtype=dname, shape=f"{m}x{n}", threads=t, isa=isa,
-                                   eager_ms=round(eager, 4), fused_ms=round(fused, 4),
-                                   speedup=round(eager / fused, 3),
-                                   eager_gbs=round(nbytes / eager / 1e6, 2), fused_gbs=round(nbytes / fused / 1e6, 2),
-                                   eager_pct_copy=round(100 * nbytes / eager / 1e6 / ceiling[t], 1))
+                        row = dict(
+                            op=op,
+                            dir=direction,
+                            dtype=dname,
+                            shape=f"{m}x{n}",
+                            threads=t,
+                            isa=isa,
+                            eager_ms=round(eager, 4),
+                            fused_ms=round(fused, 4),
+                            speedup=round(eager / fused, 3),
+                            eager_gbs=round(nbytes / eager / 1e6, 2),
+                            fused_gbs=round(nbytes / fused / 1e6, 2),
+                            eager_pct_copy=round(100 * nbytes / eager / 1e6 / ceiling[t], 1),
+                        )
                         rows.append(row)
                         print(" ".join(f"{k}={v}" for k, v in row.items()), flush=True)
                     torch.set_num_threads(many)
@@ -166,22 +201,27 @@ def main(argv=None):
             measured = {key(r) for r in rows}
             kept = [r for r in csv.DictReader(f) if key(r) not in measured]
         rows = [dict(r, threads=int(r["threads"]), speedup=float(r["speedup"])) for r in kept] + rows
-        rows.sort(key=lambda r: (OPS.index(r["op"]), list(DTYPES).index(r["dtype"]), r["shape"], r["dir"],
-                                 -r["threads"]))
+        rows.sort(
+            key=lambda r: (OPS.index(r["op"]), list(DTYPES).index(r["dtype"]), r["shape"], r["dir"], -r["threads"])
+        )
     with open(args.out / "cpu.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
     slower = [r for r in rows if r["speedup"] < (1.0 if r["threads"] > 1 else 0.9)]
     with open(args.out / "cpu.md", "w") as f:
-        f.write(f"# The CPU kernels against torch's\n\n{meta}. ms a call (median of {args.rounds} turns); speedup = "
-                "torch's time over fused's; torch % of copy: torch's GB/s over the copy ceiling.\n\n"
-                f"{len(rows) - len(slower)} of {len(rows)} rows meet their target (1.0x on {many} threads, "
-                "0.9x on 1).\n\n| op | dir | dtype | shape | threads | torch ms | fused ms | speedup | fused GB/s "
-                "| torch % of copy |\n|---|---|---|---|---:|---:|---:|---:|---:|---:|\n")
+        f.write(
+            f"# The CPU kernels against torch's\n\n{meta}. ms a call (median of {args.rounds} turns); speedup = "
+            "torch's time over fused's; torch % of copy: torch's GB/s over the copy ceiling.\n\n"
+            f"{len(rows) - len(slower)} of {len(rows)} rows meet their target (1.0x on {many} threads, "
+            "0.9x on 1).\n\n| op | dir | dtype | shape | threads | torch ms | fused ms | speedup | fused GB/s "
+            "| torch % of copy |\n|---|---|---|---|---:|---:|---:|---:|---:|---:|\n"
+        )
         for r in rows:
-            f.write(f"| {r['op']} | {r['dir']} | {r['dtype']} | {r['shape']} | {r['threads']} | {r['eager_ms']} | "
-                    f"{r['fused_ms']} | {r['speedup']} | {r['fused_gbs']} | {r['eager_pct_copy']} |\n")
+            f.write(
+                f"| {r['op']} | {r['dir']} | {r['dtype']} | {r['shape']} | {r['threads']} | {r['eager_ms']} | "
+                f"{r['fused_ms']} | {r['speedup']} | {r['fused_gbs']} | {r['eager_pct_copy']} |\n"
+            )
     print(f"{len(rows) - len(slower)} of {len(rows)} rows meet their target; wrote {args.out}/cpu.csv and .md")
     return rows
 

@@ -39,17 +39,39 @@ CE_PROVIDERS = ["fused", "eager", "compile", "liger"]
 LCE_PROVIDERS = ["eager", "fused", "compile", "liger"] + (["torch_lce"] if hasattr(F, "linear_cross_entropy") else [])
 CEILING_GBS = 3000.0  # device-to-device copy on this H100 (shared/GPU.md)
 TARGETS = {
-    "ce_gbps": 2500.0, "ce_gbps_min_n": 16384, "ce_gbps_min_v": 32000,  # fused GB/s at these sizes
+    "ce_gbps": 2500.0,
+    "ce_gbps_min_n": 16384,
+    "ce_gbps_min_v": 32000,  # fused GB/s at these sizes
     "ce_vs_best_peer": 1.25,  # the fastest peer's time / fused's, at least, at every shape
     "lce_extra_of_fp32_logits": 1 / 8,  # fused extra memory at most this share of N*V*4 bytes
     # lce at every shape: fused time <= every peer's (compile's too); fused extra <= every peer's
 }
 CHECK_ROWS = 1024  # rows of the fp32 reference at a time
 DEVICE = "cuda"
-FIELDS = ["part", "n", "h", "v", "dtype", "provider", "ms", "gbps", "fraction_of_ceiling", "tflops",
-          "extra_mib", "extra_bound_mib", "vs_best_peer", "target_gbps_met", "target_ratio_met",
-          "target_time_met", "target_mem_met", "target_mem_vs_peers_met", "loss_rel_err",
-          "grad_max_abs_err", "grad_rel_err", "note"]
+FIELDS = [
+    "part",
+    "n",
+    "h",
+    "v",
+    "dtype",
+    "provider",
+    "ms",
+    "gbps",
+    "fraction_of_ceiling",
+    "tflops",
+    "extra_mib",
+    "extra_bound_mib",
+    "vs_best_peer",
+    "target_gbps_met",
+    "target_ratio_met",
+    "target_time_met",
+    "target_mem_met",
+    "target_mem_vs_peers_met",
+    "loss_rel_err",
+    "grad_max_abs_err",
+    "grad_rel_err",
+    "note",
+]
 TARGET_KEYS = [k for k in FIELDS if k.startswith("target_")]
 
 
@@ -69,6 +91,7 @@ def provider_fn(part, provider):
     eager = ce_eager if part == "ce" else lce_eager
     if provider == "fused":
         import fused_ops_py as fo
+
         return (fo.fused_cross_entropy if part == "ce" else fo.fused_linear_cross_entropy), ""
     if provider == "eager":
         return eager, ""
@@ -78,10 +101,12 @@ def provider_fn(part, provider):
         return _compiled[eager], ""
     if provider == "liger" and part == "ce":
         from liger_kernel.transformers.functional import liger_cross_entropy
+
         return liger_cross_entropy, ""
     if provider == "liger":  # 0.8.5's functional takes (input, weight, target), its
         # LigerFusedLinearCrossEntropyLoss.forward (lin_weight, _input, target): keywords
         from liger_kernel.transformers.functional import liger_fused_linear_cross_entropy
+
         return lambda x, w, t: liger_fused_linear_cross_entropy(input=x, weight=w, target=t), ""
     # torch_lce: its chunked path, however this torch spells it
     params = inspect.signature(F.linear_cross_entropy).parameters
@@ -97,6 +122,7 @@ def provider_fn(part, provider):
 
 def bench_ms(call, grads, args):
     from triton.testing import do_bench
+
     return do_bench(call, warmup=args.warmup_ms, rep=args.rep_ms, grad_to_none=grads, return_mode="median")
 
 
@@ -127,11 +153,11 @@ def ce_body(row, args):
     loss.backward()
     ref_sum, grad_err = 0.0, 0.0
     for start in range(0, n, CHECK_ROWS):  # eager in fp32, a chunk of rows at a time
-        rows, t = logits.detach()[start:start + CHECK_ROWS].float(), target[start:start + CHECK_ROWS]
+        rows, t = logits.detach()[start : start + CHECK_ROWS].float(), target[start : start + CHECK_ROWS]
         ref_sum += F.cross_entropy(rows, t, reduction="sum").item()
         ref_grad = torch.softmax(rows, -1)
         ref_grad[torch.arange(len(t), device=t.device), t] -= 1  # no target is ignored here
-        grad_err = max(grad_err, (x.grad[start:start + CHECK_ROWS].float() - ref_grad / n).abs().max().item())
+        grad_err = max(grad_err, (x.grad[start : start + CHECK_ROWS].float() - ref_grad / n).abs().max().item())
     row["loss_rel_err"], row["grad_max_abs_err"] = abs(loss.item() * n / ref_sum - 1), grad_err
     del x, loss, rows, ref_grad
     logits.grad = None
@@ -144,8 +170,9 @@ def lce_body(row, ref, args):
     fn, row["note"] = provider_fn("lce", row["provider"])
     (n, h, v), gen = (row["n"], row["h"], row["v"]), torch.Generator(device=DEVICE).manual_seed(0)
     x = torch.randn(n, h, dtype=torch.bfloat16, device=DEVICE, generator=gen).requires_grad_()
-    weight = (torch.randn(v, h, dtype=torch.bfloat16, device=DEVICE, generator=gen) * h ** -0.5
-              ).requires_grad_()  # logits about N(0, 1), as a trained head gives
+    weight = (
+        torch.randn(v, h, dtype=torch.bfloat16, device=DEVICE, generator=gen) * h**-0.5
+    ).requires_grad_()  # logits about N(0, 1), as a trained head gives
     target = torch.randint(0, v, (n,), device=DEVICE, generator=gen)
     loss = fn(x, weight, target)  # the check; compile compiles here, before anything is measured
     loss.backward()
@@ -153,8 +180,10 @@ def lce_body(row, ref, args):
         ref.update(loss=loss.item(), grads=(x.grad, weight.grad))
     if ref:  # none if eager failed
         row["loss_rel_err"] = abs(loss.item() / ref["loss"] - 1)
-        row["grad_rel_err"] = max(((g.float() - r.float()).abs().max() / r.float().abs().max()).item()
-                                  for g, r in zip((x.grad, weight.grad), ref["grads"]))
+        row["grad_rel_err"] = max(
+            ((g.float() - r.float()).abs().max() / r.float().abs().max()).item()
+            for g, r in zip((x.grad, weight.grad), ref["grads"])
+        )
     del loss
     x.grad = weight.grad = None
     gc.collect()
@@ -204,9 +233,12 @@ def table(rows):
     met, missed = count(rows)
     columns = [k for k in FIELDS[1:] if any(r.get(k, "") != "" for r in rows)]
     cell = lambda v: ("yes" if v else "**no**") if isinstance(v, bool) else str(v).replace("|", "/")
-    return ([f"**{met} met, {missed} missed** of {met + missed} target checks.", "",
-             "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-            + ["| " + " | ".join(cell(r.get(k, "")) for k in columns) + " |" for r in rows])
+    return [
+        f"**{met} met, {missed} missed** of {met + missed} target checks.",
+        "",
+        "| " + " | ".join(columns) + " |",
+        "|" + "---|" * len(columns),
+    ] + ["| " + " | ".join(cell(r.get(k, "")) for k in columns) + " |" for r in rows]
 
 
 def write_outputs(rows, out, header):
@@ -214,17 +246,19 @@ def write_outputs(rows, out, header):
         writer = csv.DictWriter(f, fieldnames=FIELDS, restval="")
         writer.writeheader()
         writer.writerows(rows)
-    about = {"ce": f"## fused_cross_entropy, loss.backward() of the mean loss\n\nGB/s over 2*N*V*elem bytes; "
-                   f"ceiling {CEILING_GBS:.0f} GB/s. Targets: fused >= {TARGETS['ce_gbps']:.0f} GB/s where N >= "
-                   f"{TARGETS['ce_gbps_min_n']} and V >= {TARGETS['ce_gbps_min_v']}; vs_best_peer (the fastest "
-                   f"peer's time / fused's) >= {TARGETS['ce_vs_best_peer']} at every shape. Errors against eager "
-                   "in fp32 upcast: gradient max abs (gradients are of order 1/N), loss relative. Liger "
-                   "overwrites the logits with their gradient: its check uses a clone.",
-             "lce": "## fused_linear_cross_entropy, bf16, no bias\n\nextra_mib = peak of one forward + backward "
-                    "- allocated before it - input.grad and weight.grad; TFLOP/s over 6*N*H*V. Targets: fused "
-                    f"extra_mib <= extra_bound_mib (N*V*4 bytes * {TARGETS['lce_extra_of_fp32_logits']:g}); "
-                    "fused time <= every peer's, compile's too; fused extra_mib <= every peer's. Loss and "
-                    "gradient (max abs diff / eager's max abs) relative to eager bf16."}
+    about = {
+        "ce": f"## fused_cross_entropy, loss.backward() of the mean loss\n\nGB/s over 2*N*V*elem bytes; "
+        f"ceiling {CEILING_GBS:.0f} GB/s. Targets: fused >= {TARGETS['ce_gbps']:.0f} GB/s where N >= "
+        f"{TARGETS['ce_gbps_min_n']} and V >= {TARGETS['ce_gbps_min_v']}; vs_best_peer (the fastest "
+        f"peer's time / fused's) >= {TARGETS['ce_vs_best_peer']} at every shape. Errors against eager "
+        "in fp32 upcast: gradient max abs (gradients are of order 1/N), loss relative. Liger "
+        "overwrites the logits with their gradient: its check uses a clone.",
+        "lce": "## fused_linear_cross_entropy, bf16, no bias\n\nextra_mib = peak of one forward + backward "
+        "- allocated before it - input.grad and weight.grad; TFLOP/s over 6*N*H*V. Targets: fused "
+        f"extra_mib <= extra_bound_mib (N*V*4 bytes * {TARGETS['lce_extra_of_fp32_logits']:g}); "
+        "fused time <= every peer's, compile's too; fused extra_mib <= every peer's. Loss and "
+        "gradient (max abs diff / eager's max abs) relative to eager bf16.",
+    }
     lines = ["# Cross entropy, forward + backward: fused_ops_py against its peers", "", header]
     for part in ("ce", "lce"):
         if any(r["part"] == part for r in rows):
@@ -257,8 +291,7 @@ def main(argv=None):
     p.add_argument("--quick", action="store_true", help="the smallest shape per part, short timing")
     p.add_argument("--warmup-ms", type=int, default=25)
     p.add_argument("--rep-ms", type=int, default=100)
-    p.add_argument("--providers", help="comma list of those to run (default all; lce always runs eager, "
-                                       "its reference)")
+    p.add_argument("--providers", help="comma list of those to run (default all; lce always runs eager, its reference)")
     p.add_argument("--out", type=Path, help="default bench/results/<gpu>/")
     args = p.parse_args(argv)
     chosen = set(args.providers.split(",")) if args.providers else set(CE_PROVIDERS + LCE_PROVIDERS)
@@ -274,23 +307,27 @@ def main(argv=None):
     setattr(config, knob, max(64, getattr(config, knob)))
     if args.quick:
         args.warmup_ms, args.rep_ms = min(args.warmup_ms, 5), min(args.rep_ms, 20)
-    header = (f"{device_name(device)}; torch {torch.__version__}, triton {version('triton')}, liger_kernel "
-              f"{version('liger_kernel')}, fused_ops_py {getattr(sys.modules['fused_ops_py'], '__version__', '?')}; "
-              f"do_bench median (L2 flushed), warmup {args.warmup_ms} ms, rep {args.rep_ms} ms.")
+    header = (
+        f"{device_name(device)}; torch {torch.__version__}, triton {version('triton')}, liger_kernel "
+        f"{version('liger_kernel')}, fused_ops_py {getattr(sys.modules['fused_ops_py'], '__version__', '?')}; "
+        f"do_bench median (L2 flushed), warmup {args.warmup_ms} ms, rep {args.rep_ms} ms."
+    )
     print(header, flush=True)
     cases = []
     if args.part in ("ce", "all"):
-        cases += [("ce", n, "", v, d) for n, v in CE_SHAPES[:1 if args.quick else None] for d in DTYPES]
+        cases += [("ce", n, "", v, d) for n, v in CE_SHAPES[: 1 if args.quick else None] for d in DTYPES]
     if args.part in ("lce", "all"):
-        cases += [("lce", n, h, v, "bf16") for n, h, v in LCE_SHAPES[:1 if args.quick else None]]
+        cases += [("lce", n, h, v, "bf16") for n, h, v in LCE_SHAPES[: 1 if args.quick else None]]
     rows = []
     warm_up_the_gpu()
     for part, n, h, v, dtype in cases:
         ref = {}  # lce: eager's loss and gradients
-        body = (lambda row: ce_body(row, args)) if part == "ce" else (lambda row: lce_body(row, ref, args))
-        case = [run_row(dict(part=part, n=n, h=h, v=v, dtype=dtype, provider=provider), body)
-                for provider in (CE_PROVIDERS if part == "ce" else LCE_PROVIDERS)
-                if provider in chosen or (part, provider) == ("lce", "eager")]
+        body = (lambda row: ce_body(row, args)) if part == "ce" else (lambda row: lce_body(row, ref, args))  # noqa: F821 (run before the del)
+        case = [
+            run_row(dict(part=part, n=n, h=h, v=v, dtype=dtype, provider=provider), body)
+            for provider in (CE_PROVIDERS if part == "ce" else LCE_PROVIDERS)
+            if provider in chosen or (part, provider) == ("lce", "eager")
+        ]
         fused = set_targets(case)
         if fused:
             print("fused targets:", {k: fused[k] for k in ("vs_best_peer", *TARGET_KEYS) if k in fused}, flush=True)

@@ -64,11 +64,11 @@ ROPES = ("rope", "rope_interleaved")
 NORMS = ("layer_norm", "rms_norm", "add_rms_norm")
 EPS = 1e-5
 try:  # Liger-Kernel: Triton norms, a peer where it has the op
+    from liger_kernel.ops.geglu import LigerGELUMulFunction  # tanh GELU only
     from liger_kernel.ops.layer_norm import LigerLayerNormFunction
     from liger_kernel.ops.rms_norm import LigerRMSNormFunction
-    from liger_kernel.ops.swiglu import LigerSiLUMulFunction
-    from liger_kernel.ops.geglu import LigerGELUMulFunction  # tanh GELU only
     from liger_kernel.ops.rope import LigerRopeFunction
+    from liger_kernel.ops.swiglu import LigerSiLUMulFunction
 except ImportError:
     LigerLayerNormFunction = LigerRMSNormFunction = LigerSiLUMulFunction = None
     LigerGELUMulFunction = LigerRopeFunction = None
@@ -109,6 +109,7 @@ def rope_heads(cols):
 # Each takes (x, bias) or (x,); separate named functions so that dynamo keeps
 # a separate compile cache per op.
 
+
 def eager_bias_scale_relu(x, b):
     return torch.relu(x * SCALE + b)
 
@@ -148,7 +149,7 @@ def eager_geglu(gate, up):
 
 
 def rotate_half(x):
-    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2 :]
     return torch.cat((-x2, x1), dim=-1)
 
 
@@ -168,31 +169,45 @@ def eager_rope_interleaved(q, k, cos, sin):
     return q * cos + rotate_interleaved(q) * sin, k * cos + rotate_interleaved(k) * sin
 
 
-EAGER = {"swiglu": eager_swiglu, "geglu": eager_geglu, "rope": eager_rope,
-         "rope_interleaved": eager_rope_interleaved,
-         "bias_scale_relu": eager_bias_scale_relu, "relu": eager_relu,
-         "square": eager_square, "reduce_sum": eager_reduce_sum,
-         "layer_norm": eager_layer_norm, "rms_norm": eager_rms_norm,
-         "add_rms_norm": eager_add_rms_norm}
-FUSED = {"swiglu": fo.fused_swiglu,
-         "geglu": lambda gate, up: fo.fused_geglu(gate, up, approximate="tanh"),
-         "rope": fo.fused_rope,
-         "rope_interleaved": lambda q, k, cos, sin: fo.fused_rope(q, k, cos, sin, interleaved=True),
-         "bias_scale_relu": lambda x, b: fo.fused_bias_scale_relu(x, b, SCALE),
-         "relu": fo.relu, "square": fo.square, "reduce_sum": fo.reduce_sum,
-         "layer_norm": lambda x, w, b: fo.fused_layer_norm(x, w, b, EPS),
-         "rms_norm": lambda x, w: fo.fused_rms_norm(x, w, EPS),
-         "add_rms_norm": lambda x, r, w: fo.fused_add_rms_norm(x, r, w, EPS)[0]}
+EAGER = {
+    "swiglu": eager_swiglu,
+    "geglu": eager_geglu,
+    "rope": eager_rope,
+    "rope_interleaved": eager_rope_interleaved,
+    "bias_scale_relu": eager_bias_scale_relu,
+    "relu": eager_relu,
+    "square": eager_square,
+    "reduce_sum": eager_reduce_sum,
+    "layer_norm": eager_layer_norm,
+    "rms_norm": eager_rms_norm,
+    "add_rms_norm": eager_add_rms_norm,
+}
+FUSED = {
+    "swiglu": fo.fused_swiglu,
+    "geglu": lambda gate, up: fo.fused_geglu(gate, up, approximate="tanh"),
+    "rope": fo.fused_rope,
+    "rope_interleaved": lambda q, k, cos, sin: fo.fused_rope(q, k, cos, sin, interleaved=True),
+    "bias_scale_relu": lambda x, b: fo.fused_bias_scale_relu(x, b, SCALE),
+    "relu": fo.relu,
+    "square": fo.square,
+    "reduce_sum": fo.reduce_sum,
+    "layer_norm": lambda x, w, b: fo.fused_layer_norm(x, w, b, EPS),
+    "rms_norm": lambda x, w: fo.fused_rms_norm(x, w, EPS),
+    "add_rms_norm": lambda x, r, w: fo.fused_add_rms_norm(x, r, w, EPS)[0],
+}
 LIGER = {}
 if LigerLayerNormFunction:
-    LIGER = {"layer_norm": lambda x, w, b: LigerLayerNormFunction.apply(x, w, b, EPS),
-             # offset 0, llama casting (fp32 compute), not in place
-             "rms_norm": lambda x, w: LigerRMSNormFunction.apply(x, w, EPS, 0.0, "llama", False),
-             "swiglu": LigerSiLUMulFunction.apply, "geglu": LigerGELUMulFunction.apply,
-             # q and k [B, H, T, D], cos and sin [B, T, D]; rotates q, k (and
-             # in backward dq, dk) in place, as its SwiGLU and GeGLU backward
-             # write over gate and up: check_providers checks Liger last
-             "rope": LigerRopeFunction.apply}
+    LIGER = {
+        "layer_norm": lambda x, w, b: LigerLayerNormFunction.apply(x, w, b, EPS),
+        # offset 0, llama casting (fp32 compute), not in place
+        "rms_norm": lambda x, w: LigerRMSNormFunction.apply(x, w, EPS, 0.0, "llama", False),
+        "swiglu": LigerSiLUMulFunction.apply,
+        "geglu": LigerGELUMulFunction.apply,
+        # q and k [B, H, T, D], cos and sin [B, T, D]; rotates q, k (and
+        # in backward dq, dk) in place, as its SwiGLU and GeGLU backward
+        # write over gate and up: check_providers checks Liger last
+        "rope": LigerRopeFunction.apply,
+    }
 _compiled = {}
 
 
@@ -216,6 +231,7 @@ def provider_fn(provider, op, dynamic):
 
 
 # --- bytes: the fewest an op must move, one formula for all providers ------
+
 
 def min_bytes(op, direction, rows, cols, itemsize):
     """fwd reads x (+ bias) and writes y; bwd reads dy and an x-sized saved
@@ -251,6 +267,7 @@ def min_bytes(op, direction, rows, cols, itemsize):
 
 
 # --- timing ----------------------------------------------------------------
+
 
 def wrt(inputs):
     """The inputs that get gradients (all but rope's cos and sin)."""
@@ -375,17 +392,23 @@ def tolerance_scales(ref, op, inputs, dy):
         t = torch.tanh(k * (g + 0.044715 * g**3))
         dgelu = 0.5 * (1 + t.abs()) + 0.5 * k * g.abs() * (1 + t * t) * (1 + 3 * 0.044715 * g * g)
         f32 = 4 * torch.finfo(torch.float32).eps / RTOL[g.dtype]
-        return [ref[0].abs().float() + f32 * (g * u).abs().float(),
-                ref[1].abs().float() + f32 * (dy * u * dgelu).abs().float(),
-                ref[2].abs().float() + f32 * (dy * g).abs().float()]
+        return [
+            ref[0].abs().float() + f32 * (g * u).abs().float(),
+            ref[1].abs().float() + f32 * (dy * u * dgelu).abs().float(),
+            ref[2].abs().float() + f32 * (dy * g).abs().float(),
+        ]
     scales = [ref[0].abs().float()]
     if op == "reduce_sum":
         scales = [inputs[0].detach().abs().float().sum()]
     elif op in NORMS:  # dx like y; the parameter gradients are column sums
         rms = dy.abs().float().sum(0) * 8  # |xhat| stays under ~8 for randn rows
         scales += [ref[1].abs().float().max() * torch.ones_like(ref[1], dtype=torch.float32)]
-        scales += [ref[i].abs().float().max() * torch.ones_like(ref[i], dtype=torch.float32)
-                   if ref[i].shape == ref[1].shape else rms for i in range(2, len(ref))]
+        scales += [
+            ref[i].abs().float().max() * torch.ones_like(ref[i], dtype=torch.float32)
+            if ref[i].shape == ref[1].shape
+            else rms
+            for i in range(2, len(ref))
+        ]
     elif len(ref) > 1:
         scales.append(ref[1].abs().float())
         if op == "bias_scale_relu":
@@ -411,12 +434,35 @@ def check(got, ref, scales, dtype):
 
 # --- the run ----------------------------------------------------------------
 
-FIELDS = ["op", "direction", "rows", "cols", "dtype", "provider", "kernel_ms", "call_ms",
-          "gbs", "fraction_of_ceiling", "speedup_vs_fused", "speedup_vs_eager",
-          "speedup_vs_compile", "speedup_vs_liger", "call_speedup_vs_fused",
-          "call_speedup_vs_eager", "call_speedup_vs_compile", "call_speedup_vs_liger",
-          "peak_extra_mib", "bytes", "check", "max_abs_diff",
-          "max_rel_diff", "note", "device", "torch", "fused_ops_py"]
+FIELDS = [
+    "op",
+    "direction",
+    "rows",
+    "cols",
+    "dtype",
+    "provider",
+    "kernel_ms",
+    "call_ms",
+    "gbs",
+    "fraction_of_ceiling",
+    "speedup_vs_fused",
+    "speedup_vs_eager",
+    "speedup_vs_compile",
+    "speedup_vs_liger",
+    "call_speedup_vs_fused",
+    "call_speedup_vs_eager",
+    "call_speedup_vs_compile",
+    "call_speedup_vs_liger",
+    "peak_extra_mib",
+    "bytes",
+    "check",
+    "max_abs_diff",
+    "max_rel_diff",
+    "note",
+    "device",
+    "torch",
+    "fused_ops_py",
+]
 
 
 def make_inputs(op, m, n, dtype, device):
@@ -494,20 +540,34 @@ def bench_case(op, m, n, dname, device, args, meta, progress):
         for p in providers_for(op, args):
             ok, max_abs, max_rel, error = checks[p]
             row = dict.fromkeys(FIELDS, math.nan)
-            row.update(op=op, direction=direction, rows=m, cols=n, dtype=dname, provider=p,
-                       bytes=nbytes, check="ok" if ok else "BAD", max_abs_diff=max_abs,
-                       max_rel_diff=max_rel, note=error, device=meta["device"],
-                       torch=meta["torch"], fused_ops_py=meta["fused_ops_py"])
+            row.update(
+                op=op,
+                direction=direction,
+                rows=m,
+                cols=n,
+                dtype=dname,
+                provider=p,
+                bytes=nbytes,
+                check="ok" if ok else "BAD",
+                max_abs_diff=max_abs,
+                max_rel_diff=max_rel,
+                note=error,
+                device=meta["device"],
+                torch=meta["torch"],
+                fused_ops_py=meta["fused_ops_py"],
+            )
             if not error:  # a provider that could not run is not timed
                 bench_row(row, provider_fn(p, op, args.compile_dynamic), inputs, dy, device, args)
             t = row["call_ms"] if math.isnan(row["kernel_ms"]) else row["kernel_ms"]
             row["gbs"] = nbytes / t / 1e6
             row["fraction_of_ceiling"] = row["gbs"] / meta["copy_ceiling_gbs"]
             group.append(row)
-            print(f"[{next(progress)}] {op:15s} {direction:6s} {m}x{n} {dname} {p:7s} "
-                  f"kernel {row['kernel_ms']:.4f} ms  call {row['call_ms']:.4f} ms  "
-                  f"{row['gbs']:8.1f} GB/s  {row['check']}"
-                  + (f"  ({row['note']})" if row["note"] else ""), flush=True)
+            print(
+                f"[{next(progress)}] {op:15s} {direction:6s} {m}x{n} {dname} {p:7s} "
+                f"kernel {row['kernel_ms']:.4f} ms  call {row['call_ms']:.4f} ms  "
+                f"{row['gbs']:8.1f} GB/s  {row['check']}" + (f"  ({row['note']})" if row["note"] else ""),
+                flush=True,
+            )
         add_speedups(group)
         rows += group
     return rows
@@ -517,14 +577,19 @@ def run_shapes(args, dname, op):
     """args.shapes without those whose tensors pass MAX_TENSOR_BYTES in dname
     (and for rope those rope_heads cannot split into heads)."""
     itemsize = DTYPES[dname].itemsize
-    return [(m, n) for m, n in args.shapes if m * n * itemsize <= MAX_TENSOR_BYTES
-            and (op not in ROPES or rope_heads(n))]
+    return [
+        (m, n) for m, n in args.shapes if m * n * itemsize <= MAX_TENSOR_BYTES and (op not in ROPES or rope_heads(n))
+    ]
 
 
 def run(args, device, meta):
-    total = sum(len(run_shapes(args, dname, op)) * len(providers_for(op, args))
-                * len([d for d in OPS[op] if d in args.directions])
-                for op in args.ops for dname in args.dtypes)
+    total = sum(
+        len(run_shapes(args, dname, op))
+        * len(providers_for(op, args))
+        * len([d for d in OPS[op] if d in args.directions])
+        for op in args.ops
+        for dname in args.dtypes
+    )
     progress = (f"{i}/{total}" for i in range(1, total + 1))
     rows = []
     for op in args.ops:
@@ -549,6 +614,7 @@ def add_speedups(group):
 
 # --- output -----------------------------------------------------------------
 
+
 def summary_markdown(rows, meta):
     """One table per dtype (bf16, fp16, fp32 as present), one row per op,
     direction and shape."""
@@ -568,10 +634,8 @@ def summary_markdown(rows, meta):
         "allocates.",
     ]
     for dname in dtypes:
-        by = {(r["op"], r["direction"], r["rows"], r["cols"], r["provider"]): r
-              for r in rows if r["dtype"] == dname}
-        keys = sorted({k[:4] for k in by},
-                      key=lambda k: (list(OPS).index(k[0]), OPS[k[0]].index(k[1]), k[3], k[2]))
+        by = {(r["op"], r["direction"], r["rows"], r["cols"], r["provider"]): r for r in rows if r["dtype"] == dname}
+        keys = sorted({k[:4] for k in by}, key=lambda k: (list(OPS).index(k[0]), OPS[k[0]].index(k[1]), k[3], k[2]))
         lines += [
             "",
             f"## {dname}",
@@ -584,8 +648,11 @@ def summary_markdown(rows, meta):
         for op, d, m, n in keys:
             f, e, c, li = (by.get((op, d, m, n, p)) for p in ("fused", "eager", "compile", "liger"))
             gbs = lambda r: fmt(r and r["gbs"], ".0f" if r and r["gbs"] >= 100 else ".3g")
-            peak = (f"{fmt(f['peak_extra_mib'], '.0f')} / {fmt(e['peak_extra_mib'], '.0f')}"
-                    if d == "fwdbwd" and f and e and meta["cuda"] else "")
+            peak = (
+                f"{fmt(f['peak_extra_mib'], '.0f')} / {fmt(e['peak_extra_mib'], '.0f')}"
+                if d == "fwdbwd" and f and e and meta["cuda"]
+                else ""
+            )
             li = li if li and not li["note"].startswith("NotImplementedError") else None
             bad = [r["provider"] for r in (f, e, c, li) if r and r["check"] != "ok"]
             peers = [r["call_ms"] for r in (e, c, li) if r and not math.isnan(r["call_ms"])]
@@ -597,7 +664,8 @@ def summary_markdown(rows, meta):
                 f"| {fmt(f and li and f.get('speedup_vs_liger'), '.2f')} "
                 f"| {fmt(call_best, '.2f')} "
                 f"| {fmt(f and 100 * f['fraction_of_ceiling'], '.0f')} | {peak} "
-                f"| {'BAD: ' + ','.join(bad) if bad else 'ok'} |")
+                f"| {'BAD: ' + ','.join(bad) if bad else 'ok'} |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -609,16 +677,18 @@ def write_outputs(rows, meta, out):
         writer.writerows(rows)
     clean = lambda v: None if isinstance(v, float) and not math.isfinite(v) else v
     with open(out / "results.json", "w") as f:
-        json.dump({"meta": meta, "rows": [{k: clean(v) for k, v in r.items()} for r in rows]},
-                  f, indent=1)
+        json.dump({"meta": meta, "rows": [{k: clean(v) for k, v in r.items()} for r in rows]}, f, indent=1)
     summary = summary_markdown(rows, meta)
     (out / "summary.md").write_text(summary)
     return summary
 
 
 def device_name(device):
-    return torch.cuda.get_device_name(device) if device.type == "cuda" else \
-        f"cpu {platform.processor() or platform.machine()}"
+    return (
+        torch.cuda.get_device_name(device)
+        if device.type == "cuda"
+        else f"cpu {platform.processor() or platform.machine()}"
+    )
 
 
 def results_dir(name):
@@ -632,14 +702,14 @@ def comma_list(allowed):
         if not values or not set(values) <= set(allowed):
             raise argparse.ArgumentTypeError(f"{text!r}: choose from {', '.join(allowed)}")
         return values
+
     return parse
 
 
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ops", type=comma_list(OPS), default=list(OPS), help="comma list")
-    p.add_argument("--directions", type=comma_list(("fwd", "bwd", "fwdbwd")),
-                   default=["fwd", "bwd", "fwdbwd"])
+    p.add_argument("--directions", type=comma_list(("fwd", "bwd", "fwdbwd")), default=["fwd", "bwd", "fwdbwd"])
     p.add_argument("--dtypes", type=comma_list(DTYPES), help="default all; fp32 with --quick")
     p.add_argument("--shapes", help="comma list of ROWSxCOLS, e.g. 4096x4096,8x64")
     p.add_argument("--providers", type=comma_list(PROVIDERS), default=list(PROVIDERS))
@@ -647,13 +717,18 @@ def parse_args(argv):
     p.add_argument("--quick", action="store_true", help="smoke run: small shapes, fp32, short timing")
     p.add_argument("--warmup-ms", type=int, default=25)
     p.add_argument("--rep-ms", type=int, default=100)
-    p.add_argument("--compile-dynamic", action="store_true",
-                   help="torch.compile(dynamic=None: automatic dynamic shapes), not dynamic=False")
+    p.add_argument(
+        "--compile-dynamic",
+        action="store_true",
+        help="torch.compile(dynamic=None: automatic dynamic shapes), not dynamic=False",
+    )
     p.add_argument("--out", type=Path, help="default bench/results/<device-slug>/")
-    p.add_argument("--isolate", action="store_true",
-                   help="each provider in a process of its own, the results joined")
-    p.add_argument("--provider-runs", type=Path,
-                   help="with --isolate: keep each provider's run in DIR/<provider> (default: a temporary folder)")
+    p.add_argument("--isolate", action="store_true", help="each provider in a process of its own, the results joined")
+    p.add_argument(
+        "--provider-runs",
+        type=Path,
+        help="with --isolate: keep each provider's run in DIR/<provider> (default: a temporary folder)",
+    )
     args = p.parse_args(argv)
     args.dtypes = args.dtypes or (["fp32"] if args.quick else list(DTYPES))
     if args.shapes:
@@ -694,8 +769,9 @@ def run_isolated(args, argv):
             # joined as this run's if this one died before writing its own
             (part / "results.json").unlink(missing_ok=True)
             print(f"== {provider}: its own process", flush=True)
-            failed |= subprocess.run([sys.executable, __file__, *passed, "--providers", provider,
-                                      "--out", str(part)], env=env).returncode
+            failed |= subprocess.run(
+                [sys.executable, __file__, *passed, "--providers", provider, "--out", str(part)], env=env
+            ).returncode
         # a run that died wrote nothing: the others are still joined
         written = [Path(parts) / p for p in args.providers if (Path(parts) / p / "results.json").exists()]
         if not written:
@@ -729,27 +805,39 @@ def main(argv=None):
             break
     name = device_name(device)
     out = args.out or results_dir(name)
-    meta = {"device": name, "cuda": device.type == "cuda", "torch": torch.__version__,
-            "fused_ops_py": fo.__version__, "python": platform.python_version(),
-            "scale": SCALE, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "cpu_threads": torch.get_num_threads(),  # torch's CPU ops use them all
-            "argv": argv}
+    meta = {
+        "device": name,
+        "cuda": device.type == "cuda",
+        "torch": torch.__version__,
+        "fused_ops_py": fo.__version__,
+        "python": platform.python_version(),
+        "scale": SCALE,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "cpu_threads": torch.get_num_threads(),  # torch's CPU ops use them all
+        "argv": argv,
+    }
     try:
         import triton
+
         meta["triton"] = triton.__version__
     except ImportError:
         meta["triton"] = None
     start = time.perf_counter()
     meta["copy_ceiling_gbs"] = copy_ceiling_gbs(device, args)
-    print(f"{name}: torch {meta['torch']}, fused_ops_py {meta['fused_ops_py']}, "
-          f"copy ceiling {meta['copy_ceiling_gbs']:.1f} GB/s", flush=True)
+    print(
+        f"{name}: torch {meta['torch']}, fused_ops_py {meta['fused_ops_py']}, "
+        f"copy ceiling {meta['copy_ceiling_gbs']:.1f} GB/s",
+        flush=True,
+    )
     rows = run(args, device, meta)
     meta["seconds"] = round(time.perf_counter() - start, 1)
     summary = write_outputs(rows, meta, out)
     print("\n" + summary)
     bad = sum(r["check"] != "ok" for r in rows)
-    print(f"{len(rows)} rows, {bad} BAD, {meta['seconds']} s; wrote {out}/results.csv, "
-          "results.json, summary.md", flush=True)
+    print(
+        f"{len(rows)} rows, {bad} BAD, {meta['seconds']} s; wrote {out}/results.csv, results.json, summary.md",
+        flush=True,
+    )
     return 1 if bad else 0
 
 

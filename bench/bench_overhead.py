@@ -35,13 +35,13 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from bench_ops import device_name, results_dir  # one results folder a device
 
 import fused_ops_py as fo
-from fused_ops_py.ops import bias_scale_relu
 from fused_ops_py._args import cuda_stream
 from fused_ops_py._core import eager_apply
 from fused_ops_py._ffi import ffi, lib
-from bench_ops import device_name, results_dir  # one results folder a device
+from fused_ops_py.ops import bias_scale_relu
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 TARGETS = {"train": 1.15, "fwdbwd": 1.3, "infer": 0.75}
@@ -66,12 +66,27 @@ def layer_norm(x, w, b):
 OPS = {
     "layer_norm": (lambda x, w, b: fo.fused_layer_norm(x, w, b, EPS), layer_norm, "xww", 2, 1),
     "rms_norm": (lambda x, w: fo.fused_rms_norm(x, w, EPS), rms_norm, "xw", 2, 1),
-    "add_layer_norm": (lambda x, r, w, b: fo.fused_add_layer_norm(x, r, w, b, EPS)[0],
-                       lambda x, r, w, b: layer_norm(x + r, w, b), "xxww", 3, 2),
-    "add_rms_norm": (lambda x, r, w: fo.fused_add_rms_norm(x, r, w, EPS)[0],
-                     lambda x, r, w: rms_norm(x + r, w), "xxw", 3, 2),
-    "bias_scale_relu": (lambda x, b: fo.fused_bias_scale_relu(x, b, SCALE),
-                        lambda x, b: F.relu(x * SCALE + b), "xw", 2, 1),
+    "add_layer_norm": (
+        lambda x, r, w, b: fo.fused_add_layer_norm(x, r, w, b, EPS)[0],
+        lambda x, r, w, b: layer_norm(x + r, w, b),
+        "xxww",
+        3,
+        2,
+    ),
+    "add_rms_norm": (
+        lambda x, r, w: fo.fused_add_rms_norm(x, r, w, EPS)[0],
+        lambda x, r, w: rms_norm(x + r, w),
+        "xxw",
+        3,
+        2,
+    ),
+    "bias_scale_relu": (
+        lambda x, b: fo.fused_bias_scale_relu(x, b, SCALE),
+        lambda x, b: F.relu(x * SCALE + b),
+        "xw",
+        2,
+        1,
+    ),
     "relu": (fo.relu, F.relu, "x", 2, 1),
     "square": (fo.square, lambda x: x * x, "x", 1, 1),
     "reduce_sum": (fo.reduce_sum, torch.sum, "x", 1, 1),
@@ -140,9 +155,12 @@ def make_call(fn, kinds, shape, dtype, device, mode):
     """A no-argument call of fn on new random inputs, which require grad
     unless the mode is infer; fwdbwd adds the backward of a random dy."""
     grad = mode != "infer"
-    inputs = [torch.randint(0, shape[-1], shape[:-1], device=device) if k == "t" else
-              torch.randn(shape if k == "x" else shape[-1:], dtype=dtype, device=device).requires_grad_(grad)
-              for k in kinds]
+    inputs = [
+        torch.randint(0, shape[-1], shape[:-1], device=device)
+        if k == "t"
+        else torch.randn(shape if k == "x" else shape[-1:], dtype=dtype, device=device).requires_grad_(grad)
+        for k in kinds
+    ]
     if mode != "fwdbwd":
         return lambda: fn(*inputs)
     dy = torch.randn(fn(*inputs).shape, dtype=dtype, device=device)
@@ -197,23 +215,38 @@ def main(argv=None):
         for rows_, cols in (map(int, shape.split("x")) for shape in args.shapes.split(",")):
             for dtype_name, dtype in DTYPES.items():
                 for mode, target in TARGETS.items():
-                    calls = [make_call(fn, kinds, (rows_, cols), dtype, device, mode)
-                             for fn in (reference, ours, floor(allocations))]
+                    calls = [
+                        make_call(fn, kinds, (rows_, cols), dtype, device, mode)
+                        for fn in (reference, ours, floor(allocations))
+                    ]
                     timed = per_call_us(calls, device, mode, repeats, args.loop_ms / 1e3, args.max_calls)
                     ratio = round(timed[1] / timed[0], 3)  # met as the table shows it
-                    rows.append(dict(op=op, shape=f"{rows_}x{cols}", dtype=dtype_name, mode=mode,
-                                     torch_us=round(timed[0], 2), ours_us=round(timed[1], 2),
-                                     ratio=ratio, target=target, met=ratio <= target,
-                                     floor_us=round(timed[2], 2), floor_ratio=round(timed[2] / timed[0], 3)))
+                    rows.append(
+                        dict(
+                            op=op,
+                            shape=f"{rows_}x{cols}",
+                            dtype=dtype_name,
+                            mode=mode,
+                            torch_us=round(timed[0], 2),
+                            ours_us=round(timed[1], 2),
+                            ratio=ratio,
+                            target=target,
+                            met=ratio <= target,
+                            floor_us=round(timed[2], 2),
+                            floor_ratio=round(timed[2] / timed[0], 3),
+                        )
+                    )
                     print(" ".join(f"{v!s:>10}" for v in rows[-1].values()), flush=True)
     with open(out / "overhead.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
     met = sum(r["met"] for r in rows)
-    where = device_name(device) + ("" if device.type == "cuda" else
-                                   f", {torch.get_num_threads()} torch threads, load average "
-                                   f"{os.getloadavg()[0]:.1f} at the end")
+    where = device_name(device) + (
+        ""
+        if device.type == "cuda"
+        else f", {torch.get_num_threads()} torch threads, load average {os.getloadavg()[0]:.1f} at the end"
+    )
     lines = [
         "# Wall time a call: fused_ops_py against torch's own op",
         "",
@@ -221,7 +254,8 @@ def main(argv=None):
         f"loops of about {args.loop_ms:g} ms. torch's op: F.layer_norm, F.rms_norm, the add then "
         "the norm, relu(x*0.5+b), relu, x*x, x.sum(), silu(g)*u, gelu(g)*u (tanh), F.cross_entropy "
         "(mean). Targets (ours / torch at most): "
-        + ", ".join(f"{mode} {target}" for mode, target in TARGETS.items()) + ".",
+        + ", ".join(f"{mode} {target}" for mode, target in TARGETS.items())
+        + ".",
         "",
         f"**{met} met, {len(rows) - met} missed** of {len(rows)}; the floor of the design "
         f"(an autograd.Function, the op's allocations and one real launch through an argument "
@@ -230,10 +264,12 @@ def main(argv=None):
         "| op | shape | dtype | mode | torch us | ours us | ours / torch | target | met | floor us | floor / torch |",
         "|---|---|---|---|---:|---:|---:|---:|---|---:|---:|",
     ]
-    lines += [f"| {r['op']} | {r['shape']} | {r['dtype']} | {r['mode']} | {r['torch_us']} | "
-              f"{r['ours_us']} | {r['ratio']} | {r['target']} | {'yes' if r['met'] else '**no**'} | "
-              f"{r['floor_us']} | {r['floor_ratio']} |"
-              for r in rows]
+    lines += [
+        f"| {r['op']} | {r['shape']} | {r['dtype']} | {r['mode']} | {r['torch_us']} | "
+        f"{r['ours_us']} | {r['ratio']} | {r['target']} | {'yes' if r['met'] else '**no**'} | "
+        f"{r['floor_us']} | {r['floor_ratio']} |"
+        for r in rows
+    ]
     (out / "overhead.md").write_text("\n".join(lines) + "\n")
     print(f"{met} met, {len(rows) - met} missed; wrote {out / 'overhead.csv'} and {out / 'overhead.md'}")
 

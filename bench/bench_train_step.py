@@ -41,37 +41,108 @@ import torch
 import torch.nn.functional as F
 
 PROVIDERS = ["eager", "liger", "compile", "patch", "patch_compile", "patch_norms"] + (
-    ["torch_lce"] if hasattr(F, "linear_cross_entropy") else [])
+    ["torch_lce"] if hasattr(F, "linear_cross_entropy") else []
+)
 COMPILED = ("compile", "patch_compile")
 DECODE = ["decode_eager", "decode_patch"]
-FULL = dict(num_hidden_layers=4, hidden_size=4096, intermediate_size=11008, num_attention_heads=32,
-            num_key_value_heads=8, batch=4, seq=2048, prompt=16, new_tokens=128)
-TINY = dict(num_hidden_layers=2, hidden_size=64, intermediate_size=176, num_attention_heads=4,
-            num_key_value_heads=2, batch=2, seq=64, prompt=16, new_tokens=16)
-MOE_FULL = dict(num_hidden_layers=4, hidden_size=2048, num_attention_heads=32, num_key_value_heads=4, head_dim=128,
-                moe_intermediate_size=768, num_experts=64, num_experts_per_tok=8, norm_topk_prob=True,
-                batch=4, seq=2048, prompt=16, new_tokens=128)
-MOE_TINY = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-                moe_intermediate_size=32, num_experts=8, num_experts_per_tok=2, norm_topk_prob=True,
-                batch=2, seq=64, prompt=16, new_tokens=16)
+FULL = dict(
+    num_hidden_layers=4,
+    hidden_size=4096,
+    intermediate_size=11008,
+    num_attention_heads=32,
+    num_key_value_heads=8,
+    batch=4,
+    seq=2048,
+    prompt=16,
+    new_tokens=128,
+)
+TINY = dict(
+    num_hidden_layers=2,
+    hidden_size=64,
+    intermediate_size=176,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    batch=2,
+    seq=64,
+    prompt=16,
+    new_tokens=16,
+)
+MOE_FULL = dict(
+    num_hidden_layers=4,
+    hidden_size=2048,
+    num_attention_heads=32,
+    num_key_value_heads=4,
+    head_dim=128,
+    moe_intermediate_size=768,
+    num_experts=64,
+    num_experts_per_tok=8,
+    norm_topk_prob=True,
+    batch=4,
+    seq=2048,
+    prompt=16,
+    new_tokens=128,
+)
+MOE_TINY = dict(
+    num_hidden_layers=2,
+    hidden_size=64,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    moe_intermediate_size=32,
+    num_experts=8,
+    num_experts_per_tok=2,
+    norm_topk_prob=True,
+    batch=2,
+    seq=64,
+    prompt=16,
+    new_tokens=16,
+)
 # (row, its column, the value, the rows it is checked against, factor): ms and peak_gib at most
 # factor x the smallest of theirs; tokens_per_s at least factor x theirs. Rows missing: unchecked.
-CHECKS = [("patch", "target_time_met", "ms", ("liger",), 0.90),
-          ("patch", "target_mem_met", "peak_gib", ("liger",), 1.0),
-          ("patch_compile", "target_time_met", "ms", ("compile", "patch"), 0.95),
-          ("patch_norms", "target_mem_met", "peak_gib", ("eager",), 1.0),
-          ("decode_patch", "target_time_met", "tokens_per_s", ("decode_eager",), 1.0)]
-MOE_CHECKS = [("patch", "target_time_met", "ms", ("liger",), 1.0),  # against Liger's fused MoE experts
-              ("patch", "target_mem_met", "peak_gib", ("liger",), 1.0),
-              ("decode_patch", "target_time_met", "tokens_per_s", ("decode_eager",), 1.0)]
+CHECKS = [
+    ("patch", "target_time_met", "ms", ("liger",), 0.90),
+    ("patch", "target_mem_met", "peak_gib", ("liger",), 1.0),
+    ("patch_compile", "target_time_met", "ms", ("compile", "patch"), 0.95),
+    ("patch_norms", "target_mem_met", "peak_gib", ("eager",), 1.0),
+    ("decode_patch", "target_time_met", "tokens_per_s", ("decode_eager",), 1.0),
+]
+MOE_CHECKS = [
+    ("patch", "target_time_met", "ms", ("liger",), 1.0),  # against Liger's fused MoE experts
+    ("patch", "target_mem_met", "peak_gib", ("liger",), 1.0),
+    ("decode_patch", "target_time_met", "tokens_per_s", ("decode_eager",), 1.0),
+]
 MODELS = {
-    "llama": dict(title="Llama", cls="LlamaForCausalLM", full=FULL, tiny=TINY, vocabs=[32000, 128256],
-                  providers=PROVIDERS, checks=CHECKS),
-    "qwen3_moe": dict(title="Qwen3-MoE", cls="Qwen3MoeForCausalLM", full=MOE_FULL, tiny=MOE_TINY, vocabs=[32000],
-                      providers=["eager", "liger", "patch"], checks=MOE_CHECKS),
+    "llama": dict(
+        title="Llama",
+        cls="LlamaForCausalLM",
+        full=FULL,
+        tiny=TINY,
+        vocabs=[32000, 128256],
+        providers=PROVIDERS,
+        checks=CHECKS,
+    ),
+    "qwen3_moe": dict(
+        title="Qwen3-MoE",
+        cls="Qwen3MoeForCausalLM",
+        full=MOE_FULL,
+        tiny=MOE_TINY,
+        vocabs=[32000],
+        providers=["eager", "liger", "patch"],
+        checks=MOE_CHECKS,
+    ),
 }
-FIELDS = ["vocab", "provider", "ms", "tokens_per_s", "peak_gib", "mem_before_gib", "first_loss", "note",
-          "target_time_met", "target_mem_met"]
+FIELDS = [
+    "vocab",
+    "provider",
+    "ms",
+    "tokens_per_s",
+    "peak_gib",
+    "mem_before_gib",
+    "first_loss",
+    "note",
+    "target_time_met",
+    "target_mem_met",
+]
 ROW_PREFIX = "row as json: "  # how a --row process hands its row to the parent, on stdout
 # --breakdown: a kernel (on the CPU, an op's own time) is in the first category whose name pattern matches its
 # name or whose op pattern matches an op it ran under: the op that launched it and that op's callers, lower-cased,
@@ -80,8 +151,11 @@ ROW_PREFIX = "row as json: "  # how a --row process hands its row to the parent,
 # ops that move tokens to their experts and back.
 CATEGORIES = [  # (category, kernel-name regex, op regex)
     # lib/cuda/*.cu: our kernels are in namespace fo; on the CPU our autograd Functions' own time is our C calls'
-    ("fused_ops_py", r"\bfo::|^(Norm|BiasScaleReLU|Square|ReduceSum|SwiGLU|GeGLU|RoPE|(Linear)?CrossEntropy)Function",
-     None),
+    (
+        "fused_ops_py",
+        r"\bfo::|^(Norm|BiasScaleReLU|Square|ReduceSum|SwiGLU|GeGLU|RoPE|(Linear)?CrossEntropy)Function",
+        None,
+    ),
     ("other", None, r"^embedding"),  # its index_select and sort move no tokens
     ("experts_gemm", r"GroupProblemShape|[Gg]rouped", r"grouped_?mm"),  # torch's grouped_mm, or transformers' fallback
     ("attention", r"flash|fmha|[Aa]ttention|sdpa|cudnn", r"scaled_?dot_?product|flash|efficient_attention"),
@@ -97,6 +171,7 @@ BREAKDOWN_FIELDS = ["vocab", "provider", "category", "ms", "share"]
 def build_model(config, device):
     """A fresh causal LM of config's model type, made in bf16 on `device` from seed 0: the same weights every time."""
     import transformers
+
     model_class = getattr(transformers, MODELS[config.model_type]["cls"])
     torch.manual_seed(0)
     default = torch.get_default_dtype()
@@ -128,6 +203,7 @@ def torch_lce_loss(model):
         hidden = model.model(input_ids=ids).last_hidden_state
         shifted = F.pad(labels, (0, 1), value=-100)[..., 1:]
         return F.linear_cross_entropy(hidden.flatten(0, 1), model.lm_head.weight, shifted.flatten(), **kwargs)
+
     return loss, note
 
 
@@ -136,12 +212,14 @@ def prepare(provider, model, ids, labels):
     note = ""
     if provider == "liger":  # every Liger kernel for the model, on this instance (rope is module-wide)
         import liger_kernel.transformers
+
         apply = getattr(liger_kernel.transformers, f"apply_liger_kernel_to_{model.config.model_type}")
         apply(rope=True, cross_entropy=False, fused_linear_cross_entropy=True, rms_norm=True, swiglu=True, model=model)
         moe = " (LigerExperts: its fused MoE)" if model.config.model_type == "qwen3_moe" else ""
         note = f"rope, rms_norm, swiglu{moe}, fused_linear_cross_entropy"
     if provider.startswith("patch"):
         import fused_ops_py as fo
+
         norms_only = provider == "patch_norms"
         options = dict(mlp=False, cross_entropy=False) if norms_only else {}
         options.update(patch_options(fo, rope=not norms_only))
@@ -175,8 +253,11 @@ def category(name, op):
     while op is not None:
         ops.append(op.name.rsplit(": ", 1)[-1].removeprefix("aten::").lower())
         op = op.cpu_parent
-    return next(c for c, by_name, by_op in CATEGORIES if (by_name is not None and re.search(by_name, name))
-                or (by_op and any(re.search(by_op, o) for o in ops)))
+    return next(
+        c
+        for c, by_name, by_op in CATEGORIES
+        if (by_name is not None and re.search(by_name, name)) or (by_op and any(re.search(by_op, o) for o in ops))
+    )
 
 
 def breakdown(step, device):
@@ -184,6 +265,7 @@ def breakdown(step, device):
     with the op that launched it), the ops' own CPU time elsewhere."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
+
     cuda = device.type == "cuda"
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA] if cuda else [ProfilerActivity.CPU]) as trace:
         for _ in range(BREAKDOWN_STEPS):
@@ -193,8 +275,11 @@ def breakdown(step, device):
     events = trace.events()
     if cuda:
         launchers = {e.id: e for e in events if e.kernels}  # ops by correlation id, as kernels link to them
-        items = [(k.name(), (k.end_ns() - k.start_ns()) / 1e3, launchers.get(k.linked_correlation_id()))
-                 for k in trace.profiler.kineto_results.events() if k.device_type() == DeviceType.CUDA]
+        items = [
+            (k.name(), (k.end_ns() - k.start_ns()) / 1e3, launchers.get(k.linked_correlation_id()))
+            for k in trace.profiler.kineto_results.events()
+            if k.device_type() == DeviceType.CUDA
+        ]
     else:
         items = [(e.name, e.self_cpu_time_total, e) for e in events if e.device_type == DeviceType.CPU]
     ms = dict.fromkeys(CATEGORY_NAMES, 0.0)
@@ -233,13 +318,20 @@ def decode_body(row, args, config, device, prompt, new_tokens):
     model.eval()
     if row["provider"] == "decode_patch":
         import fused_ops_py as fo
+
         row["note"] = f"patch: {fo.patch(model, **patch_options(fo, rope=True))} replaced"
-    kwargs = dict(attention_mask=torch.ones_like(prompt), do_sample=False, min_new_tokens=new_tokens,
-                  max_new_tokens=new_tokens, pad_token_id=0)
+    kwargs = dict(
+        attention_mask=torch.ones_like(prompt),
+        do_sample=False,
+        min_new_tokens=new_tokens,
+        max_new_tokens=new_tokens,
+        pad_token_id=0,
+    )
     with torch.no_grad():
-        row["tokens"] = model.generate(prompt, **kwargs)[0, prompt.shape[1]:].tolist()  # the warm-up
-        row["ms"] = statistics.median(timed_ms(lambda: model.generate(prompt, **kwargs), device)
-                                      for _ in range(args.decode_runs))
+        row["tokens"] = model.generate(prompt, **kwargs)[0, prompt.shape[1] :].tolist()  # the warm-up
+        row["ms"] = statistics.median(
+            timed_ms(lambda: model.generate(prompt, **kwargs), device) for _ in range(args.decode_runs)
+        )
     row["tokens_per_s"] = new_tokens / row["ms"] * 1e3
 
 
@@ -248,6 +340,7 @@ def run_row(row, body, device):
     what a row changed module-wide (Liger's Llama classes; compile caches) for step_kernels.py, whose rows
     share a process."""
     from transformers.models.llama import modeling_llama
+
     saved = dict(vars(modeling_llama))
     try:
         body(row)
@@ -267,17 +360,24 @@ def run_row(row, body, device):
 def row_here(args, shape, device):
     """The row of --row at --vocabs' first vocab, computed in this process (a child of the parent's)."""
     from transformers import AutoConfig
+
     vocab = args.vocabs[0]
     batch, seq, prompt_len, new_tokens = (shape.pop(k) for k in ("batch", "seq", "prompt", "new_tokens"))
     config = lambda use_cache: AutoConfig.for_model(  # noqa: E731
-        args.model, vocab_size=vocab, max_position_embeddings=4096, attn_implementation="sdpa",
-        use_cache=use_cache, **shape)
+        args.model,
+        vocab_size=vocab,
+        max_position_embeddings=4096,
+        attn_implementation="sdpa",
+        use_cache=use_cache,
+        **shape,
+    )
     gen = torch.Generator(device=device).manual_seed(0)  # the same inputs for every row
     ids = torch.randint(0, vocab, (batch, seq), device=device, generator=gen)
     prompt = torch.randint(0, vocab, (1, prompt_len), device=device, generator=gen)
     row = dict(vocab=vocab, provider=args.row)
     if device.type == "cuda":
         from bench_cross_entropy import warm_up_the_gpu
+
         warm_up_the_gpu()  # a fresh process: the clocks climb from idle
         row["mem_before_gib"] = torch.cuda.memory_allocated() / 2**30  # more than the header says is a leftover
     if args.row in DECODE:
@@ -288,8 +388,13 @@ def row_here(args, shape, device):
 def row_in_a_process(argv, vocab, provider):
     """The row as `this script argv --vocabs vocab --row provider` computes it in a child process."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))  # it imports what we import
-    done = subprocess.run([sys.executable, str(Path(__file__).resolve()), *argv, "--vocabs", str(vocab),
-                           "--row", provider], stdout=subprocess.PIPE, text=True, env=env, check=False)
+    done = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve()), *argv, "--vocabs", str(vocab), "--row", provider],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+        check=False,
+    )
     lines = [line for line in done.stdout.splitlines() if line.startswith(ROW_PREFIX)]
     if not lines:  # it crashed: its stderr, passed through, says why
         return dict(vocab=vocab, provider=provider, note=f"error: its process exited with {done.returncode}")
@@ -315,8 +420,11 @@ def targets_text(checks):
         higher = key == "tokens_per_s"
         theirs = f"{against[0]}'s" if len(against) == 1 else f"{'max' if higher else 'min'}({', '.join(against)})"
         return f"{subject} {key} {'>=' if higher else '<='} {f'{factor:g} x ' if factor != 1 else ''}{theirs}"
-    return (f"Targets, per vocab: {'; '.join(one(*c) for c in checks)}. A target is unchecked (blank) where a row "
-            "it is checked against failed.")
+
+    return (
+        f"Targets, per vocab: {'; '.join(one(*c) for c in checks)}. A target is unchecked (blank) where a row "
+        "it is checked against failed."
+    )
 
 
 def write_table(path, fields, rows, intro):
@@ -334,9 +442,20 @@ def write_table(path, fields, rows, intro):
 def write_outputs(rows, path, spec, header):
     checks = [r.get(k) for r in rows for k in FIELDS if k.startswith("target_")]
     met, missed = checks.count(True), checks.count(False)
-    write_table(path, FIELDS, rows, [
-        f"# {spec['title']} training step (forward + backward) and greedy decoding: fused_ops_py against its peers",
-        "", header, "", targets_text(spec["checks"]), "", f"**{met} met, {missed} missed** of {met + missed} checks."])
+    write_table(
+        path,
+        FIELDS,
+        rows,
+        [
+            f"# {spec['title']} training step (forward + backward) and greedy decoding: fused_ops_py against its peers",
+            "",
+            header,
+            "",
+            targets_text(spec["checks"]),
+            "",
+            f"**{met} met, {missed} missed** of {met + missed} checks.",
+        ],
+    )
     return met, missed
 
 
@@ -351,11 +470,16 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", choices=list(MODELS), default="llama")
-    p.add_argument("--vocabs", type=lambda s: [int(v) for v in s.split(",")],
-                   help="comma-separated; default 32000,128256 (llama), 32000 (qwen3_moe)")
-    p.add_argument("--providers", type=lambda s: s.split(","),
-                   help=f"comma-separated, of {','.join(PROVIDERS)}; default all (llama), eager,liger,patch "
-                        "(qwen3_moe)")
+    p.add_argument(
+        "--vocabs",
+        type=lambda s: [int(v) for v in s.split(",")],
+        help="comma-separated; default 32000,128256 (llama), 32000 (qwen3_moe)",
+    )
+    p.add_argument(
+        "--providers",
+        type=lambda s: s.split(","),
+        help=f"comma-separated, of {','.join(PROVIDERS)}; default all (llama), eager,liger,patch (qwen3_moe)",
+    )
     p.add_argument("--steps", type=int, default=10, help="timed steps (at least 10 for a result)")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--decode", action=argparse.BooleanOptionalAction, default=True)
@@ -384,16 +508,20 @@ def main(argv=None):
     out = Path(args.out or results_dir(device_name(device)))
     out.mkdir(parents=True, exist_ok=True)
     stem = "train_step" if args.model == "llama" else f"train_step_{args.model}"
-    versions = (f"torch {torch.__version__}, transformers {version('transformers')}, liger_kernel "
-                f"{version('liger_kernel')}, fused_ops_py {getattr(sys.modules['fused_ops_py'], '__version__', '?')}")
+    versions = (
+        f"torch {torch.__version__}, transformers {version('transformers')}, liger_kernel "
+        f"{version('liger_kernel')}, fused_ops_py {getattr(sys.modules['fused_ops_py'], '__version__', '?')}"
+    )
     clock = "CUDA events" if device.type == "cuda" else "wall clock"
     batch, seq, prompt_len, new_tokens = (shape.pop(k) for k in ("batch", "seq", "prompt", "new_tokens"))
-    header = (f"{device_name(device)}; {versions}. {spec['cls']} {shape}, sdpa, bf16, seed 0; batch {batch} x {seq}; "
-              f"loss.backward(), no optimizer; each row in its own process; median of {args.steps} steps ({clock}) "
-              f"after {args.warmup} warm-up; peak_gib: max_memory_allocated over them; mem_before_gib: "
-              "memory_allocated before the row builds its model (its inputs, and on Hopper cuBLAS's 0.03 GiB "
-              f"workspace; more is a leftover). Decode: greedy, batch 1, prompt {prompt_len}, "
-              f"{new_tokens} new tokens, ms per generate(), median of {args.decode_runs} after 1 warm-up.")
+    header = (
+        f"{device_name(device)}; {versions}. {spec['cls']} {shape}, sdpa, bf16, seed 0; batch {batch} x {seq}; "
+        f"loss.backward(), no optimizer; each row in its own process; median of {args.steps} steps ({clock}) "
+        f"after {args.warmup} warm-up; peak_gib: max_memory_allocated over them; mem_before_gib: "
+        "memory_allocated before the row builds its model (its inputs, and on Hopper cuBLAS's 0.03 GiB "
+        f"workspace; more is a leftover). Decode: greedy, batch 1, prompt {prompt_len}, "
+        f"{new_tokens} new tokens, ms per generate(), median of {args.decode_runs} after 1 warm-up."
+    )
     print(header, flush=True)
     rows, parts = [], []
     for vocab in args.vocabs:
@@ -407,14 +535,24 @@ def main(argv=None):
                 eager_tokens = tokens
             elif tokens is not None and eager_tokens is not None:  # equally long: min_new_tokens = max_new_tokens
                 differ = next((i for i, (a, b) in enumerate(zip(tokens, eager_tokens)) if a != b), None)
-                row["note"] += ("; same tokens as eager" if differ is None else
-                                f"; differs from eager at new token {differ}")
+                row["note"] += (
+                    "; same tokens as eager" if differ is None else f"; differs from eager at new token {differ}"
+                )
             if (ms := row.pop("breakdown", None)) is not None:
                 total = sum(ms.values())
-                parts += [dict(vocab=vocab, provider=provider, category=c, ms=float(f"{v:.4g}"),
-                               share=float(f"{v / total:.3g}") if total else "") for c, v in ms.items()]
-                parts.append(dict(vocab=vocab, provider=provider, category="total", ms=float(f"{total:.4g}"),
-                                  share=1.0))
+                parts += [
+                    dict(
+                        vocab=vocab,
+                        provider=provider,
+                        category=c,
+                        ms=float(f"{v:.4g}"),
+                        share=float(f"{v / total:.3g}") if total else "",
+                    )
+                    for c, v in ms.items()
+                ]
+                parts.append(
+                    dict(vocab=vocab, provider=provider, category="total", ms=float(f"{total:.4g}"), share=1.0)
+                )
             case.append(row)
             set_targets(case, spec["checks"])
             print(" ".join(f"{k}={v}" for k, v in row.items() if v != ""), flush=True)
@@ -424,13 +562,25 @@ def main(argv=None):
     print(f"{met} met, {missed} missed; wrote {out / stem}.csv and .md", flush=True)
     if args.breakdown:
         what = "CUDA kernel time" if device.type == "cuda" else "the ops' own CPU time (no GPU: a smoke test)"
-        write_table(out / f"{stem}_breakdown", BREAKDOWN_FIELDS, parts, [
-            f"# Where a {spec['title']} training step's time goes", "", header, "",
-            (f"{what} of {BREAKDOWN_STEPS} profiled steps (after the timed ones), ms a step, by category; share: "
-             "of the total. Categories by kernel name and by the op that launched the kernel (bench_train_step.py's "
-             "CATEGORIES): experts_gemm (grouped_mm), attention (sdpa), routing (router softmax and topk, the "
-             "sort/histc/cumsum of the experts' offsets, index/scatter/gather moving tokens), fused_ops_py (our "
-             "kernels), other_gemm (projections, lm_head), other (elementwise, norms, loss, copies).")])
+        write_table(
+            out / f"{stem}_breakdown",
+            BREAKDOWN_FIELDS,
+            parts,
+            [
+                f"# Where a {spec['title']} training step's time goes",
+                "",
+                header,
+                "",
+                (
+                    f"{what} of {BREAKDOWN_STEPS} profiled steps (after the timed ones), ms a step, by category; "
+                    "share: of the total. Categories by kernel name and by the op that launched the kernel "
+                    "(bench_train_step.py's "
+                    "CATEGORIES): experts_gemm (grouped_mm), attention (sdpa), routing (router softmax and topk, the "
+                    "sort/histc/cumsum of the experts' offsets, index/scatter/gather moving tokens), fused_ops_py (our "
+                    "kernels), other_gemm (projections, lm_head), other (elementwise, norms, loss, copies)."
+                ),
+            ],
+        )
         print(f"wrote {out / stem}_breakdown.csv and .md", flush=True)
 
 

@@ -21,7 +21,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_ops  # noqa: E402  (the same writers as one run)
 
-
 KEY = ("op", "direction", "rows", "cols", "dtype", "provider")
 
 
@@ -43,8 +42,7 @@ def combine(out, parts):
     for group in cases.values():
         bench_ops.add_speedups(group)
     meta = dict(metas[0])
-    meta["parts"] = [{k: m.get(k) for k in ("argv", "started", "seconds", "copy_ceiling_gbs")}
-                     for m in metas]
+    meta["parts"] = [{k: m.get(k) for k in ("argv", "started", "seconds", "copy_ceiling_gbs")} for m in metas]
     meta["copy_ceiling_gbs"] = statistics.median(m["copy_ceiling_gbs"] for m in metas)
     meta["seconds"] = round(sum(m.get("seconds") or 0 for m in metas), 1)
     return bench_ops.write_outputs(list(rows.values()), meta, Path(out)), len(rows)

@@ -70,8 +70,7 @@ def main(argv=None):
     for moved in sizes_moved(args.smallest, args.largest):
         ms = time_copy_ms(moved, device, args)
         rows.append({"bytes_moved": moved, "ms": ms, "gbs": moved / ms / 1e6})
-        print(f"{moved / 2**20:10.1f} MiB moved  {ms * 1e3:10.2f} us  {rows[-1]['gbs']:8.0f} GB/s",
-              flush=True)
+        print(f"{moved / 2**20:10.1f} MiB moved  {ms * 1e3:10.2f} us  {rows[-1]['gbs']:8.0f} GB/s", flush=True)
     with open(args.out / "copy_by_size.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()

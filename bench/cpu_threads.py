@@ -5,6 +5,7 @@ median of each. A markdown table to stdout.
     python bench/cpu_threads.py [ROWSxCOLS]          # default 4096x1024, fp32
 The absolute times of a shared VM move from hour to hour; the ratio within
 one run is the number to read."""
+
 import statistics
 import sys
 import time

@@ -7,6 +7,7 @@ of one call (as bench_ops.py's kernel_ms) timed after three kinds of flush.
   none  no flush: inputs that fit in the L2 stay there.
     python3 bench/flush_effect.py layer_norm bwd 4096x4096 bf16 fused compile liger
 """
+
 import statistics
 import sys
 
@@ -31,6 +32,7 @@ RUNS = 200
 def timed_after(flush):
     """A gpu_bench for bench_ops.graph_bench: the median ms of RUNS replays,
     each after `flush`, timed alone with events."""
+
     def bench(fn, args):
         for _ in range(10):
             flush()
@@ -44,6 +46,7 @@ def timed_after(flush):
             end.record()
         torch.cuda.synchronize()
         return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
+
     return bench
 
 
@@ -57,6 +60,8 @@ for provider in providers:
         times[name], why = b.graph_bench(fn, inputs, dy, direction, None)
         if why:
             print(f"{provider} {name}: {why}")
-    print(f"{op} {direction} {shape} {dtype_name} {provider:8s} " + "  ".join(
-        f"{name} {ms * 1e3:7.2f} us {moved / ms / 1e6:5.0f} GB/s" for name, ms in times.items()),
-        flush=True)
+    print(
+        f"{op} {direction} {shape} {dtype_name} {provider:8s} "
+        + "  ".join(f"{name} {ms * 1e3:7.2f} us {moved / ms / 1e6:5.0f} GB/s" for name, ms in times.items()),
+        flush=True,
+    )

@@ -4,6 +4,7 @@ CUDA graph): where a provider's kernel_ms goes.
     python3 bench/kernel_times.py layer_norm fwd 4096x2048 fused liger compile [fp32]
 Same inputs, shapes and providers as bench_ops.py (bf16, or a dtype named
 among the providers)."""
+
 import collections
 import sys
 

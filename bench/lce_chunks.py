@@ -20,8 +20,7 @@ import triton
 import fused_ops_py as fo
 from fused_ops_py.ops import linear_cross_entropy
 
-FIELDS = ["n", "h", "v", "chunk_rows", "chunk_mib", "logits_ms", "grad_input_ms", "grad_weight_ms",
-          "gemms_ms", "op_ms"]
+FIELDS = ["n", "h", "v", "chunk_rows", "chunk_mib", "logits_ms", "grad_input_ms", "grad_weight_ms", "gemms_ms", "op_ms"]
 
 
 def bench(fn):
@@ -48,16 +47,21 @@ def op_time(x, w, target, rows):
     linear_cross_entropy._chunk_rows = lambda *_: rows
     try:
         xg, wg = x.detach().requires_grad_(), w.detach().requires_grad_()
-        return triton.testing.do_bench(lambda: fo.fused_linear_cross_entropy(xg, wg, target).backward(),
-                                       warmup=10, rep=150, grad_to_none=[xg, wg])
+        return triton.testing.do_bench(
+            lambda: fo.fused_linear_cross_entropy(xg, wg, target).backward(), warmup=10, rep=150, grad_to_none=[xg, wg]
+        )
     finally:
         linear_cross_entropy._chunk_rows = chosen
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--shapes", type=lambda s: [tuple(int(v) for v in x.split("x")) for x in s.split(",")],
-                   default=[(8192, 4096, 32000), (8192, 4096, 128256)], help="N x H x V, comma-separated")
+    p.add_argument(
+        "--shapes",
+        type=lambda s: [tuple(int(v) for v in x.split("x")) for x in s.split(",")],
+        default=[(8192, 4096, 32000), (8192, 4096, 128256)],
+        help="N x H x V, comma-separated",
+    )
     p.add_argument("--chunks", type=lambda s: [int(v) for v in s.split(",")], default=[256, 512, 1024, 2048, 8192])
     p.add_argument("--out", type=Path, help="default bench/results/<gpu>/")
     args = p.parse_args(argv)
@@ -72,29 +76,46 @@ def main(argv=None):
     for n, h, v in args.shapes:
         gen = torch.Generator(device=device).manual_seed(0)
         x = torch.randn(n, h, device=device, dtype=torch.bfloat16, generator=gen)
-        w = torch.randn(v, h, device=device, dtype=torch.bfloat16, generator=gen) * h ** -0.5
+        w = torch.randn(v, h, device=device, dtype=torch.bfloat16, generator=gen) * h**-0.5
         target = torch.randint(0, v, (n,), device=device, generator=gen)
         default = linear_cross_entropy._chunk_rows(n, h, v, x.element_size())
         for chunk in sorted(set(args.chunks) | {default}):
             if n % chunk:
                 continue
             logits, grad_input, grad_weight = gemm_times(x, w, chunk)
-            rows.append(dict(n=n, h=h, v=v, chunk_rows=f"{chunk}{' (default)' if chunk == default else ''}",
-                             chunk_mib=chunk * v * x.element_size() / 2**20, logits_ms=logits,
-                             grad_input_ms=grad_input, grad_weight_ms=grad_weight,
-                             gemms_ms=logits + grad_input + grad_weight, op_ms=op_time(x, w, target, chunk)))
-            print(" ".join(f"{k}={val:.4g}" if isinstance(val, float) else f"{k}={val}"
-                           for k, val in rows[-1].items()), flush=True)
+            rows.append(
+                dict(
+                    n=n,
+                    h=h,
+                    v=v,
+                    chunk_rows=f"{chunk}{' (default)' if chunk == default else ''}",
+                    chunk_mib=chunk * v * x.element_size() / 2**20,
+                    logits_ms=logits,
+                    grad_input_ms=grad_input,
+                    grad_weight_ms=grad_weight,
+                    gemms_ms=logits + grad_input + grad_weight,
+                    op_ms=op_time(x, w, target, chunk),
+                )
+            )
+            print(
+                " ".join(f"{k}={val:.4g}" if isinstance(val, float) else f"{k}={val}" for k, val in rows[-1].items()),
+                flush=True,
+            )
     with open(out / "lce_chunks.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=FIELDS)
         writer.writeheader()
         writer.writerows(rows)
     cell = lambda v: f"{v:.2f}" if isinstance(v, float) else str(v)  # noqa: E731
-    lines = ["# fused_linear_cross_entropy: the chunk size against its GEMMs' time", "",
-             f"{device_name(device)}; torch {torch.__version__}; bf16. ms, do_bench medians; gemms_ms: the "
-             "three GEMMs of every chunk, each timed alone; op_ms: forward + backward at that chunk size; "
-             "chunk_mib: a chunk's logits, the op's memory beyond its inputs and gradients.", "",
-             "| " + " | ".join(FIELDS) + " |", "|" + "---|" * len(FIELDS)]
+    lines = [
+        "# fused_linear_cross_entropy: the chunk size against its GEMMs' time",
+        "",
+        f"{device_name(device)}; torch {torch.__version__}; bf16. ms, do_bench medians; gemms_ms: the "
+        "three GEMMs of every chunk, each timed alone; op_ms: forward + backward at that chunk size; "
+        "chunk_mib: a chunk's logits, the op's memory beyond its inputs and gradients.",
+        "",
+        "| " + " | ".join(FIELDS) + " |",
+        "|" + "---|" * len(FIELDS),
+    ]
     lines += ["| " + " | ".join(cell(r[k]) for k in FIELDS) + " |" for r in rows]
     (out / "lce_chunks.md").write_text("\n".join(lines) + "\n")
     print(f"wrote {out / 'lce_chunks.md'}")

@@ -18,8 +18,12 @@ from collections import defaultdict
 from pathlib import Path
 
 MIN_ELEMENTS = 1 << 20
-STYLE = {"fused": ("tab:red", "o"), "eager": ("tab:blue", "s"),
-         "compile": ("tab:green", "^"), "liger": ("tab:purple", "D")}
+STYLE = {
+    "fused": ("tab:red", "o"),
+    "eager": ("tab:blue", "s"),
+    "compile": ("tab:green", "^"),
+    "liger": ("tab:purple", "D"),
+}
 
 
 def load(results_dir, dtype):
@@ -58,11 +62,9 @@ def plot(results_dir, dtype):
         for provider, points in sorted(providers.items()):
             cols = sorted(points)
             color, marker = STYLE.get(provider, (None, "x"))
-            ax.plot(cols, [points[c][1] for c in cols], label=provider, color=color,
-                    marker=marker)
+            ax.plot(cols, [points[c][1] for c in cols], label=provider, color=color, marker=marker)
         if ceiling:
-            ax.axhline(ceiling, color="gray", linestyle="--", linewidth=1,
-                       label=f"copy ceiling {ceiling:.0f}")
+            ax.axhline(ceiling, color="gray", linestyle="--", linewidth=1, label=f"copy ceiling {ceiling:.0f}")
         ax.set_xscale("log", base=2)
         ax.set_xlabel("N (row length; M = the largest row count run)")
         ax.set_ylabel("GB/s (fewest bytes the op must move)")

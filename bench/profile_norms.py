@@ -1,6 +1,7 @@
 """Runs one norm op of one provider a few times, for ncu to profile:
     ncu --launch-skip 6 --launch-count 6 python3 bench/profile_norms.py fused layer_norm bwd [16384x4096 [bf16]]
 Same inputs, shapes, dtypes and providers as bench_ops.py (it imports them from there)."""
+
 import sys
 
 import torch

@@ -19,13 +19,21 @@ import statistics
 from pathlib import Path
 
 import torch
+from bench_train_step import FULL, build_model, prepare, run_row, timed_ms
 from torch.profiler import ProfilerActivity, profile
 
-from bench_train_step import FULL, build_model, prepare, run_row, timed_ms
-
 KINDS = ["gemm", "attention", "fused_ops_py", "triton", "torch"]
-FIELDS = ["vocab", "provider", "step_ms", "profiled_step_ms", "kernel_ms", "idle_ms", *(f"{k}_ms" for k in KINDS),
-          "top_kernels", "note"]
+FIELDS = [
+    "vocab",
+    "provider",
+    "step_ms",
+    "profiled_step_ms",
+    "kernel_ms",
+    "idle_ms",
+    *(f"{k}_ms" for k in KINDS),
+    "top_kernels",
+    "note",
+]
 STEPS = 3
 
 
@@ -54,8 +62,8 @@ def profile_body(row, config, device, ids):
     model, loss_fn, row["note"] = prepare(row["provider"], model, ids, ids)
 
     def step():
-        loss_fn().backward()
-        model.zero_grad(set_to_none=True)
+        loss_fn().backward()  # noqa: F821 (step runs before the del below)
+        model.zero_grad(set_to_none=True)  # noqa: F821
 
     for _ in range(4):  # compiles, then warms up
         step()
@@ -95,9 +103,9 @@ def main(argv=None):
     p.add_argument("--providers", type=lambda s: s.split(","), default=["liger", "patch", "patch_compile"])
     p.add_argument("--out", type=Path, help="default bench/results/<gpu>/")
     args = p.parse_args(argv)
-    from transformers import LlamaConfig
     from bench_cross_entropy import warm_up_the_gpu
     from bench_ops import device_name, results_dir
+    from transformers import LlamaConfig
 
     device = torch.device("cuda", torch.cuda.current_device())
     out = Path(args.out or results_dir(device_name(device)))
@@ -106,23 +114,29 @@ def main(argv=None):
     warm_up_the_gpu()  # the clocks of a loaded GPU from the first row on
     rows = []
     for vocab in args.vocabs:
-        config = LlamaConfig(vocab_size=vocab, max_position_embeddings=4096, attn_implementation="sdpa",
-                             use_cache=False, **shape)
+        config = LlamaConfig(
+            vocab_size=vocab, max_position_embeddings=4096, attn_implementation="sdpa", use_cache=False, **shape
+        )
         gen = torch.Generator(device=device).manual_seed(0)
         ids = torch.randint(0, vocab, (FULL["batch"], FULL["seq"]), device=device, generator=gen)
         for provider in args.providers:
-            rows.append(run_row(dict(vocab=vocab, provider=provider),
-                                lambda row: profile_body(row, config, device, ids), device))
+            rows.append(
+                run_row(
+                    dict(vocab=vocab, provider=provider), lambda row: profile_body(row, config, device, ids), device
+                )
+            )
             print(" ".join(f"{k}={v}" for k, v in rows[-1].items()), flush=True)
     with open(out / "train_step_kernels.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=FIELDS, restval="")
         writer.writeheader()
         writer.writerows(rows)
-    header = (f"# Where a training step's GPU time goes\n\n{device_name(device)}; torch {torch.__version__}. "
-              f"The step of train_step.md (Llama, 4 layers, batch {FULL['batch']} x {FULL['seq']}, bf16); "
-              f"ms a step: the step (CUDA events, median of 7), the {STEPS} steps under torch.profiler "
-              "(CUDA events around them), their kernels by kind, and idle = that step - the time some "
-              "kernel runs.\n")
+    header = (
+        f"# Where a training step's GPU time goes\n\n{device_name(device)}; torch {torch.__version__}. "
+        f"The step of train_step.md (Llama, 4 layers, batch {FULL['batch']} x {FULL['seq']}, bf16); "
+        f"ms a step: the step (CUDA events, median of 7), the {STEPS} steps under torch.profiler "
+        "(CUDA events around them), their kernels by kind, and idle = that step - the time some "
+        "kernel runs.\n"
+    )
     lines = [header, "| " + " | ".join(FIELDS) + " |", "|" + "---|" * len(FIELDS)]
     cell = lambda v: f"{v:.2f}" if isinstance(v, float) else str(v).replace("|", "/")  # noqa: E731
     lines += ["| " + " | ".join(cell(r.get(k, "")) for k in FIELDS) + " |" for r in rows]

@@ -29,7 +29,10 @@ def env_report():
         ("CUDA built in", "yes" if lib.fo_cuda_built() else "no (CPU-only library)"),
         ("GPU code built", text(lib.fo_cuda_archs()) or "-"),
         ("CUDA runtime (library)", cuda_version_text(cuda_runtime) if cuda_runtime else "-"),
-        ("CPU kernels", f"{text(lib.fo_cpu_isa())} (FUSED_OPS_PY_CPU_ISA={os.environ.get('FUSED_OPS_PY_CPU_ISA', '')})"),
+        (
+            "CPU kernels",
+            f"{text(lib.fo_cpu_isa())} (FUSED_OPS_PY_CPU_ISA={os.environ.get('FUSED_OPS_PY_CPU_ISA', '')})",
+        ),
         ("python", platform.python_version()),
         ("platform", platform.platform()),
         ("torch", torch.__version__),

@@ -89,8 +89,7 @@ def check_tensor(fn, name, value):
         raise TypeError(f"{fn}: {name} must be a torch.Tensor, got {type(value).__name__}")
     if value.dtype not in DTYPE_CODES:
         raise TypeError(
-            f"{fn}: {name} has dtype {value.dtype}; supported dtypes are "
-            "float32, float16, bfloat16 and float64"
+            f"{fn}: {name} has dtype {value.dtype}; supported dtypes are float32, float16, bfloat16 and float64"
         )
     if not (value.is_cpu or value.is_cuda):
         raise ValueError(f"{fn}: {name} is on device {value.device}; only cpu and cuda are supported")
@@ -100,16 +99,13 @@ def check_companion(fn, name, value, x, x_name="x"):
     """A tensor beside x: checked as a tensor, and on x's device."""
     check_tensor(fn, name, value)
     if value.get_device() != x.get_device():
-        raise ValueError(
-            f"{fn}: {name} is on {value.device} but {x_name} is on {x.device}; move them to one device"
-        )
+        raise ValueError(f"{fn}: {name} is on {value.device} but {x_name} is on {x.device}; move them to one device")
 
 
 def check_same_shape(fn, name, value, x, x_name="x"):
     if value.shape != x.shape:
         raise ValueError(
-            f"{fn}: {name} has shape {tuple(value.shape)} but {x_name} has shape "
-            f"{tuple(x.shape)}; they must match"
+            f"{fn}: {name} has shape {tuple(value.shape)} but {x_name} has shape {tuple(x.shape)}; they must match"
         )
 
 

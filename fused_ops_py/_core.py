@@ -36,7 +36,6 @@ def or_empty(tensor, like):
     return tensor if tensor is not None else empty(like)
 
 
-
 # signatures seen, each with its prepared call; a bound keeps a process that
 # sees endless shapes (dynamic batch sizes) from growing without end
 MAX_SIGNATURES = 4096
@@ -148,4 +147,3 @@ def eager_apply(function):
         return c_apply(*[unwrap_if_dead(a) if isinstance(a, tensor) else a for a in args])
 
     return apply
-

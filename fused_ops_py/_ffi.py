@@ -22,9 +22,7 @@ _PACKAGE_DIR = Path(__file__).resolve().parent
 # meson-python installs the libraries at its default libdir into
 # site-packages/.<distribution>.mesonpy.libs, beside this package.
 _BUNDLED_DIR = _PACKAGE_DIR.parent / ".fused_ops_py.mesonpy.libs"
-DEFAULT_LIBRARY = {"darwin": "libfused_ops.dylib", "win32": "fused_ops.dll"}.get(
-    sys.platform, "libfused_ops.so"
-)
+DEFAULT_LIBRARY = {"darwin": "libfused_ops.dylib", "win32": "fused_ops.dll"}.get(sys.platform, "libfused_ops.so")
 CUDA12_LIBRARY = DEFAULT_LIBRARY.replace("fused_ops", "fused_ops_cuda12")
 _CUDA_DRIVER = {"win32": "nvcuda.dll"}.get(sys.platform, "libcuda.so.1")
 
@@ -108,15 +106,12 @@ def _load(path, origin):
     try:
         lib = ffi.dlopen(str(path))
     except OSError as error:
-        raise ImportError(
-            f"fused_ops_py: cannot load {path} ({origin}) as a shared library: {error}"
-        ) from None
+        raise ImportError(f"fused_ops_py: cannot load {path} ({origin}) as a shared library: {error}") from None
     try:
         found = lib.fo_abi_version()
     except AttributeError:
         raise ImportError(
-            f"fused_ops_py: {path} ({origin}) is a shared library but not "
-            f"libfused_ops: it has no fo_abi_version()"
+            f"fused_ops_py: {path} ({origin}) is a shared library but not libfused_ops: it has no fo_abi_version()"
         ) from None
     expected = _abi_version_of(header)
     if found != expected:

@@ -55,8 +55,10 @@ def train(model, loss_fn, inputs, targets, steps=STEPS):
 
 def main():
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    print(f"fused-ops-py {fused_ops_py.__version__} demo on {device} "
-          f"({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'no GPU: CPU kernels'})")
+    print(
+        f"fused-ops-py {fused_ops_py.__version__} demo on {device} "
+        f"({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'no GPU: CPU kernels'})"
+    )
     generator = torch.Generator().manual_seed(1)
     inputs = torch.randn(BATCH, FEATURES, generator=generator).to(device)
     targets = (inputs[:, :1] * inputs[:, 1:2]).sin().to(device)
@@ -93,10 +95,15 @@ def main():
         for a, b in zip(fused_model.parameters(), torch_model.parameters())
     )
     worst_loss = max(abs(a - b) / max(abs(b), 1e-12) for a, b in zip(fused_losses, torch_losses))
-    print(f"loss fell from {fused_losses[0]:.4f} to {fused_losses[-1]:.4f}; "
-          f"{STEPS} steps (median of {TIMINGS}): fused {fused_seconds:.3f} s, torch {torch_seconds:.3f} s")
+    print(
+        f"loss fell from {fused_losses[0]:.4f} to {fused_losses[-1]:.4f}; "
+        f"{STEPS} steps (median of {TIMINGS}): fused {fused_seconds:.3f} s, torch {torch_seconds:.3f} s"
+    )
     print(f"largest relative difference: loss {worst_loss:.2e}, trained weights {worst_weight:.2e}")
     matches = worst_loss < 1e-3 and worst_weight < 1e-3 and fused_losses[-1] < fused_losses[0]
-    print("MATCH: the fused model trains like the torch model" if matches
-          else "MISMATCH: the fused model diverged from the torch model")
+    print(
+        "MATCH: the fused model trains like the torch model"
+        if matches
+        else "MISMATCH: the fused model diverged from the torch model"
+    )
     return 0 if matches else 1

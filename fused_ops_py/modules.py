@@ -67,8 +67,7 @@ class FusedRMSNorm(getattr(nn, "RMSNorm", _TorchRMSNorm)):
     weight starts at zeros: set it so)."""
 
     def __init__(self, normalized_shape, eps=None, elementwise_affine=True, device=None, dtype=None, offset=0.0):
-        super().__init__(normalized_shape, eps=eps, elementwise_affine=elementwise_affine, device=device,
-                         dtype=dtype)
+        super().__init__(normalized_shape, eps=eps, elementwise_affine=elementwise_affine, device=device, dtype=dtype)
         self.offset = float(offset)
 
     def forward(self, x):
@@ -90,8 +89,10 @@ class _CrossEntropyLossBase(nn.Module):
         self.softcap = softcap
 
     def extra_repr(self):
-        return (f"ignore_index={self.ignore_index}, reduction={self.reduction!r}, "
-                f"label_smoothing={self.label_smoothing}, softcap={self.softcap}")
+        return (
+            f"ignore_index={self.ignore_index}, reduction={self.reduction!r}, "
+            f"label_smoothing={self.label_smoothing}, softcap={self.softcap}"
+        )
 
 
 class FusedCrossEntropyLoss(_CrossEntropyLossBase):
@@ -99,9 +100,14 @@ class FusedCrossEntropyLoss(_CrossEntropyLossBase):
     (fused_cross_entropy), with an optional softcap. forward(input, target)."""
 
     def forward(self, input, target):
-        return fused_cross_entropy(input, target, ignore_index=self.ignore_index,
-                                   label_smoothing=self.label_smoothing, reduction=self.reduction,
-                                   softcap=self.softcap)
+        return fused_cross_entropy(
+            input,
+            target,
+            ignore_index=self.ignore_index,
+            label_smoothing=self.label_smoothing,
+            reduction=self.reduction,
+            softcap=self.softcap,
+        )
 
 
 class FusedLinearCrossEntropyLoss(_CrossEntropyLossBase):
@@ -111,7 +117,13 @@ class FusedLinearCrossEntropyLoss(_CrossEntropyLossBase):
     output layer."""
 
     def forward(self, input, linear_weight, target, linear_bias=None):
-        return fused_linear_cross_entropy(input, linear_weight, target, linear_bias=linear_bias,
-                                          ignore_index=self.ignore_index,
-                                          label_smoothing=self.label_smoothing,
-                                          reduction=self.reduction, softcap=self.softcap)
+        return fused_linear_cross_entropy(
+            input,
+            linear_weight,
+            target,
+            linear_bias=linear_bias,
+            ignore_index=self.ignore_index,
+            label_smoothing=self.label_smoothing,
+            reduction=self.reduction,
+            softcap=self.softcap,
+        )

@@ -34,26 +34,37 @@ def _cases():
     """(name, fused function, torch function, input shapes); the functions
     take (x, residual, weight, bias) and return one tensor."""
     rms = getattr(F, "rms_norm", None) or (
-        lambda h, shape, w, eps: h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps) * w)
+        lambda h, shape, w, eps: h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps) * w
+    )
     eps = torch.finfo(torch.float32).eps
     return [
-        ("fused_bias_scale_relu", lambda x, r, w, b: fo.fused_bias_scale_relu(x, b, 0.5),
-         lambda x, r, w, b: torch.relu(x * 0.5 + b)),
+        (
+            "fused_bias_scale_relu",
+            lambda x, r, w, b: fo.fused_bias_scale_relu(x, b, 0.5),
+            lambda x, r, w, b: torch.relu(x * 0.5 + b),
+        ),
         ("relu", lambda x, r, w, b: fo.relu(x), lambda x, r, w, b: torch.relu(x)),
         ("square", lambda x, r, w, b: fo.square(x), lambda x, r, w, b: x * x),
         ("fused_swiglu", lambda x, r, w, b: fo.fused_swiglu(x, r), lambda x, r, w, b: F.silu(x) * r),
-        ("fused_geglu", lambda x, r, w, b: fo.fused_geglu(x, r),
-         lambda x, r, w, b: F.gelu(x, approximate="tanh") * r),
+        ("fused_geglu", lambda x, r, w, b: fo.fused_geglu(x, r), lambda x, r, w, b: F.gelu(x, approximate="tanh") * r),
         ("fused_rope", lambda x, r, w, b: _rope(fo.fused_rope, x, r), lambda x, r, w, b: _rope(_hf_rope, x, r)),
         ("reduce_sum", lambda x, r, w, b: fo.reduce_sum(x), lambda x, r, w, b: x.sum()),
-        ("fused_layer_norm", lambda x, r, w, b: fo.fused_layer_norm(x, w, b),
-         lambda x, r, w, b: F.layer_norm(x, x.shape[-1:], w, b)),
-        ("fused_rms_norm", lambda x, r, w, b: fo.fused_rms_norm(x, w),
-         lambda x, r, w, b: rms(x, x.shape[-1:], w, eps)),
-        ("fused_add_layer_norm", lambda x, r, w, b: torch.cat(fo.fused_add_layer_norm(x, r, w, b)),
-         lambda x, r, w, b: torch.cat([F.layer_norm(x + r, x.shape[-1:], w, b), x + r])),
-        ("fused_add_rms_norm", lambda x, r, w, b: torch.cat(fo.fused_add_rms_norm(x, r, w)),
-         lambda x, r, w, b: torch.cat([rms(x + r, x.shape[-1:], w, eps), x + r])),
+        (
+            "fused_layer_norm",
+            lambda x, r, w, b: fo.fused_layer_norm(x, w, b),
+            lambda x, r, w, b: F.layer_norm(x, x.shape[-1:], w, b),
+        ),
+        ("fused_rms_norm", lambda x, r, w, b: fo.fused_rms_norm(x, w), lambda x, r, w, b: rms(x, x.shape[-1:], w, eps)),
+        (
+            "fused_add_layer_norm",
+            lambda x, r, w, b: torch.cat(fo.fused_add_layer_norm(x, r, w, b)),
+            lambda x, r, w, b: torch.cat([F.layer_norm(x + r, x.shape[-1:], w, b), x + r]),
+        ),
+        (
+            "fused_add_rms_norm",
+            lambda x, r, w, b: torch.cat(fo.fused_add_rms_norm(x, r, w)),
+            lambda x, r, w, b: torch.cat([rms(x + r, x.shape[-1:], w, eps), x + r]),
+        ),
     ]
 
 
@@ -87,6 +98,5 @@ def main():
                 ok, detail = False, f"{type(error).__name__}: {error}"
             failures += not ok
             print(f"{'ok  ' if ok else 'FAIL'} {device:<7} {name:<22} {detail}")
-    print(f"{'all ops agree with torch' if not failures else f'{failures} FAILED'} "
-          f"on {', '.join(devices)}")
+    print(f"{'all ops agree with torch' if not failures else f'{failures} FAILED'} on {', '.join(devices)}")
     return 1 if failures else 0

@@ -25,8 +25,8 @@ static int check_inputs(const char *op, const fo_clamped_swiglu_args *c) {
         return fo_fail(FO_ERR_INVALID_ARGUMENT, "%s: alpha=%g is not finite", op, c->alpha);
     if (!(c->limit > 0))
         return fo_fail(FO_ERR_INVALID_ARGUMENT, "%s: limit=%g is not positive", op, c->limit);
-    return fo_check_operand(op, "gate_up", c->gate_up, c->gate_up_row_stride, c->rows,
-                            2 * c->cols, c->dtype, 0);
+    return fo_check_operand(op, "gate_up", c->gate_up, c->gate_up_row_stride, c->rows, 2 * c->cols,
+                            c->dtype, 0);
 }
 
 static int run(const fo_clamped_swiglu_args *c) {

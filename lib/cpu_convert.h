@@ -11,9 +11,7 @@
 
 /* The CPU_CHUNK-element pieces of a row of cols elements (the last one may
  * be short). */
-static inline int64_t fo_cpu_chunks(int64_t cols) {
-    return (cols + CPU_CHUNK - 1) / CPU_CHUNK;
-}
+static inline int64_t fo_cpu_chunks(int64_t cols) { return (cols + CPU_CHUNK - 1) / CPU_CHUNK; }
 
 /* The elements of one piece, but for a short last one: a column chunk of
  * `rows` rows holds rows * fo_cpu_chunk_width(cols) elements, which fits in
@@ -23,11 +21,9 @@ static inline int64_t fo_cpu_chunk_width(int64_t cols) {
 }
 
 /* dst[i] = src[offset + i] as double, for i < n. */
-void fo_cpu_load(double *dst, const void *src, int64_t offset, int64_t n,
-                 int dtype);
+void fo_cpu_load(double *dst, const void *src, int64_t offset, int64_t n, int dtype);
 
 /* dst[offset + i] = src[i] rounded to dtype (to nearest, ties to even). */
-void fo_cpu_store(void *dst, int64_t offset, const double *src, int64_t n,
-                  int dtype);
+void fo_cpu_store(void *dst, int64_t offset, const double *src, int64_t n, int dtype);
 
 #endif

@@ -24,8 +24,7 @@ static inline float bf16_to_float(uint16_t h) { return bits_float((uint32_t)h <<
 
 static inline uint16_t float_to_bf16(float f) {
     uint32_t u = float_bits(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((u >> 16) | 0x40u); /* quiet NaN */
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u); /* quiet NaN */
     u += 0x7fffu + ((u >> 16) & 1u);
     return (uint16_t)(u >> 16);
 }
@@ -39,8 +38,7 @@ static inline float f16_to_float(uint16_t h) {
         float magnitude = (float)mantissa * 0x1p-24f;
         return sign ? -magnitude : magnitude;
     }
-    if (exponent == 31)
-        return bits_float(sign | 0x7f800000u | (mantissa << 13));
+    if (exponent == 31) return bits_float(sign | 0x7f800000u | (mantissa << 13));
     return bits_float(sign | ((exponent + 112u) << 23) | (mantissa << 13));
 }
 
@@ -49,8 +47,7 @@ static inline uint16_t float_to_f16(float f) {
     uint32_t sign = (u >> 16) & 0x8000u;
     uint32_t magnitude = u & 0x7fffffffu;
     if (magnitude >= 0x7f800000u) /* infinity or NaN (kept quiet) */
-        return (uint16_t)(sign | 0x7c00u |
-                          (magnitude > 0x7f800000u ? 0x200u : 0u));
+        return (uint16_t)(sign | 0x7c00u | (magnitude > 0x7f800000u ? 0x200u : 0u));
     if (magnitude >= 0x477ff000u) /* rounds past 65504 */
         return (uint16_t)(sign | 0x7c00u);
     if (magnitude < 0x38800000u) { /* under 2^-14: subnormal or zero */
@@ -62,8 +59,7 @@ static inline uint16_t float_to_f16(float f) {
         uint32_t result = mantissa >> shift;
         uint32_t rest = mantissa & ((1u << shift) - 1u);
         uint32_t half = 1u << (shift - 1u);
-        if (rest > half || (rest == half && (result & 1u)))
-            result++;
+        if (rest > half || (rest == half && (result & 1u))) result++;
         return (uint16_t)(sign | result);
     }
     uint32_t result = (magnitude - (112u << 23)) >> 13;

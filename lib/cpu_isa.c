@@ -21,9 +21,9 @@ static int runs_avx2(void) {
 }
 
 static int runs_avx512(void) {
-    return runs_avx2() && __builtin_cpu_supports("avx512f") &&
-           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
-           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512cd");
+    return runs_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("avx512cd");
 }
 #endif
 
@@ -31,7 +31,7 @@ static const fo_cpu_kernels *choose(void) {
 #if defined(FO_CPU_X86)
     __builtin_cpu_init();
     const char *wanted = getenv("FUSED_OPS_PY_CPU_ISA");
-    const int cap = !wanted || !*wanted                ? 2
+    const int cap = !wanted || !*wanted               ? 2
                     : strcmp(wanted, "baseline") == 0 ? 0
                     : strcmp(wanted, "avx2") == 0     ? 1
                                                       : 2;

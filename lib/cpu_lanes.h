@@ -29,8 +29,7 @@ static inline fo_lanes fo_lanes_zero(void) {
 /* s += x[i] (or x[i] * y[i] when y is given) for i < n. The lanes are
  * copied to a local array first: through the pointer, the compiler would
  * have to assume x may alias them and reload them every step. */
-static inline void fo_lanes_add(fo_lanes *s, const double *x, const double *y,
-                                int64_t n) {
+static inline void fo_lanes_add(fo_lanes *s, const double *x, const double *y, int64_t n) {
     double lane[CPU_LANES];
     for (int l = 0; l < CPU_LANES; l++) lane[l] = s->lane[l];
     int64_t i = 0;
@@ -48,8 +47,7 @@ static inline void fo_lanes_add(fo_lanes *s, const double *x, const double *y,
 
 /* s += x[i] for float x[i < n], with the lanes of fo_lanes_add: the same
  * sum as loading x into doubles first, without the buffer (fp32 paths). */
-static inline void fo_lanes_add_f32(fo_lanes *s, const float *restrict x,
-                                    int64_t n) {
+static inline void fo_lanes_add_f32(fo_lanes *s, const float *restrict x, int64_t n) {
     double lane[CPU_LANES];
     for (int l = 0; l < CPU_LANES; l++) lane[l] = s->lane[l];
     int64_t i = 0;
@@ -60,9 +58,8 @@ static inline void fo_lanes_add_f32(fo_lanes *s, const float *restrict x,
 }
 
 /* s += (x[i] - center)^2 for float x[i < n], in double. */
-static inline void fo_lanes_add_squares_f32(fo_lanes *s,
-                                            const float *restrict x,
-                                            double center, int64_t n) {
+static inline void fo_lanes_add_squares_f32(fo_lanes *s, const float *restrict x, double center,
+                                            int64_t n) {
     double lane[CPU_LANES];
     for (int l = 0; l < CPU_LANES; l++) lane[l] = s->lane[l];
     int64_t i = 0;

@@ -34,8 +34,7 @@ int64_t fo_cpu_threads_for(int64_t items, int64_t item_elements) {
     return 1;
 }
 
-void fo_cpu_parallel(int64_t items, int64_t item_elements, fo_cpu_range_fn fn,
-                     const void *ctx) {
+void fo_cpu_parallel(int64_t items, int64_t item_elements, fo_cpu_range_fn fn, const void *ctx) {
     (void)item_elements;
     if (items > 0) fn(ctx, 0, items);
 }
@@ -53,8 +52,7 @@ void fo_set_cpu_threads(int threads) {
 static int usable_cpus(void) {
 #if defined(__linux__)
     cpu_set_t set;
-    if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0)
-        return CPU_COUNT(&set);
+    if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
 #endif
     long online = sysconf(_SC_NPROCESSORS_ONLN);
     return online > 0 ? (int)online : 1;
@@ -69,9 +67,8 @@ int fo_get_cpu_threads(void) {
 int64_t fo_cpu_threads_for(int64_t items, int64_t item_elements) {
     if (item_elements < 1) item_elements = 1;
     /* every thread gets MIN_ELEMENTS_A_THREAD elements of work, and an item */
-    int64_t worth = items > INT64_MAX / item_elements
-                        ? items
-                        : items * item_elements / MIN_ELEMENTS_A_THREAD;
+    int64_t worth =
+        items > INT64_MAX / item_elements ? items : items * item_elements / MIN_ELEMENTS_A_THREAD;
     if (worth > items) worth = items;
     if (worth <= 1) return 1; /* before asking the system for its CPUs */
     const int64_t threads = fo_get_cpu_threads();
@@ -80,8 +77,8 @@ int64_t fo_cpu_threads_for(int64_t items, int64_t item_elements) {
 
 /* Range t of items split in `threads` contiguous ranges: items / threads
  * each, and one more for the first items % threads. */
-static void run_range(fo_cpu_range_fn fn, const void *ctx, int64_t items,
-                      int64_t threads, int64_t t) {
+static void run_range(fo_cpu_range_fn fn, const void *ctx, int64_t items, int64_t threads,
+                      int64_t t) {
     const int64_t share = items / threads, extra = items % threads;
     const int64_t begin = t * share + (t < extra ? t : extra);
     fn(ctx, begin, begin + share + (t < extra));
@@ -94,15 +91,25 @@ static struct {
     pthread_mutex_t busy; /* held by the caller whose job the pool runs */
     pthread_mutex_t lock; /* guards what follows */
     pthread_cond_t posted, finished;
-    int workers;          /* started */
-    uint64_t generation;  /* one more for each job posted */
+    int workers; /* started */
+    uint64_t generation; /* one more for each job posted */
     fo_cpu_range_fn fn;
     const void *ctx;
     int64_t items, threads;
     int64_t running; /* workers still in the job */
     uint64_t born[MAX_THREADS]; /* the generation when worker w started */
-} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER,
-          PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, NULL, NULL, 0, 0, 0, {0}};
+} pool = {PTHREAD_MUTEX_INITIALIZER,
+          PTHREAD_MUTEX_INITIALIZER,
+          PTHREAD_COND_INITIALIZER,
+          PTHREAD_COND_INITIALIZER,
+          0,
+          0,
+          NULL,
+          NULL,
+          0,
+          0,
+          0,
+          {0}};
 
 static void *worker(void *arg) {
     const int64_t w = (int64_t)(intptr_t)arg;
@@ -133,8 +140,7 @@ static int64_t grow(int64_t threads) {
         pool.born[pool.workers + 1] = pool.generation;
         pthread_attr_init(&attr);
         pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-        const int failed = pthread_create(&id, &attr, worker,
-                                          (void *)(intptr_t)(pool.workers + 1));
+        const int failed = pthread_create(&id, &attr, worker, (void *)(intptr_t)(pool.workers + 1));
         pthread_attr_destroy(&attr);
         if (failed) break;
         pool.workers++;
@@ -169,8 +175,7 @@ static void register_fork_handlers(void) {
     pthread_atfork(before_fork, after_fork_parent, after_fork_child);
 }
 
-void fo_cpu_parallel(int64_t items, int64_t item_elements, fo_cpu_range_fn fn,
-                     const void *ctx) {
+void fo_cpu_parallel(int64_t items, int64_t item_elements, fo_cpu_range_fn fn, const void *ctx) {
     if (items <= 0) return;
     int64_t threads = fo_cpu_threads_for(items, item_elements);
     if (threads <= 1 || (pthread_once(&fork_handlers, register_fork_handlers),

@@ -25,7 +25,6 @@ int64_t fo_cpu_threads_for(int64_t items, int64_t item_elements);
  * contiguous ranges over up to fo_get_cpu_threads() threads (the caller's
  * own thread takes the first range). While the pool runs another caller's
  * job, the call runs on its own thread: the same bits, later. */
-void fo_cpu_parallel(int64_t items, int64_t item_elements, fo_cpu_range_fn fn,
-                     const void *ctx);
+void fo_cpu_parallel(int64_t items, int64_t item_elements, fo_cpu_range_fn fn, const void *ctx);
 
 #endif

@@ -50,15 +50,16 @@ static void store_total(const fo_cross_entropy_params *a, int loss_dtype) {
 static int check_reduction(const char *op, const fo_cross_entropy_args *c) {
     if (c->reduction < FO_REDUCTION_NONE || c->reduction > FO_REDUCTION_MEAN)
         return fo_fail(FO_ERR_INVALID_ARGUMENT,
-                       "%s: reduction=%d must be FO_REDUCTION_NONE (0), SUM (1) or MEAN (2)",
-                       op, c->reduction);
+                       "%s: reduction=%d must be FO_REDUCTION_NONE (0), SUM (1) or MEAN (2)", op,
+                       c->reduction);
     if (c->reduction == FO_REDUCTION_NONE && c->total)
         return fo_fail(FO_ERR_INVALID_ARGUMENT,
-                       "%s: total=0x%" PRIxPTR " must be 0 with reduction=FO_REDUCTION_NONE",
-                       op, c->total);
+                       "%s: total=0x%" PRIxPTR " must be 0 with reduction=FO_REDUCTION_NONE", op,
+                       c->total);
     if (c->reduction == FO_REDUCTION_MEAN && c->scale)
         return fo_fail(FO_ERR_INVALID_ARGUMENT,
-                       "%s: scale=0x%" PRIxPTR " must be 0 with reduction=FO_REDUCTION_MEAN, "
+                       "%s: scale=0x%" PRIxPTR
+                       " must be 0 with reduction=FO_REDUCTION_MEAN, "
                        "which scales the gradient by 1 / (rows not ignored)",
                        op, c->scale);
     return FO_OK;
@@ -77,25 +78,26 @@ int fo_cross_entropy(const fo_cross_entropy_args *args) {
     static const char op[] = "fo_cross_entropy";
     fo_cross_entropy_args c;
     int status;
-    if ((status = fo_read_args(op, "fo_cross_entropy_args", &c, sizeof c,
-                               CROSS_ENTROPY_ARGS_FIRST, args)) ||
+    if ((status = fo_read_args(op, "fo_cross_entropy_args", &c, sizeof c, CROSS_ENTROPY_ARGS_FIRST,
+                               args)) ||
         (status = fo_check_device(op, c.device_type, c.device_index)) ||
         (status = fo_check_shape(op, c.rows, c.vocab)) ||
-        (status = fo_check_dtype(op, "dtype", c.dtype)) ||
-        (status = check_reduction(op, &c)))
+        (status = fo_check_dtype(op, "dtype", c.dtype)) || (status = check_reduction(op, &c)))
         return status;
     const int loss_dtype = fo_stats_dtype(c.dtype);
     if (c.rows > 0 && c.vocab == 0)
-        return fo_fail(FO_ERR_INVALID_ARGUMENT, "%s: vocab=0 with rows=%" PRId64
-                       "; a row needs at least one class", op, c.rows);
-    if (!(c.label_smoothing >= 0.0 && c.label_smoothing <= 1.0))
         return fo_fail(FO_ERR_INVALID_ARGUMENT,
-                       "%s: label_smoothing=%g must be in [0, 1]", op, c.label_smoothing);
+                       "%s: vocab=0 with rows=%" PRId64 "; a row needs at least one class", op,
+                       c.rows);
+    if (!(c.label_smoothing >= 0.0 && c.label_smoothing <= 1.0))
+        return fo_fail(FO_ERR_INVALID_ARGUMENT, "%s: label_smoothing=%g must be in [0, 1]", op,
+                       c.label_smoothing);
     if (!(c.softcap >= 0.0 && isfinite(c.softcap)))
         return fo_fail(FO_ERR_INVALID_ARGUMENT,
                        "%s: softcap=%g must be finite and > 0 (0 for none)", op, c.softcap);
     if ((status = fo_check_operand(op, "loss", c.loss, 1, c.rows, 1, loss_dtype, 0)) ||
-        (status = fo_check_operand(op, "dlogits", c.dlogits, c.vocab, c.rows, c.vocab, c.dtype, 1)) ||
+        (status =
+             fo_check_operand(op, "dlogits", c.dlogits, c.vocab, c.rows, c.vocab, c.dtype, 1)) ||
         (status = fo_check_operand(op, "logits", c.logits, c.logits_row_stride, c.rows, c.vocab,
                                    c.dtype, 0)) ||
         /* int64 targets: checked as 8-byte elements */
@@ -109,23 +111,29 @@ int fo_cross_entropy(const fo_cross_entropy_args *args) {
                        "%s: dlogits is logits (in place) but logits has row stride %" PRId64
                        ", not vocab=%" PRId64 "; in place needs dense logits",
                        op, c.logits_row_stride, c.vocab);
-    fo_cross_entropy_params a = {
-        (void *)c.loss, (void *)c.dlogits, (const void *)c.logits, c.logits_row_stride,
-        (const int64_t *)c.target, (const void *)c.scale, c.rows, c.vocab, c.ignore_index,
-        c.dtype, c.label_smoothing, c.softcap, c.reduction, (void *)c.total};
-    if (c.rows == 0 && c.reduction == FO_REDUCTION_NONE)
-        return FO_OK;
-    if (c.device_type == FO_DEVICE_CUDA)
-        return fo_cuda_cross_entropy(c.device_index, c.stream, &a);
-    if ((status = check_targets(op, &a)))
-        return status;
-    if (c.reduction == FO_REDUCTION_MEAN) {  /* loss[rows] */
+    fo_cross_entropy_params a = {(void *)c.loss,
+                                 (void *)c.dlogits,
+                                 (const void *)c.logits,
+                                 c.logits_row_stride,
+                                 (const int64_t *)c.target,
+                                 (const void *)c.scale,
+                                 c.rows,
+                                 c.vocab,
+                                 c.ignore_index,
+                                 c.dtype,
+                                 c.label_smoothing,
+                                 c.softcap,
+                                 c.reduction,
+                                 (void *)c.total};
+    if (c.rows == 0 && c.reduction == FO_REDUCTION_NONE) return FO_OK;
+    if (c.device_type == FO_DEVICE_CUDA) return fo_cuda_cross_entropy(c.device_index, c.stream, &a);
+    if ((status = check_targets(op, &a))) return status;
+    if (c.reduction == FO_REDUCTION_MEAN) { /* loss[rows] */
         a.scale = (char *)a.loss + c.rows * fo_dtype_size(loss_dtype);
         store_mean_scale((void *)a.scale, &a, loss_dtype);
     }
     fo_cpu()->cross_entropy(&a);
-    if (c.reduction != FO_REDUCTION_NONE)
-        store_total(&a, loss_dtype);
+    if (c.reduction != FO_REDUCTION_NONE) store_total(&a, loss_dtype);
     return FO_OK;
 }
 
@@ -133,8 +141,8 @@ int fo_scale_rows(const fo_scale_rows_args *args) {
     static const char op[] = "fo_scale_rows";
     fo_scale_rows_args c;
     int status;
-    if ((status = fo_read_args(op, "fo_scale_rows_args", &c, sizeof c, SCALE_ROWS_ARGS_FIRST,
-                               args)) ||
+    if ((status =
+             fo_read_args(op, "fo_scale_rows_args", &c, sizeof c, SCALE_ROWS_ARGS_FIRST, args)) ||
         (status = fo_check_device(op, c.device_type, c.device_index)) ||
         (status = fo_check_shape(op, c.rows, c.cols)) ||
         (status = fo_check_dtype(op, "dtype", c.dtype)) ||
@@ -147,12 +155,10 @@ int fo_scale_rows(const fo_scale_rows_args *args) {
         (status = fo_check_operand(op, "scale", c.scale, 1, c.per_row ? c.rows : 1, 1,
                                    c.scale_dtype, 0)))
         return status;
-    fo_scale_rows_params a = {(void *)c.x, (const void *)c.scale, c.rows, c.cols,
-                              c.dtype, c.scale_dtype, c.per_row};
-    if (c.rows == 0 || c.cols == 0)
-        return FO_OK;
-    if (c.device_type == FO_DEVICE_CUDA)
-        return fo_cuda_scale_rows(c.device_index, c.stream, &a);
+    fo_scale_rows_params a = {(void *)c.x, (const void *)c.scale, c.rows,   c.cols,
+                              c.dtype,     c.scale_dtype,         c.per_row};
+    if (c.rows == 0 || c.cols == 0) return FO_OK;
+    if (c.device_type == FO_DEVICE_CUDA) return fo_cuda_scale_rows(c.device_index, c.stream, &a);
     fo_cpu()->scale_rows(&a);
     return FO_OK;
 }

@@ -19,8 +19,7 @@ int fo_cuda_bias_scale_relu_backward(int device_index, uintptr_t stream,
     return not_built();
 }
 
-int64_t fo_cuda_bias_scale_relu_workspace_bytes(int64_t rows, int64_t cols,
-                                                int dtype) {
+int64_t fo_cuda_bias_scale_relu_workspace_bytes(int64_t rows, int64_t cols, int dtype) {
     (void)rows, (void)cols, (void)dtype;
     return 0;
 }
@@ -30,8 +29,7 @@ int fo_cuda_square(int device_index, uintptr_t stream, const fo_square_args *a) 
     return not_built();
 }
 
-int fo_cuda_reduce_sum(int device_index, uintptr_t stream,
-                       const fo_reduce_sum_args *a) {
+int fo_cuda_reduce_sum(int device_index, uintptr_t stream, const fo_reduce_sum_args *a) {
     (void)device_index, (void)stream, (void)a;
     return not_built();
 }
@@ -41,20 +39,17 @@ int64_t fo_cuda_reduce_sum_workspace_bytes(int64_t numel, int dtype) {
     return 0;
 }
 
-int fo_cuda_norm_forward(int device_index, uintptr_t stream,
-                         const fo_norm_forward_params *a) {
+int fo_cuda_norm_forward(int device_index, uintptr_t stream, const fo_norm_forward_params *a) {
     (void)device_index, (void)stream, (void)a;
     return not_built();
 }
 
-int fo_cuda_norm_backward(int device_index, uintptr_t stream,
-                          const fo_norm_backward_params *a) {
+int fo_cuda_norm_backward(int device_index, uintptr_t stream, const fo_norm_backward_params *a) {
     (void)device_index, (void)stream, (void)a;
     return not_built();
 }
 
-int64_t fo_cuda_norm_workspace_bytes(const fo_norm_backward_params *a,
-                                     int device_index) {
+int64_t fo_cuda_norm_workspace_bytes(const fo_norm_backward_params *a, int device_index) {
     (void)a, (void)device_index;
     return 0;
 }
@@ -66,14 +61,12 @@ int fo_cuda_swiglu(int device_index, uintptr_t stream, const fo_swiglu_args *a) 
 
 int fo_cuda_runtime_version_built(void) { return 0; }
 
-int fo_cuda_cross_entropy(int device_index, uintptr_t stream,
-                          const fo_cross_entropy_params *a) {
+int fo_cuda_cross_entropy(int device_index, uintptr_t stream, const fo_cross_entropy_params *a) {
     (void)device_index, (void)stream, (void)a;
     return not_built();
 }
 
-int fo_cuda_scale_rows(int device_index, uintptr_t stream,
-                       const fo_scale_rows_params *a) {
+int fo_cuda_scale_rows(int device_index, uintptr_t stream, const fo_scale_rows_params *a) {
     (void)device_index, (void)stream, (void)a;
     return not_built();
 }

@@ -68,23 +68,15 @@ enum fo_status {
     FO_ERR_INVALID_ARGUMENT = 1, /* a size, stride, address or flag is wrong */
     FO_ERR_UNSUPPORTED_DTYPE = 2, /* dtype code unknown or not valid here */
     FO_ERR_UNSUPPORTED_DEVICE = 3, /* device_type unknown, or bad device_index */
-    FO_ERR_CUDA_NOT_BUILT = 4,  /* a CUDA call to a library built without CUDA */
-    FO_ERR_CUDA_RUNTIME = 5,    /* the CUDA runtime reported an error */
+    FO_ERR_CUDA_NOT_BUILT = 4, /* a CUDA call to a library built without CUDA */
+    FO_ERR_CUDA_RUNTIME = 5, /* the CUDA runtime reported an error */
     FO_ERR_WORKSPACE_TOO_SMALL = 6 /* workspace_bytes under the size asked for */
 };
 
 /* Element types. Pinned numbers. */
-enum fo_dtype {
-    FO_DTYPE_F32 = 0,
-    FO_DTYPE_F16 = 1,
-    FO_DTYPE_BF16 = 2,
-    FO_DTYPE_F64 = 3
-};
+enum fo_dtype { FO_DTYPE_F32 = 0, FO_DTYPE_F16 = 1, FO_DTYPE_BF16 = 2, FO_DTYPE_F64 = 3 };
 
-enum fo_device_type {
-    FO_DEVICE_CPU = 0,
-    FO_DEVICE_CUDA = 1
-};
+enum fo_device_type { FO_DEVICE_CPU = 0, FO_DEVICE_CUDA = 1 };
 
 /* @return the library version as MAJOR * 10000 + MINOR * 100 + PATCH. */
 FO_API int fo_version(void);
@@ -158,7 +150,7 @@ FO_API const char *fo_cpu_isa(void);
  * Arithmetic is in fp32 (fp64 for fp64). With bias 0 and scale 1 this is relu.
  */
 typedef struct fo_bias_scale_relu_forward_args {
-    int64_t struct_size;  /* sizeof(fo_bias_scale_relu_forward_args) */
+    int64_t struct_size; /* sizeof(fo_bias_scale_relu_forward_args) */
     int32_t device_type, device_index;
     uintptr_t stream;
     uintptr_t y, mask;
@@ -184,7 +176,7 @@ FO_API int fo_bias_scale_relu_forward(const fo_bias_scale_relu_forward_args *arg
  *   mask: as written by fo_bias_scale_relu_forward for the same rows, cols.
  */
 typedef struct fo_bias_scale_relu_backward_args {
-    int64_t struct_size;  /* sizeof(fo_bias_scale_relu_backward_args) */
+    int64_t struct_size; /* sizeof(fo_bias_scale_relu_backward_args) */
     int32_t device_type, device_index;
     uintptr_t stream;
     uintptr_t dx, dbias;
@@ -201,43 +193,38 @@ typedef struct fo_bias_scale_relu_backward_args {
 /* Bytes of workspace fo_bias_scale_relu_backward needs for these arguments
  * (the workspace fields are not read). @return FO_OK and *bytes, or an error
  * status (the arguments are checked as the call itself checks them). */
-FO_API int fo_bias_scale_relu_backward_workspace_bytes(
-    const fo_bias_scale_relu_backward_args *args, int64_t *bytes);
+FO_API int fo_bias_scale_relu_backward_workspace_bytes(const fo_bias_scale_relu_backward_args *args,
+                                                       int64_t *bytes);
 
 FO_API int fo_bias_scale_relu_backward(const fo_bias_scale_relu_backward_args *args);
 
 /* y = x * x, elementwise. y dense; x with row stride x_row_stride. */
-FO_API int fo_square_forward(
-    int device_type, int device_index, uintptr_t stream,
-    uintptr_t y, uintptr_t x, int64_t x_row_stride,
-    int64_t rows, int64_t cols, int dtype);
+FO_API int fo_square_forward(int device_type, int device_index, uintptr_t stream, uintptr_t y,
+                             uintptr_t x, int64_t x_row_stride, int64_t rows, int64_t cols,
+                             int dtype);
 
 /* dx = 2 * x * dy, elementwise. dx dense; dy and x with their row strides. */
-FO_API int fo_square_backward(
-    int device_type, int device_index, uintptr_t stream,
-    uintptr_t dx, uintptr_t dy, int64_t dy_row_stride,
-    uintptr_t x, int64_t x_row_stride,
-    int64_t rows, int64_t cols, int dtype);
+FO_API int fo_square_backward(int device_type, int device_index, uintptr_t stream, uintptr_t dx,
+                              uintptr_t dy, int64_t dy_row_stride, uintptr_t x,
+                              int64_t x_row_stride, int64_t rows, int64_t cols, int dtype);
 
 /* Bytes of workspace fo_reduce_sum needs for `numel` elements of `dtype` on
  * `device_type` (0 when none is needed). @return FO_OK or an error status. */
-FO_API int fo_reduce_sum_workspace_bytes(
-    int device_type, int64_t numel, int dtype, int64_t *bytes);
+FO_API int fo_reduce_sum_workspace_bytes(int device_type, int64_t numel, int dtype, int64_t *bytes);
 
 /*
  * out[0] = sum of the numel contiguous elements of x, accumulated in fp32
  * (fp64 for fp64) in a fixed order: the same bits on every run. out has
  * dtype `dtype`; numel = 0 gives 0. workspace as for the other ops.
  */
-FO_API int fo_reduce_sum(
-    int device_type, int device_index, uintptr_t stream,
-    uintptr_t out, uintptr_t workspace, int64_t workspace_bytes,
-    uintptr_t x, int64_t numel, int dtype);
+FO_API int fo_reduce_sum(int device_type, int device_index, uintptr_t stream, uintptr_t out,
+                         uintptr_t workspace, int64_t workspace_bytes, uintptr_t x, int64_t numel,
+                         int dtype);
 
 /* Normalizations. */
 enum fo_norm_kind {
     FO_NORM_LAYER = 0, /* (h - mean(h)) / sqrt(var(h) + eps) * weight + bias */
-    FO_NORM_RMS = 1    /* h / sqrt(mean(h^2) + eps) * weight */
+    FO_NORM_RMS = 1 /* h / sqrt(mean(h^2) + eps) * weight */
 };
 
 /*
@@ -250,39 +237,39 @@ enum fo_norm_kind {
  * Statistics and arithmetic are fp32 (fp64 for fp64).
  */
 typedef struct fo_norm_forward_args {
-    int64_t struct_size;     /* sizeof(fo_norm_forward_args) */
+    int64_t struct_size; /* sizeof(fo_norm_forward_args) */
     int32_t device_type, device_index;
     uintptr_t stream;
-    uintptr_t y;             /* output, rows x cols, dense, `dtype` */
-    uintptr_t residual_out;  /* output, rows x cols, dense, residual_dtype;
-                                required with residual, else 0 */
-    uintptr_t mean, rstd;    /* optional outputs (0 = not wanted), `rows`
-                                values each, fp32 (fp64 for fp64 dtype);
-                                RMSNorm writes 0 as its mean. rstd =
-                                1 / sqrt(var + eps) (LayerNorm),
-                                1 / sqrt(mean of squares + eps) (RMSNorm) */
-    uintptr_t x;             /* rows x cols, `dtype` */
-    int64_t x_row_stride;    /* elements */
-    uintptr_t residual;      /* optional, rows x cols, residual_dtype */
+    uintptr_t y; /* output, rows x cols, dense, `dtype` */
+    uintptr_t residual_out; /* output, rows x cols, dense, residual_dtype;
+                               required with residual, else 0 */
+    uintptr_t mean, rstd; /* optional outputs (0 = not wanted), `rows`
+                             values each, fp32 (fp64 for fp64 dtype);
+                             RMSNorm writes 0 as its mean. rstd =
+                             1 / sqrt(var + eps) (LayerNorm),
+                             1 / sqrt(mean of squares + eps) (RMSNorm) */
+    uintptr_t x; /* rows x cols, `dtype` */
+    int64_t x_row_stride; /* elements */
+    uintptr_t residual; /* optional, rows x cols, residual_dtype */
     int64_t residual_row_stride;
-    int32_t residual_dtype;  /* `dtype`, or FO_DTYPE_F32 (an fp32 residual
-                                stream); ignored without residual */
-    uintptr_t weight, bias;  /* optional (0 = none), cols dense elements of
-                                param_dtype; RMSNorm takes no bias */
-    int32_t param_dtype;     /* `dtype` or FO_DTYPE_F32 */
+    int32_t residual_dtype; /* `dtype`, or FO_DTYPE_F32 (an fp32 residual
+                               stream); ignored without residual */
+    uintptr_t weight, bias; /* optional (0 = none), cols dense elements of
+                               param_dtype; RMSNorm takes no bias */
+    int32_t param_dtype; /* `dtype` or FO_DTYPE_F32 */
     int64_t rows, cols;
-    int32_t dtype;           /* of x and y */
-    int32_t kind;            /* an fo_norm_kind */
-    double eps;              /* finite, > 0 */
-    double dropout_p;        /* in [0, 1); each element of x is kept with
-                                probability 1 - p and scaled by 1 / (1 - p) */
-    uint64_t seed, offset;   /* the dropout mask is a pure function of
-                                (seed, offset, row, col): element (row, col)
-                                is kept when lane col % 4 of Philox4x32-10(key
-                                seed, counter offset + row * 2 * ceil(cols / 8)
-                                + col / 4) is at least floor(p * 2^32)
-                                (lib/philox.h); the same on the CPU and the
-                                GPU, and backward regenerates it */
+    int32_t dtype; /* of x and y */
+    int32_t kind; /* an fo_norm_kind */
+    double eps; /* finite, > 0 */
+    double dropout_p; /* in [0, 1); each element of x is kept with
+                         probability 1 - p and scaled by 1 / (1 - p) */
+    uint64_t seed, offset; /* the dropout mask is a pure function of
+                              (seed, offset, row, col): element (row, col)
+                              is kept when lane col % 4 of Philox4x32-10(key
+                              seed, counter offset + row * 2 * ceil(cols / 8)
+                              + col / 4) is at least floor(p * 2^32)
+                              (lib/philox.h); the same on the CPU and the
+                              GPU, and backward regenerates it */
 } fo_norm_forward_args;
 
 FO_API int fo_norm_forward(const fo_norm_forward_args *args);
@@ -304,30 +291,30 @@ FO_API uint64_t fo_norm_dropout_counters(int64_t rows, int64_t cols);
  * fo_norm_backward_workspace_bytes asks for (none where it answers 0).
  */
 typedef struct fo_norm_backward_args {
-    int64_t struct_size;     /* sizeof(fo_norm_backward_args) */
+    int64_t struct_size; /* sizeof(fo_norm_backward_args) */
     int32_t device_type, device_index;
     uintptr_t stream;
-    uintptr_t dx;            /* optional output, rows x cols, dense, `dtype` */
-    uintptr_t dresidual;     /* optional output, rows x cols, dense, h_dtype */
+    uintptr_t dx; /* optional output, rows x cols, dense, `dtype` */
+    uintptr_t dresidual; /* optional output, rows x cols, dense, h_dtype */
     uintptr_t dweight, dbias; /* optional outputs, cols, param_dtype */
-    uintptr_t workspace;     /* device memory on CUDA */
+    uintptr_t workspace; /* device memory on CUDA */
     int64_t workspace_bytes;
-    uintptr_t dy;            /* rows x cols, `dtype` */
+    uintptr_t dy; /* rows x cols, `dtype` */
     int64_t dy_row_stride;
     uintptr_t dresidual_out; /* optional incoming gradient of residual_out,
                                 rows x cols, h_dtype */
     int64_t dresidual_out_row_stride;
-    uintptr_t h;             /* the normalized input: residual_out when there
-                                was a residual, else x */
+    uintptr_t h; /* the normalized input: residual_out when there
+                    was a residual, else x */
     int64_t h_row_stride;
-    int32_t h_dtype;         /* residual_dtype with a residual, else `dtype` */
-    uintptr_t mean, rstd;    /* as the forward pass wrote them (mean unused
-                                for RMSNorm) */
-    uintptr_t weight;        /* optional, as in forward */
+    int32_t h_dtype; /* residual_dtype with a residual, else `dtype` */
+    uintptr_t mean, rstd; /* as the forward pass wrote them (mean unused
+                             for RMSNorm) */
+    uintptr_t weight; /* optional, as in forward */
     int32_t param_dtype;
     int64_t rows, cols;
     int32_t dtype, kind;
-    double dropout_p;        /* the forward pass's, to regenerate the mask */
+    double dropout_p; /* the forward pass's, to regenerate the mask */
     uint64_t seed, offset;
 } fo_norm_backward_args;
 
@@ -340,8 +327,7 @@ typedef struct fo_norm_backward_args {
  * kernel parks its column partials in dx (or dresidual) until they are
  * summed. @return FO_OK and *bytes, or an error status (the arguments are
  * checked as the call itself checks them). */
-FO_API int fo_norm_backward_workspace_bytes(const fo_norm_backward_args *args,
-                                            int64_t *bytes);
+FO_API int fo_norm_backward_workspace_bytes(const fo_norm_backward_args *args, int64_t *bytes);
 
 FO_API int fo_norm_backward(const fo_norm_backward_args *args);
 
@@ -349,11 +335,9 @@ FO_API int fo_norm_backward(const fo_norm_backward_args *args);
  * SwiGLU: y = silu(gate) * up = gate / (1 + exp(-gate)) * up, elementwise.
  *   y: dense; gate and up: rows x cols with their row strides; one dtype.
  */
-FO_API int fo_swiglu_forward(
-    int device_type, int device_index, uintptr_t stream,
-    uintptr_t y, uintptr_t gate, int64_t gate_row_stride,
-    uintptr_t up, int64_t up_row_stride,
-    int64_t rows, int64_t cols, int dtype);
+FO_API int fo_swiglu_forward(int device_type, int device_index, uintptr_t stream, uintptr_t y,
+                             uintptr_t gate, int64_t gate_row_stride, uintptr_t up,
+                             int64_t up_row_stride, int64_t rows, int64_t cols, int dtype);
 
 /*
  * Gradients of fo_swiglu_forward from its inputs (saved by the caller):
@@ -363,12 +347,10 @@ FO_API int fo_swiglu_forward(
  * outputs they may be gate and up themselves (dense, the same addresses):
  * each element is read before its gradient is written over it.
  */
-FO_API int fo_swiglu_backward(
-    int device_type, int device_index, uintptr_t stream,
-    uintptr_t dgate, uintptr_t dup, uintptr_t dy, int64_t dy_row_stride,
-    uintptr_t gate, int64_t gate_row_stride,
-    uintptr_t up, int64_t up_row_stride,
-    int64_t rows, int64_t cols, int dtype);
+FO_API int fo_swiglu_backward(int device_type, int device_index, uintptr_t stream, uintptr_t dgate,
+                              uintptr_t dup, uintptr_t dy, int64_t dy_row_stride, uintptr_t gate,
+                              int64_t gate_row_stride, uintptr_t up, int64_t up_row_stride,
+                              int64_t rows, int64_t cols, int dtype);
 
 /*
  * Cross-entropy of each row of logits against its target class, with its
@@ -406,7 +388,7 @@ FO_API int fo_swiglu_backward(
  */
 enum fo_reduction {
     FO_REDUCTION_NONE = 0, /* each row's loss, in loss, and nothing more */
-    FO_REDUCTION_SUM = 1,  /* total = the sum of the rows' losses, in a fixed order */
+    FO_REDUCTION_SUM = 1, /* total = the sum of the rows' losses, in a fixed order */
     /* total = that sum / (rows not ignored), NaN where every row is (as
      * torch), and the gradient is scaled by 1 / (rows not ignored): the
      * library counts them on the device, with no synchronization */
@@ -414,7 +396,7 @@ enum fo_reduction {
 };
 
 typedef struct fo_cross_entropy_args {
-    int64_t struct_size;  /* sizeof(fo_cross_entropy_args) */
+    int64_t struct_size; /* sizeof(fo_cross_entropy_args) */
     int32_t device_type, device_index;
     uintptr_t stream;
     uintptr_t loss, dlogits;
@@ -439,7 +421,7 @@ FO_API int fo_cross_entropy(const fo_cross_entropy_args *args);
  * synchronization (CUDA graphs capture it).
  */
 typedef struct fo_scale_rows_args {
-    int64_t struct_size;  /* sizeof(fo_scale_rows_args) */
+    int64_t struct_size; /* sizeof(fo_scale_rows_args) */
     int32_t device_type, device_index;
     uintptr_t stream;
     uintptr_t x, scale;
@@ -453,7 +435,7 @@ FO_API int fo_scale_rows(const fo_scale_rows_args *args);
 /* The GELU of fo_geglu_*, as torch.nn.functional.gelu's `approximate`. */
 enum fo_gelu_approximate {
     FO_GELU_NONE = 0, /* gelu(v) = v / 2 * (1 + erf(v / sqrt(2))) */
-    FO_GELU_TANH = 1  /* gelu(v) = v / 2 * (1 + tanh(sqrt(2 / pi) * (v + 0.044715 v^3))) */
+    FO_GELU_TANH = 1 /* gelu(v) = v / 2 * (1 + tanh(sqrt(2 / pi) * (v + 0.044715 v^3))) */
 };
 
 /*
@@ -463,17 +445,17 @@ enum fo_gelu_approximate {
  *   gate, up: rows x cols with their row strides, `dtype`.
  */
 typedef struct fo_geglu_forward_args {
-    int64_t struct_size;  /* sizeof(fo_geglu_forward_args) */
+    int64_t struct_size; /* sizeof(fo_geglu_forward_args) */
     int32_t device_type, device_index;
     uintptr_t stream;
     uintptr_t y;
     uintptr_t gate;
     int64_t gate_row_stride; /* elements */
     uintptr_t up;
-    int64_t up_row_stride;   /* elements */
+    int64_t up_row_stride; /* elements */
     int64_t rows, cols;
     int32_t dtype;
-    int32_t approximate;     /* an fo_gelu_approximate */
+    int32_t approximate; /* an fo_gelu_approximate */
 } fo_geglu_forward_args;
 
 FO_API int fo_geglu_forward(const fo_geglu_forward_args *args);
@@ -487,26 +469,26 @@ FO_API int fo_geglu_forward(const fo_geglu_forward_args *args);
  * gradient).
  */
 typedef struct fo_geglu_backward_args {
-    int64_t struct_size;  /* sizeof(fo_geglu_backward_args) */
+    int64_t struct_size; /* sizeof(fo_geglu_backward_args) */
     int32_t device_type, device_index;
     uintptr_t stream;
     uintptr_t dgate, dup;
     uintptr_t dy;
-    int64_t dy_row_stride;   /* elements */
+    int64_t dy_row_stride; /* elements */
     uintptr_t gate;
     int64_t gate_row_stride;
     uintptr_t up;
     int64_t up_row_stride;
     int64_t rows, cols;
     int32_t dtype;
-    int32_t approximate;     /* an fo_gelu_approximate, the forward pass's */
+    int32_t approximate; /* an fo_gelu_approximate, the forward pass's */
 } fo_geglu_backward_args;
 
 FO_API int fo_geglu_backward(const fo_geglu_backward_args *args);
 
 /* Where gate and up lie in a row of fo_clamped_swiglu's gate_up. */
 enum fo_glu_layout {
-    FO_GLU_HALVES = 0,     /* gate's cols, then up's: [gate | up] (chunk(2, dim=-1)) */
+    FO_GLU_HALVES = 0, /* gate's cols, then up's: [gate | up] (chunk(2, dim=-1)) */
     FO_GLU_INTERLEAVED = 1 /* (gate, up) pairs: gate_up[..., ::2], gate_up[..., 1::2] (gpt-oss) */
 };
 
@@ -532,20 +514,20 @@ enum fo_glu_layout {
  * dgate_up). alpha is finite; limit is positive (+inf: no clamp).
  */
 typedef struct fo_clamped_swiglu_args {
-    int64_t struct_size;  /* sizeof(fo_clamped_swiglu_args) */
+    int64_t struct_size; /* sizeof(fo_clamped_swiglu_args) */
     int32_t device_type, device_index;
     uintptr_t stream;
     uintptr_t y;
     uintptr_t dgate_up;
     uintptr_t dy;
-    int64_t dy_row_stride;      /* elements */
+    int64_t dy_row_stride; /* elements */
     uintptr_t gate_up;
     int64_t gate_up_row_stride; /* elements */
-    int64_t rows, cols;         /* cols: of y; gate_up has 2 * cols */
+    int64_t rows, cols; /* cols: of y; gate_up has 2 * cols */
     int32_t dtype;
-    int32_t layout;             /* an fo_glu_layout */
+    int32_t layout; /* an fo_glu_layout */
     double alpha, limit;
-    int64_t grad_at_limit;      /* 1: the gradient passes at gate == limit and up == +-limit */
+    int64_t grad_at_limit; /* 1: the gradient passes at gate == limit and up == +-limit */
 } fo_clamped_swiglu_args;
 
 FO_API int fo_clamped_swiglu_forward(const fo_clamped_swiglu_args *args);
@@ -559,7 +541,7 @@ enum fo_rope_layout {
 
 /* Which dimensions of a head's first rotary_dim form the rotated pairs. */
 enum fo_rope_pairs {
-    FO_ROPE_HALVES = 0,     /* (i, i + rotary_dim / 2): rotate-half (Llama, most models) */
+    FO_ROPE_HALVES = 0, /* (i, i + rotary_dim / 2): rotate-half (Llama, most models) */
     FO_ROPE_INTERLEAVED = 1 /* (2i, 2i + 1): GPT-J style (Cohere, GLM) */
 };
 
@@ -594,7 +576,7 @@ enum fo_rope_pairs {
  *            FO_DTYPE_BF16 (fp32 tables beside half q and k).
  */
 typedef struct fo_rope_args {
-    int64_t struct_size;  /* sizeof(fo_rope_args) */
+    int64_t struct_size; /* sizeof(fo_rope_args) */
     int32_t device_type, device_index;
     uintptr_t stream;
     uintptr_t q_out, k_out;
@@ -603,10 +585,10 @@ typedef struct fo_rope_args {
     uintptr_t cos, sin;
     int64_t cos_strides[3], sin_strides[3];
     int64_t batch, tokens, q_heads, k_heads, head_dim, rotary_dim;
-    int32_t layout;       /* an fo_rope_layout */
-    int32_t dtype;        /* of q, k and the outputs */
-    int32_t cos_dtype;    /* of cos and sin */
-    int32_t pairs;        /* an fo_rope_pairs */
+    int32_t layout; /* an fo_rope_layout */
+    int32_t dtype; /* of q, k and the outputs */
+    int32_t cos_dtype; /* of cos and sin */
+    int32_t pairs; /* an fo_rope_pairs */
     /* The outputs' strides (elements, in the tensors' own dimension order,
      * as q_strides): any layout whose elements do not overlap and whose
      * last stride is 1 (q's own, where q is a transposed projection, so

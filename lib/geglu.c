@@ -10,12 +10,11 @@
 /* Checks shared by both passes: device, sizes, dtype, the approximation
  * and the inputs. */
 static int check_inputs(const char *op, int device_type, int device_index, uintptr_t gate,
-                        int64_t gate_row_stride, uintptr_t up, int64_t up_row_stride,
-                        int64_t rows, int64_t cols, int dtype, int approximate) {
+                        int64_t gate_row_stride, uintptr_t up, int64_t up_row_stride, int64_t rows,
+                        int64_t cols, int dtype, int approximate) {
     int status;
     if ((status = fo_check_device(op, device_type, device_index)) ||
-        (status = fo_check_shape(op, rows, cols)) ||
-        (status = fo_check_dtype(op, "dtype", dtype)))
+        (status = fo_check_shape(op, rows, cols)) || (status = fo_check_dtype(op, "dtype", dtype)))
         return status;
     if (approximate != FO_GELU_NONE && approximate != FO_GELU_TANH)
         return fo_fail(FO_ERR_INVALID_ARGUMENT,
@@ -29,8 +28,7 @@ static int check_inputs(const char *op, int device_type, int device_index, uintp
 
 static int run(int device_type, int device_index, uintptr_t stream, const fo_geglu_params *a) {
     if (a->rows == 0 || a->cols == 0) return FO_OK;
-    if (device_type == FO_DEVICE_CUDA)
-        return fo_cuda_geglu(device_index, stream, a);
+    if (device_type == FO_DEVICE_CUDA) return fo_cuda_geglu(device_index, stream, a);
     fo_cpu()->geglu(a);
     return FO_OK;
 }
@@ -43,14 +41,23 @@ int fo_geglu_forward(const fo_geglu_forward_args *args) {
     static const char op[] = "fo_geglu_forward";
     fo_geglu_forward_args c;
     int status;
-    if ((status = fo_read_args(op, "fo_geglu_forward_args", &c, sizeof c, FORWARD_ARGS_FIRST,
-                               args)) ||
+    if ((status =
+             fo_read_args(op, "fo_geglu_forward_args", &c, sizeof c, FORWARD_ARGS_FIRST, args)) ||
         (status = check_inputs(op, c.device_type, c.device_index, c.gate, c.gate_row_stride, c.up,
                                c.up_row_stride, c.rows, c.cols, c.dtype, c.approximate)) ||
         (status = fo_check_operand(op, "y", c.y, c.cols, c.rows, c.cols, c.dtype, 0)))
         return status;
-    fo_geglu_params a = {(void *)c.y, 0, 0, 0, (const void *)c.gate, c.gate_row_stride,
-                         (const void *)c.up, c.up_row_stride, c.rows, c.cols, c.dtype,
+    fo_geglu_params a = {(void *)c.y,
+                         0,
+                         0,
+                         0,
+                         (const void *)c.gate,
+                         c.gate_row_stride,
+                         (const void *)c.up,
+                         c.up_row_stride,
+                         c.rows,
+                         c.cols,
+                         c.dtype,
                          c.approximate};
     return run(c.device_type, c.device_index, c.stream, &a);
 }
@@ -59,8 +66,8 @@ int fo_geglu_backward(const fo_geglu_backward_args *args) {
     static const char op[] = "fo_geglu_backward";
     fo_geglu_backward_args c;
     int status;
-    if ((status = fo_read_args(op, "fo_geglu_backward_args", &c, sizeof c, BACKWARD_ARGS_FIRST,
-                               args)) ||
+    if ((status =
+             fo_read_args(op, "fo_geglu_backward_args", &c, sizeof c, BACKWARD_ARGS_FIRST, args)) ||
         (status = check_inputs(op, c.device_type, c.device_index, c.gate, c.gate_row_stride, c.up,
                                c.up_row_stride, c.rows, c.cols, c.dtype, c.approximate)) ||
         (status = fo_check_operand(op, "dgate", c.dgate, c.cols, c.rows, c.cols, c.dtype, 1)) ||
@@ -68,8 +75,17 @@ int fo_geglu_backward(const fo_geglu_backward_args *args) {
         (status = fo_check_operand(op, "dy", c.dy, c.dy_row_stride, c.rows, c.cols, c.dtype, 0)))
         return status;
     if (!c.dgate && !c.dup) return FO_OK;
-    fo_geglu_params a = {(void *)c.dgate, (void *)c.dup, (const void *)c.dy, c.dy_row_stride,
-                         (const void *)c.gate, c.gate_row_stride, (const void *)c.up,
-                         c.up_row_stride, c.rows, c.cols, c.dtype, c.approximate};
+    fo_geglu_params a = {(void *)c.dgate,
+                         (void *)c.dup,
+                         (const void *)c.dy,
+                         c.dy_row_stride,
+                         (const void *)c.gate,
+                         c.gate_row_stride,
+                         (const void *)c.up,
+                         c.up_row_stride,
+                         c.rows,
+                         c.cols,
+                         c.dtype,
+                         c.approximate};
     return run(c.device_type, c.device_index, c.stream, &a);
 }

@@ -26,11 +26,9 @@ const char *fo_dtype_name(int dtype);
 int fo_check_device(const char *op, int device_type, int device_index);
 int fo_check_dtype(const char *op, const char *name, int dtype);
 int fo_check_shape(const char *op, int64_t rows, int64_t cols);
-int fo_check_operand(const char *op, const char *name, uintptr_t address,
-                     int64_t row_stride, int64_t rows, int64_t cols, int dtype,
-                     int optional);
-int fo_check_workspace(const char *op, uintptr_t workspace, int64_t given,
-                       int64_t needed);
+int fo_check_operand(const char *op, const char *name, uintptr_t address, int64_t row_stride,
+                     int64_t rows, int64_t cols, int dtype, int optional);
+int fo_check_workspace(const char *op, uintptr_t workspace, int64_t given, int64_t needed);
 
 /* The prologue of every entry point that takes an argument struct: copies
  * the caller's struct at `args` into `local` (the library's own version,
@@ -41,14 +39,13 @@ int fo_check_workspace(const char *op, uintptr_t workspace, int64_t given,
  * over local_size it comes from a newer header than the library's. Fails
  * with FO_ERR_INVALID_ARGUMENT naming `op`, `type` and the value, or when
  * args is NULL. */
-int fo_read_args(const char *op, const char *type, void *local,
-                 size_t local_size, size_t first_size, const void *args);
+int fo_read_args(const char *op, const char *type, void *local, size_t local_size,
+                 size_t first_size, const void *args);
 
 /* The end of `field` in `type`: a struct's size in the version whose last
  * field is `field` (fields are only added at the end, and every struct so
  * far ends on an 8-byte field, so no padding follows it). */
-#define FO_ARGS_END(type, field) \
-    (offsetof(type, field) + sizeof(((type *)0)->field))
+#define FO_ARGS_END(type, field) (offsetof(type, field) + sizeof(((type *)0)->field))
 
 /* Fails with FO_ERR_INVALID_ARGUMENT when the `bytes` out-pointer of a
  * workspace query is NULL. */
@@ -70,7 +67,7 @@ typedef struct fo_bias_scale_relu_forward_params {
 } fo_bias_scale_relu_forward_params;
 
 typedef struct fo_bias_scale_relu_backward_params {
-    void *dx;    /* optional */
+    void *dx; /* optional */
     void *dbias; /* optional */
     void *workspace;
     const void *dy;
@@ -82,10 +79,10 @@ typedef struct fo_bias_scale_relu_backward_params {
 } fo_bias_scale_relu_backward_params;
 
 typedef struct fo_square_args {
-    void *out;           /* y (forward) or dx (backward) */
+    void *out; /* y (forward) or dx (backward) */
     const void *x;
     int64_t x_row_stride;
-    const void *dy;      /* 0 for the forward pass */
+    const void *dy; /* 0 for the forward pass */
     int64_t dy_row_stride;
     int64_t rows, cols;
     int dtype;
@@ -102,7 +99,7 @@ typedef struct fo_reduce_sum_args {
 typedef struct fo_norm_forward_params {
     void *y;
     void *residual_out; /* with residual only */
-    void *mean, *rstd;  /* optional */
+    void *mean, *rstd; /* optional */
     const void *x;
     int64_t x_row_stride;
     const void *residual; /* optional */
@@ -137,8 +134,8 @@ typedef struct fo_norm_backward_params {
 
 typedef struct fo_swiglu_args {
     void *y_or_dgate; /* y (forward) or dgate (backward, optional) */
-    void *dup;        /* backward only, optional */
-    const void *dy;   /* 0 for the forward pass */
+    void *dup; /* backward only, optional */
+    const void *dy; /* 0 for the forward pass */
     int64_t dy_row_stride;
     const void *gate;
     int64_t gate_row_stride;
@@ -149,18 +146,18 @@ typedef struct fo_swiglu_args {
 } fo_swiglu_args;
 
 typedef struct fo_cross_entropy_params {
-    void *loss;          /* rows, loss dtype */
-    void *dlogits;       /* optional; may be logits itself */
+    void *loss; /* rows, loss dtype */
+    void *dlogits; /* optional; may be logits itself */
     const void *logits;
     int64_t logits_row_stride;
     const int64_t *target;
-    const void *scale;   /* optional: one loss-dtype element */
+    const void *scale; /* optional: one loss-dtype element */
     int64_t rows, vocab;
     int64_t ignore_index;
     int dtype;
     double label_smoothing, softcap;
-    int reduction;       /* enum fo_reduction */
-    void *total;         /* one element of dtype, with a sum or a mean */
+    int reduction; /* enum fo_reduction */
+    void *total; /* one element of dtype, with a sum or a mean */
 } fo_cross_entropy_params;
 
 typedef struct fo_scale_rows_params {
@@ -172,8 +169,8 @@ typedef struct fo_scale_rows_params {
 
 typedef struct fo_geglu_params {
     void *y_or_dgate; /* y (forward) or dgate (backward, optional) */
-    void *dup;        /* backward only, optional */
-    const void *dy;   /* 0 for the forward pass */
+    void *dup; /* backward only, optional */
+    const void *dy; /* 0 for the forward pass */
     int64_t dy_row_stride;
     const void *gate;
     int64_t gate_row_stride;
@@ -215,26 +212,19 @@ int fo_cuda_bias_scale_relu_forward(int device_index, uintptr_t stream,
                                     const fo_bias_scale_relu_forward_params *a);
 int fo_cuda_bias_scale_relu_backward(int device_index, uintptr_t stream,
                                      const fo_bias_scale_relu_backward_params *a);
-int64_t fo_cuda_bias_scale_relu_workspace_bytes(int64_t rows, int64_t cols,
-                                                int dtype);
+int64_t fo_cuda_bias_scale_relu_workspace_bytes(int64_t rows, int64_t cols, int dtype);
 int fo_cuda_square(int device_index, uintptr_t stream, const fo_square_args *a);
-int fo_cuda_reduce_sum(int device_index, uintptr_t stream,
-                       const fo_reduce_sum_args *a);
+int fo_cuda_reduce_sum(int device_index, uintptr_t stream, const fo_reduce_sum_args *a);
 int64_t fo_cuda_reduce_sum_workspace_bytes(int64_t numel, int dtype);
-int fo_cuda_norm_forward(int device_index, uintptr_t stream,
-                         const fo_norm_forward_params *a);
-int fo_cuda_norm_backward(int device_index, uintptr_t stream,
-                          const fo_norm_backward_params *a);
-int64_t fo_cuda_norm_workspace_bytes(const fo_norm_backward_params *a,
-                                     int device_index);
+int fo_cuda_norm_forward(int device_index, uintptr_t stream, const fo_norm_forward_params *a);
+int fo_cuda_norm_backward(int device_index, uintptr_t stream, const fo_norm_backward_params *a);
+int64_t fo_cuda_norm_workspace_bytes(const fo_norm_backward_params *a, int device_index);
 int fo_cuda_swiglu(int device_index, uintptr_t stream, const fo_swiglu_args *a);
 int fo_cuda_geglu(int device_index, uintptr_t stream, const fo_geglu_params *a);
 int fo_cuda_clamped_swiglu(const fo_clamped_swiglu_args *a); /* dy == 0: forward */
 int fo_cuda_rope(int device_index, uintptr_t stream, const fo_rope_params *a);
-int fo_cuda_cross_entropy(int device_index, uintptr_t stream,
-                          const fo_cross_entropy_params *a);
-int fo_cuda_scale_rows(int device_index, uintptr_t stream,
-                       const fo_scale_rows_params *a);
+int fo_cuda_cross_entropy(int device_index, uintptr_t stream, const fo_cross_entropy_params *a);
+int fo_cuda_scale_rows(int device_index, uintptr_t stream, const fo_scale_rows_params *a);
 int fo_cuda_runtime_version_built(void);
 
 #ifdef __cplusplus

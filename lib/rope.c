@@ -22,28 +22,32 @@ static int64_t bounded_product(int64_t a, int64_t b) {
  * the address (0 where optional), its alignment, strides >= 0, the last 1,
  * and the farthest element within 64-bit byte offsets. An empty operand
  * is not looked at. */
-static int check_strided(const char *op, const char *name, uintptr_t address,
-                         const int64_t *n, const int64_t *s, int dims, int dtype, int optional) {
+static int check_strided(const char *op, const char *name, uintptr_t address, const int64_t *n,
+                         const int64_t *s, int dims, int dtype, int optional) {
     for (int d = 0; d < dims; d++)
         if (n[d] == 0) return FO_OK;
     if (optional && !address) return FO_OK;
     int status;
-    if ((status = fo_check_operand(op, name, address, 1, 1, 1, dtype, 0)))
-        return status;
+    if ((status = fo_check_operand(op, name, address, 1, 1, 1, dtype, 0))) return status;
     int64_t extent = 0;
     for (int d = 0; d < dims; d++) {
         if (n[d] <= 1) continue;
         if (s[d] < 0)
-            return fo_fail(FO_ERR_INVALID_ARGUMENT, "%s: %s stride %" PRId64
-                           " (dimension %d) is negative", op, name, s[d], d);
+            return fo_fail(FO_ERR_INVALID_ARGUMENT,
+                           "%s: %s stride %" PRId64 " (dimension %d) is negative", op, name, s[d],
+                           d);
         if (d == dims - 1 && s[d] != 1)
-            return fo_fail(FO_ERR_INVALID_ARGUMENT, "%s: %s stride %" PRId64
+            return fo_fail(FO_ERR_INVALID_ARGUMENT,
+                           "%s: %s stride %" PRId64
                            " (dimension %d, the last) must be 1: its rows are read as "
-                           "contiguous", op, name, s[d], d);
+                           "contiguous",
+                           op, name, s[d], d);
         const int64_t reach = bounded_product(n[d] - 1, s[d]);
         if (reach < 0 || reach > INT64_MAX / 16 - extent)
-            return fo_fail(FO_ERR_INVALID_ARGUMENT, "%s: %s stride %" PRId64 " x size %" PRId64
-                           " (dimension %d) overflows 64-bit byte offsets", op, name, s[d], n[d], d);
+            return fo_fail(FO_ERR_INVALID_ARGUMENT,
+                           "%s: %s stride %" PRId64 " x size %" PRId64
+                           " (dimension %d) overflows 64-bit byte offsets",
+                           op, name, s[d], n[d], d);
         extent += reach;
     }
     return FO_OK;
@@ -70,8 +74,8 @@ static int check_placed(const char *op, const char *name, uintptr_t address, con
             return fo_fail(FO_ERR_INVALID_ARGUMENT,
                            "%s: %s strides %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64
                            " for sizes %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64
-                           " place elements over each other", op, name, s[0], s[1], s[2], s[3],
-                           n[0], n[1], n[2], n[3]);
+                           " place elements over each other",
+                           op, name, s[0], s[1], s[2], s[3], n[0], n[1], n[2], n[3]);
     }
     return FO_OK;
 }
@@ -88,16 +92,17 @@ static int check_args(const char *op, const fo_rope_args *c) {
     if (c->cos_dtype != c->dtype && !(half_dtype && c->cos_dtype == FO_DTYPE_F32))
         return fo_fail(FO_ERR_UNSUPPORTED_DTYPE,
                        "%s: cos_dtype %s beside dtype %s: cos and sin take dtype, or "
-                       "float32 beside float16 and bfloat16", op, fo_dtype_name(c->cos_dtype),
-                       fo_dtype_name(c->dtype));
+                       "float32 beside float16 and bfloat16",
+                       op, fo_dtype_name(c->cos_dtype), fo_dtype_name(c->dtype));
     if (c->pairs != FO_ROPE_HALVES && c->pairs != FO_ROPE_INTERLEAVED)
         return fo_fail(FO_ERR_INVALID_ARGUMENT,
-                       "%s: pairs=%d is neither FO_ROPE_HALVES (0) nor FO_ROPE_INTERLEAVED (1)",
-                       op, c->pairs);
+                       "%s: pairs=%d is neither FO_ROPE_HALVES (0) nor FO_ROPE_INTERLEAVED (1)", op,
+                       c->pairs);
     if (c->layout != FO_ROPE_HEADS_FIRST && c->layout != FO_ROPE_TOKENS_FIRST)
         return fo_fail(FO_ERR_INVALID_ARGUMENT,
                        "%s: layout=%d is neither FO_ROPE_HEADS_FIRST (0) nor "
-                       "FO_ROPE_TOKENS_FIRST (1)", op, c->layout);
+                       "FO_ROPE_TOKENS_FIRST (1)",
+                       op, c->layout);
     if (c->batch < 0 || c->tokens < 0 || c->q_heads < 0 || c->k_heads < 0 || c->head_dim < 0)
         return fo_fail(FO_ERR_INVALID_ARGUMENT,
                        "%s: batch=%" PRId64 ", tokens=%" PRId64 ", q_heads=%" PRId64
@@ -115,8 +120,7 @@ static int check_args(const char *op, const fo_rope_args *c) {
     for (int x = 0; x < 2; x++) {
         /* the sizes in the tensor's own dimension order */
         const int64_t n[4] = {c->batch, c->layout == FO_ROPE_HEADS_FIRST ? heads[x] : c->tokens,
-                              c->layout == FO_ROPE_HEADS_FIRST ? c->tokens : heads[x],
-                              c->head_dim};
+                              c->layout == FO_ROPE_HEADS_FIRST ? c->tokens : heads[x], c->head_dim};
         const int64_t rows = bounded_product(bounded_product(c->batch, c->tokens), heads[x]);
         char out_name[8];
         snprintf(out_name, sizeof out_name, "%s_out", names[x]);
@@ -126,11 +130,11 @@ static int check_args(const char *op, const fo_rope_args *c) {
                            " x head_dim=%" PRId64 " overflows 64-bit byte offsets",
                            op, names[x], c->batch, c->tokens, heads[x], c->head_dim);
         if ((all_zero(out_strides[x])
-                 ? (status = fo_check_operand(op, out_name, outs[x], c->head_dim, rows,
-                                              c->head_dim, c->dtype, 1))
+                 ? (status = fo_check_operand(op, out_name, outs[x], c->head_dim, rows, c->head_dim,
+                                              c->dtype, 1))
                  : (status = check_placed(op, out_name, outs[x], n, out_strides[x], c->dtype))) ||
-            (outs[x] && (status = check_strided(op, names[x], ins[x], n, strides[x], 4, c->dtype,
-                                                0))))
+            (outs[x] &&
+             (status = check_strided(op, names[x], ins[x], n, strides[x], 4, c->dtype, 0))))
             return status;
     }
     const int64_t tables = (c->q_out && c->q_heads) || (c->k_out && c->k_heads) ? c->batch : 0;
@@ -172,16 +176,24 @@ static int rope(const char *op, const fo_rope_args *args, int backward) {
     if ((status = fo_read_args(op, "fo_rope_args", &c, sizeof c, ROPE_ARGS_FIRST, args)) ||
         (status = check_args(op, &c)))
         return status;
-    fo_rope_params a = {
-        tensor_params(&c, c.q_out, c.q, c.q_strides, c.q_out_strides, c.q_heads),
-        tensor_params(&c, c.k_out, c.k, c.k_strides, c.k_out_strides, c.k_heads),
-        (const void *)c.cos, (const void *)c.sin, c.cos_strides[0], c.cos_strides[1],
-        c.sin_strides[0], c.sin_strides[1], c.batch, c.tokens, c.head_dim, c.rotary_dim,
-        c.dtype, c.cos_dtype, backward, c.pairs == FO_ROPE_INTERLEAVED};
-    if (c.batch == 0 || c.tokens == 0 || c.head_dim == 0 || (!a.q.out && !a.k.out))
-        return FO_OK;
-    if (c.device_type == FO_DEVICE_CUDA)
-        return fo_cuda_rope(c.device_index, c.stream, &a);
+    fo_rope_params a = {tensor_params(&c, c.q_out, c.q, c.q_strides, c.q_out_strides, c.q_heads),
+                        tensor_params(&c, c.k_out, c.k, c.k_strides, c.k_out_strides, c.k_heads),
+                        (const void *)c.cos,
+                        (const void *)c.sin,
+                        c.cos_strides[0],
+                        c.cos_strides[1],
+                        c.sin_strides[0],
+                        c.sin_strides[1],
+                        c.batch,
+                        c.tokens,
+                        c.head_dim,
+                        c.rotary_dim,
+                        c.dtype,
+                        c.cos_dtype,
+                        backward,
+                        c.pairs == FO_ROPE_INTERLEAVED};
+    if (c.batch == 0 || c.tokens == 0 || c.head_dim == 0 || (!a.q.out && !a.k.out)) return FO_OK;
+    if (c.device_type == FO_DEVICE_CUDA) return fo_cuda_rope(c.device_index, c.stream, &a);
     fo_cpu()->rope(&a);
     return FO_OK;
 }

@@ -29,14 +29,22 @@ const char *fo_last_error(void) { return last_error; }
 
 const char *fo_status_string(int status) {
     switch (status) {
-    case FO_OK: return "ok";
-    case FO_ERR_INVALID_ARGUMENT: return "invalid argument";
-    case FO_ERR_UNSUPPORTED_DTYPE: return "unsupported dtype";
-    case FO_ERR_UNSUPPORTED_DEVICE: return "unsupported device";
-    case FO_ERR_CUDA_NOT_BUILT: return "library built without CUDA";
-    case FO_ERR_CUDA_RUNTIME: return "CUDA runtime error";
-    case FO_ERR_WORKSPACE_TOO_SMALL: return "workspace too small";
-    default: return "unknown status";
+        case FO_OK:
+            return "ok";
+        case FO_ERR_INVALID_ARGUMENT:
+            return "invalid argument";
+        case FO_ERR_UNSUPPORTED_DTYPE:
+            return "unsupported dtype";
+        case FO_ERR_UNSUPPORTED_DEVICE:
+            return "unsupported device";
+        case FO_ERR_CUDA_NOT_BUILT:
+            return "library built without CUDA";
+        case FO_ERR_CUDA_RUNTIME:
+            return "CUDA runtime error";
+        case FO_ERR_WORKSPACE_TOO_SMALL:
+            return "workspace too small";
+        default:
+            return "unknown status";
     }
 }
 

@@ -53,8 +53,7 @@ def main(args):
             why = f" (glibc {floor[0]}.{floor[1]} > {max_glibc[0]}.{max_glibc[1]})"
         elif not good:
             why = " (want py3-none-manylinux_X_Y_<arch>)"
-        print(f"{'ok' if good else 'WRONG'}: {path.name} is tagged "
-              f"{python_tag}-{abi_tag}-{platform_tag}{why}")
+        print(f"{'ok' if good else 'WRONG'}: {path.name} is tagged {python_tag}-{abi_tag}-{platform_tag}{why}")
         failures += not good
     return 1 if failures else 0
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every test: the C tests of a CPU-only build, the same under ASan + UBSan, a
+# Every test: lint and format (ruff, clang-format), the C tests of a CPU-only build, the same under ASan + UBSan, a
 # fixed-seed fuzz of the C API, the release wheel and sdist (scripts/
 # build_wheel.sh: manylinux tag, twine check), the C tests of the wheel's
 # build (CUDA with nvcc), a wheel built from the sdist, pytest against the
@@ -10,6 +10,22 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup_env.sh
+
+echo "== lint and format: ruff (pyproject.toml) and clang-format (.clang-format, lib/); a diff fails"
+# pinned: another ruff release may format differently
+python -m pip install -q ruff==0.17.6
+ruff check .
+ruff format --check .
+if ! command -v clang-format >/dev/null && [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
+    echo "-- installing clang-format (apt-get)"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang-format >/dev/null
+fi
+if command -v clang-format >/dev/null; then
+    clang-format --dry-run --Werror $(git ls-files 'lib/*.c' 'lib/*.h' 'lib/*.cu' 'lib/*.cuh')
+else
+    echo "-- SKIPPED: clang-format is not available and cannot be installed here (not root, or no apt-get)"
+fi
 
 echo "== C tests, CPU-only build"
 meson setup build/cpu -Dcuda=disabled --wipe >/dev/null 2>&1 || meson setup build/cpu -Dcuda=disabled >/dev/null

@@ -57,9 +57,7 @@ def random(shape, dtype, device, seed=0):
 def assert_close(actual, expected, dtype):
     """actual against a float64 reference rounded to the dtype under test."""
     assert actual.dtype == expected.dtype or expected.dtype == torch.float64
-    torch.testing.assert_close(
-        actual.cpu().double(), expected.cpu().to(dtype).double(), **TOLERANCES[dtype]
-    )
+    torch.testing.assert_close(actual.cpu().double(), expected.cpu().to(dtype).double(), **TOLERANCES[dtype])
 
 
 @pytest.fixture
@@ -77,6 +75,4 @@ def restored_modeling_functions():
 
 
 def requires_gpu(count=1):
-    return pytest.mark.skipif(
-        torch.cuda.device_count() < count, reason=f"needs {count} CUDA GPU(s)"
-    )
+    return pytest.mark.skipif(torch.cuda.device_count() < count, reason=f"needs {count} CUDA GPU(s)")

@@ -3,9 +3,9 @@ against eager inside bench_ops (a BAD check makes it return 1), and the
 files it writes hold what its summary says. No timing is asserted."""
 
 import csv
+import importlib.util
 import json
 import math
-import importlib.util
 import sys
 import types
 from pathlib import Path
@@ -25,17 +25,32 @@ def load(name):
 
 def test_bench_ops_checks_every_provider_and_writes_its_tables(tmp_path):
     bench_ops = load("bench_ops")
-    status = bench_ops.main([
-        "--device", "cpu", "--quick", "--ops", "layer_norm,bias_scale_relu,reduce_sum",
-        "--providers", "fused,eager", "--shapes", "16x64", "--out", str(tmp_path),
-    ])
+    status = bench_ops.main(
+        [
+            "--device",
+            "cpu",
+            "--quick",
+            "--ops",
+            "layer_norm,bias_scale_relu,reduce_sum",
+            "--providers",
+            "fused,eager",
+            "--shapes",
+            "16x64",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     assert status == 0
     with open(tmp_path / "results.csv") as f:
         rows = list(csv.DictReader(f))
     # every direction bench_ops.OPS lists for each op, for both providers
-    expected = {(op, d, p) for p in ("fused", "eager")
-                for op, dirs in bench_ops.OPS.items()
-                if op in ("layer_norm", "bias_scale_relu", "reduce_sum") for d in dirs}
+    expected = {
+        (op, d, p)
+        for p in ("fused", "eager")
+        for op, dirs in bench_ops.OPS.items()
+        if op in ("layer_norm", "bias_scale_relu", "reduce_sum")
+        for d in dirs
+    }
     assert {(r["op"], r["direction"], r["provider"]) for r in rows} == expected
     assert all(r["check"] == "ok" for r in rows)
     assert all(float(r["call_ms"]) > 0 and float(r["gbs"]) > 0 for r in rows)
@@ -49,13 +64,31 @@ def test_bench_ops_checks_every_provider_and_writes_its_tables(tmp_path):
 def test_bench_overhead_times_every_op_in_every_mode(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(BENCH))  # it imports bench_ops, as when run as a script
     bench_overhead = load("bench_overhead")
-    bench_overhead.main(["--device", "cpu", "--repeats", "1", "--loop-ms", "0.1", "--max-calls", "2",
-                         "--shapes", "8x64,3x5", "--out", str(tmp_path)])
+    bench_overhead.main(
+        [
+            "--device",
+            "cpu",
+            "--repeats",
+            "1",
+            "--loop-ms",
+            "0.1",
+            "--max-calls",
+            "2",
+            "--shapes",
+            "8x64,3x5",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     with open(tmp_path / "overhead.csv") as f:
         rows = list(csv.DictReader(f))
     assert [(r["op"], r["shape"], r["dtype"], r["mode"]) for r in rows] == [
-        (op, shape, dtype, mode) for op in bench_overhead.OPS for shape in ("8x64", "3x5")
-        for dtype in ("bf16", "fp32") for mode in ("train", "fwdbwd", "infer")]
+        (op, shape, dtype, mode)
+        for op in bench_overhead.OPS
+        for shape in ("8x64", "3x5")
+        for dtype in ("bf16", "fp32")
+        for mode in ("train", "fwdbwd", "infer")
+    ]
     for r in rows:
         ratio = float(r["ours_us"]) / float(r["torch_us"])
         assert float(r["torch_us"]) > 0 and float(r["ours_us"]) > 0
@@ -75,11 +108,32 @@ def test_plot_draws_one_png_per_op_and_direction(tmp_path):
     pytest.importorskip("matplotlib")
     plot = load("plot")
     rows = [
-        dict(op="relu", direction="fwd", rows=4096, cols=cols, dtype="bf16", provider=p,
-             gbs=gbs, fraction_of_ceiling=gbs / 4000, check="ok")
-        for cols in (1024, 4096) for p, gbs in (("fused", 3000.0), ("eager", 2000.0))
-    ] + [dict(op="relu", direction="fwd", rows=8, cols=64, dtype="bf16", provider="fused",
-              gbs=1.0, fraction_of_ceiling=0.0, check="ok")]  # tiny: left out
+        dict(
+            op="relu",
+            direction="fwd",
+            rows=4096,
+            cols=cols,
+            dtype="bf16",
+            provider=p,
+            gbs=gbs,
+            fraction_of_ceiling=gbs / 4000,
+            check="ok",
+        )
+        for cols in (1024, 4096)
+        for p, gbs in (("fused", 3000.0), ("eager", 2000.0))
+    ] + [
+        dict(
+            op="relu",
+            direction="fwd",
+            rows=8,
+            cols=64,
+            dtype="bf16",
+            provider="fused",
+            gbs=1.0,
+            fraction_of_ceiling=0.0,
+            check="ok",
+        )
+    ]  # tiny: left out
     with open(tmp_path / "results.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
@@ -115,10 +169,24 @@ def test_combine_joins_parts_and_a_rerun_replaces_its_rows(tmp_path):
 
 def test_isolate_runs_each_provider_alone_and_joins_them_with_their_ratios(tmp_path):
     bench_ops = load("bench_ops")
-    status = bench_ops.main([
-        "--device", "cpu", "--quick", "--ops", "relu", "--directions", "fwd", "--isolate",
-        "--providers", "fused,eager", "--shapes", "16x64", "--out", str(tmp_path),
-    ])
+    status = bench_ops.main(
+        [
+            "--device",
+            "cpu",
+            "--quick",
+            "--ops",
+            "relu",
+            "--directions",
+            "fwd",
+            "--isolate",
+            "--providers",
+            "fused,eager",
+            "--shapes",
+            "16x64",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     assert status == 0
     with open(tmp_path / "results.csv") as f:
         rows = {r["provider"]: r for r in csv.DictReader(f)}
@@ -133,11 +201,25 @@ def test_isolate_runs_each_provider_alone_and_joins_them_with_their_ratios(tmp_p
 def test_isolate_keeps_each_providers_run_where_asked_so_a_cut_run_still_joins(tmp_path, monkeypatch):
     bench_ops, combine = load("bench_ops"), load("combine")
     runs = tmp_path / "runs"
-    status = bench_ops.main([
-        "--device", "cpu", "--quick", "--ops", "square", "--directions", "fwd", "--isolate",
-        "--providers", "fused,eager", "--shapes", "16x64", "--out", str(tmp_path / "joined"),
-        f"--provider-runs={runs}",
-    ])
+    status = bench_ops.main(
+        [
+            "--device",
+            "cpu",
+            "--quick",
+            "--ops",
+            "square",
+            "--directions",
+            "fwd",
+            "--isolate",
+            "--providers",
+            "fused,eager",
+            "--shapes",
+            "16x64",
+            "--out",
+            str(tmp_path / "joined"),
+            f"--provider-runs={runs}",
+        ]
+    )
     assert status == 0
     assert sorted(p.name for p in runs.iterdir()) == ["eager", "fused"]
     # each run holds its own provider's rows only, and was not handed the
@@ -155,11 +237,26 @@ def test_isolate_keeps_each_providers_run_where_asked_so_a_cut_run_still_joins(t
     # runs that die in the kept folders do not join the earlier runs' results
     died = types.SimpleNamespace(returncode=1)
     monkeypatch.setattr(bench_ops.subprocess, "run", lambda *a, **k: died)
-    status = bench_ops.main([
-        "--device", "cpu", "--quick", "--ops", "square", "--directions", "fwd", "--isolate",
-        "--providers", "fused,eager", "--shapes", "16x64", "--out", str(tmp_path / "cut"),
-        "--provider-runs", str(runs),
-    ])
+    status = bench_ops.main(
+        [
+            "--device",
+            "cpu",
+            "--quick",
+            "--ops",
+            "square",
+            "--directions",
+            "fwd",
+            "--isolate",
+            "--providers",
+            "fused,eager",
+            "--shapes",
+            "16x64",
+            "--out",
+            str(tmp_path / "cut"),
+            "--provider-runs",
+            str(runs),
+        ]
+    )
     assert status == 1 and not (tmp_path / "cut" / "results.csv").exists()
 
 
@@ -167,9 +264,19 @@ def synthetic_row(op, direction, shape, dtype, provider, gbs, call_us, peak=""):
     rows, cols = shape
     # kernel time from GB/s over a nominal byte count: only ratios matter here
     kernel_ms = 1e9 / (gbs * 1e9) * 1e3
-    return dict(op=op, direction=direction, rows=rows, cols=cols, dtype=dtype,
-                provider=provider, kernel_ms=kernel_ms, call_ms=call_us / 1e3, gbs=gbs,
-                peak_extra_mib=peak, check="ok")
+    return dict(
+        op=op,
+        direction=direction,
+        rows=rows,
+        cols=cols,
+        dtype=dtype,
+        provider=provider,
+        kernel_ms=kernel_ms,
+        call_ms=call_us / 1e3,
+        gbs=gbs,
+        peak_extra_mib=peak,
+        check="ok",
+    )
 
 
 def test_targets_name_every_row_that_misses_and_only_those(tmp_path):
@@ -202,19 +309,22 @@ def test_targets_name_every_row_that_misses_and_only_those(tmp_path):
         writer.writeheader()
         writer.writerows(rows)
     verdicts = targets.evaluate(tmp_path)
-    missed = {name: [line.split(" | ")[0:3] for line in failing]
-              for name, (_, failing, _, _) in verdicts.items()}
+    missed = {name: [line.split(" | ")[0:3] for line in failing] for name, (_, failing, _, _) in verdicts.items()}
     assert {name: checked for name, (checked, _, _, _) in verdicts.items()} == {
-        "forward": 2, "backward": 1, "small (kernel)": 5, "small (call)": 5,
-        "memory": 1, "no peer wins": 6}
+        "forward": 2,
+        "backward": 1,
+        "small (kernel)": 5,
+        "small (call)": 5,
+        "memory": 1,
+        "no peer wins": 6,
+    }
     assert missed["forward"] == [["| square", "fwd", "16384x4096"]]
     assert missed["backward"] == [["| layer_norm", "bwd", "16384x4096"]]
     assert missed["small (kernel)"] == [["| rms_norm", "bwd", "1024x1024"]]
     assert verdicts["small (kernel)"][2] == 1  # the 1% miss counts as near
     assert missed["small (call)"] == []
     assert missed["memory"] == [["| rms_norm", "fwdbwd", "1024x1024"]]
-    assert missed["no peer wins"] == [["| rms_norm", "bwd", "1024x1024"],
-                                      ["| relu", "fwd", "8x64"]]
+    assert missed["no peer wins"] == [["| rms_norm", "bwd", "1024x1024"], ["| relu", "fwd", "8x64"]]
     targets.main([str(tmp_path)])
     assert "## backward: missed" in (tmp_path / "targets.md").read_text()
 
@@ -223,8 +333,7 @@ def test_targets_set_each_bandwidth_miss_beside_the_copy_of_its_bytes(tmp_path):
     targets = load("targets")
 
     def row(op, direction, shape, provider, gbs, counted_bytes):
-        return dict(synthetic_row(op, direction, shape, "bf16", provider, gbs, 10),
-                    kernel_ms=counted_bytes / gbs / 1e6)
+        return dict(synthetic_row(op, direction, shape, "bf16", provider, gbs, 10), kernel_ms=counted_bytes / gbs / 1e6)
 
     rows = [
         # 2^28 bytes: the copy reaches 1800 GB/s there, the target asks 2800
@@ -243,10 +352,14 @@ def test_targets_set_each_bandwidth_miss_beside_the_copy_of_its_bytes(tmp_path):
         writer.writeheader()
         writer.writerows(rows)
     (tmp_path / "copy_by_size.csv").write_text(
-        "bytes_moved,ms,gbs\n1048576,0.001,1000\n4294967296,1.4,3000\n1073741824,0.5,2000\n")
+        "bytes_moved,ms,gbs\n1048576,0.001,1000\n4294967296,1.4,3000\n1073741824,0.5,2000\n"
+    )
     verdicts = targets.evaluate(tmp_path)
-    cells = {line.split(" | ")[0]: [c.strip() for c in line.split("|")[-3:-1]]
-             for name in ("forward", "backward") for line in verdicts[name][1]}
+    cells = {
+        line.split(" | ")[0]: [c.strip() for c in line.split("|")[-3:-1]]
+        for name in ("forward", "backward")
+        for line in verdicts[name][1]
+    }
     assert cells["| square"] == ["2800", "1800"]  # 1000 + 0.8 * (2000 - 1000)
     assert cells["| relu"] == ["2800", "3000"]
     moved = 2**28 + 2**23
@@ -259,13 +372,16 @@ def test_targets_set_each_bandwidth_miss_beside_the_copy_of_its_bytes(tmp_path):
 
 def test_copy_by_size_times_copies_of_each_size_on_the_cpu(tmp_path):
     copy_by_size = load("copy_by_size")
-    assert copy_by_size.main(["--device", "cpu", "--smallest", "1M", "--largest", "2M",
-                              "--rep-ms", "5", "--out", str(tmp_path)]) == 0
+    assert (
+        copy_by_size.main(
+            ["--device", "cpu", "--smallest", "1M", "--largest", "2M", "--rep-ms", "5", "--out", str(tmp_path)]
+        )
+        == 0
+    )
     with open(tmp_path / "copy_by_size.csv") as f:
         got = list(csv.DictReader(f))
     # four sizes a doubling, each half a whole number of 16-byte vectors
-    assert [int(r["bytes_moved"]) for r in got] == [
-        int(2**20 * 2 ** (k / 4)) // 256 * 256 for k in range(5)]
+    assert [int(r["bytes_moved"]) for r in got] == [int(2**20 * 2 ** (k / 4)) // 256 * 256 for k in range(5)]
     for r in got:
         assert float(r["gbs"]) == pytest.approx(int(r["bytes_moved"]) / float(r["ms"]) / 1e6)
 
@@ -274,12 +390,13 @@ def test_cpu_threads_times_every_op_on_one_thread_and_all(tmp_path):
     import subprocess
 
     bench_ops = load("bench_ops")
-    out = subprocess.run([sys.executable, str(BENCH / "cpu_threads.py"), "16x64"],
-                         capture_output=True, text=True, check=True).stdout
-    rows = [line.split("|")[1:-1] for line in out.splitlines()
-            if line.startswith("| ") and not line.startswith("| op ")]
-    assert [(r[0].strip(), r[1].strip()) for r in rows] == [
-        (op, d) for op, dirs in bench_ops.OPS.items() for d in dirs]
+    out = subprocess.run(
+        [sys.executable, str(BENCH / "cpu_threads.py"), "16x64"], capture_output=True, text=True, check=True
+    ).stdout
+    rows = [
+        line.split("|")[1:-1] for line in out.splitlines() if line.startswith("| ") and not line.startswith("| op ")
+    ]
+    assert [(r[0].strip(), r[1].strip()) for r in rows] == [(op, d) for op, dirs in bench_ops.OPS.items() for d in dirs]
     for _, _, one, several, speedup in rows:
         assert float(one) > 0 and float(several) > 0
         assert float(speedup) == pytest.approx(float(one) / float(several), rel=0.02, abs=0.01)
@@ -301,8 +418,13 @@ def test_step_kernels_sorts_a_steps_kernels_by_kind():
     }
     assert {name: step_kernels.kind(name) for name in kinds} == kinds
     shorts = [step_kernels.short(name) for name in kinds]
-    assert shorts[4:] == ["swiglu_kernel", "_rms_norm_forward_kernel", "triton_poi_fused_add_0",
-                          "vectorized_elementwise_kernel", "Memset"]
+    assert shorts[4:] == [
+        "swiglu_kernel",
+        "_rms_norm_forward_kernel",
+        "triton_poi_fused_add_0",
+        "vectorized_elementwise_kernel",
+        "Memset",
+    ]
 
 
 def test_bench_train_step_sorts_kernels_by_name_and_by_the_ops_they_ran_under():
@@ -315,25 +437,44 @@ def test_bench_train_step_sorts_kernels_by_name_and_by_the_ops_they_ran_under():
         return op
 
     cases = [
-        ("void fo::(anonymous namespace)::swiglu_kernel<__nv_bfloat16, false>(fo::swiglu_args)", None,
-         "fused_ops_py"),
-        ("void cutlass::device_kernel<GemmUniversal<cutlass::gemm::GroupProblemShape<Shape<int, int, int>>>>", None,
-         "experts_gemm"),
+        ("void fo::(anonymous namespace)::swiglu_kernel<__nv_bfloat16, false>(fo::swiglu_args)", None, "fused_ops_py"),
+        (
+            "void cutlass::device_kernel<GemmUniversal<cutlass::gemm::GroupProblemShape<Shape<int, int, int>>>>",
+            None,
+            "experts_gemm",
+        ),
         ("nvjet_tst_128x256_64x4_2x1_v_bz_coopA_TNT", under("aten::_grouped_mm", "aten::grouped_mm"), "experts_gemm"),
         ("nvjet_tst_128x256_64x4_2x1_v_bz_coopA_TNT", under("aten::mm", "aten::matmul", "aten::linear"), "other_gemm"),
-        ("void pytorch_flash::flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<Flash_bwd_kernel_traits>(Flash_bwd_params)",
-         under("aten::_flash_attention_backward",
-               "autograd::engine::evaluate_function: ScaledDotProductFlashAttentionBackward0"), "attention"),
+        (
+            "void pytorch_flash::flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<Flash_bwd_kernel_traits>(Flash_bwd_params)",  # noqa: E501
+            under(
+                "aten::_flash_attention_backward",
+                "autograd::engine::evaluate_function: ScaledDotProductFlashAttentionBackward0",
+            ),
+            "attention",
+        ),
         ("void at::native::sbtopk::gatherTopK<float, unsigned int, 2, false>()", under("aten::topk"), "routing"),
         ("void at::native::index_elementwise_kernel<128, 4>()", under("aten::index"), "routing"),
-        ("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, SoftMaxForwardEpilogue>()",
-         under("aten::_softmax", "aten::softmax"), "routing"),
-        ("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, LogSoftMaxForwardEpilogue>()",
-         under("aten::_log_softmax", "aten::log_softmax", "aten::cross_entropy_loss"), "other"),
-        ("void at_cuda_detail::cub::DeviceRadixSortOnesweepKernel<>()",
-         under("aten::embedding_dense_backward", "autograd::engine::evaluate_function: EmbeddingBackward0"), "other"),
-        ("void at::native::vectorized_elementwise_kernel<8, at::native::CUDAFunctor_add<c10::BFloat16>>(int)", None,
-         "other"),
+        (
+            "void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, SoftMaxForwardEpilogue>()",
+            under("aten::_softmax", "aten::softmax"),
+            "routing",
+        ),
+        (
+            "void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, LogSoftMaxForwardEpilogue>()",
+            under("aten::_log_softmax", "aten::log_softmax", "aten::cross_entropy_loss"),
+            "other",
+        ),
+        (
+            "void at_cuda_detail::cub::DeviceRadixSortOnesweepKernel<>()",
+            under("aten::embedding_dense_backward", "autograd::engine::evaluate_function: EmbeddingBackward0"),
+            "other",
+        ),
+        (
+            "void at::native::vectorized_elementwise_kernel<8, at::native::CUDAFunctor_add<c10::BFloat16>>(int)",
+            None,
+            "other",
+        ),
     ]
     assert [bench_train_step.category(name, op) for name, op, _ in cases] == [c for _, _, c in cases]
 
@@ -342,8 +483,25 @@ def test_bench_train_step_runs_each_row_in_its_own_process_and_breaks_the_moe_st
     pytest.importorskip("transformers")  # the oldest-torch stage runs without it
     monkeypatch.syspath_prepend(str(BENCH))  # it imports bench_ops, as when run as a script
     bench_train_step = load("bench_train_step")
-    bench_train_step.main(["--model", "qwen3_moe", "--tiny", "--vocabs", "1000", "--providers", "eager,patch",
-                           "--steps", "1", "--warmup", "0", "--no-decode", "--breakdown", "--out", str(tmp_path)])
+    bench_train_step.main(
+        [
+            "--model",
+            "qwen3_moe",
+            "--tiny",
+            "--vocabs",
+            "1000",
+            "--providers",
+            "eager,patch",
+            "--steps",
+            "1",
+            "--warmup",
+            "0",
+            "--no-decode",
+            "--breakdown",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     with open(tmp_path / "train_step_qwen3_moe.csv") as f:
         rows = list(csv.DictReader(f))
     assert [(r["vocab"], r["provider"]) for r in rows] == [("1000", "eager"), ("1000", "patch")]
@@ -362,10 +520,16 @@ def test_bench_train_step_runs_each_row_in_its_own_process_and_breaks_the_moe_st
 def test_bench_cpu_times_every_op_and_direction_on_each_thread_count(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(BENCH))  # it imports bench_ops, as when run as a script
     bench_cpu = load("bench_cpu")
-    rows = bench_cpu.main(["--shapes", "16x256", "--threads", "2,1", "--rounds", "1", "--budget-s", "0",
-                           "--out", str(tmp_path)])
-    expected = {(op, d, dt, t) for op in bench_cpu.OPS for d in bench_cpu.directions(op, ["fwd", "bwd"])
-                for dt in ("fp32", "bf16") for t in (2, 1)}
+    rows = bench_cpu.main(
+        ["--shapes", "16x256", "--threads", "2,1", "--rounds", "1", "--budget-s", "0", "--out", str(tmp_path)]
+    )
+    expected = {
+        (op, d, dt, t)
+        for op in bench_cpu.OPS
+        for d in bench_cpu.directions(op, ["fwd", "bwd"])
+        for dt in ("fp32", "bf16")
+        for t in (2, 1)
+    }
     assert ("cross_entropy", "fwdbwd", "fp32", 1) in expected and ("reduce_sum", "bwd", "fp32", 1) not in expected
     assert {(r["op"], r["dir"], r["dtype"], r["threads"]) for r in rows} == expected
     with open(tmp_path / "cpu.csv") as f:

@@ -2,9 +2,9 @@
 
 import pytest
 import torch
+from conftest import SHAPES, TOLERANCES, assert_close, random
 
 import fused_ops_py as fo
-from conftest import SHAPES, TOLERANCES, assert_close, random
 
 SCALES = [1.0, 0.5, -1.75]
 
@@ -35,8 +35,10 @@ def test_forward_and_gradients(shape, scale, dtype, device):
     rows = max(1, x.numel() // max(1, shape[-1]))
     tolerance = TOLERANCES[dtype]
     torch.testing.assert_close(
-        bias.grad.cpu().double(), b64.grad.cpu(),
-        atol=tolerance["atol"] * rows ** 0.5 * 4, rtol=tolerance["rtol"] * 2,
+        bias.grad.cpu().double(),
+        b64.grad.cpu(),
+        atol=tolerance["atol"] * rows**0.5 * 4,
+        rtol=tolerance["rtol"] * 2,
     )
 
 
@@ -90,7 +92,7 @@ def test_fp32_bias_with_half_x(x_dtype, device):
 @pytest.mark.parametrize("offset", [0, 3], ids=["aligned", "misaligned"])
 def test_strided_rows_are_read_in_place(offset, dtype, device):
     wide = random((40, 80), dtype, device, seed=8)
-    x = wide[:, offset:offset + 48]  # rows 80 elements apart
+    x = wide[:, offset : offset + 48]  # rows 80 elements apart
     bias = random((48,), dtype, device, seed=9)
     assert not x.is_contiguous()
     expected, _, _ = reference(x, bias, 1.5)

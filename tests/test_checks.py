@@ -10,8 +10,11 @@ import random as stdlib_random
 import torch
 
 import fused_ops_py as fo
-from fused_ops_py.ops import bias_scale_relu as relu_op, cross_entropy as cross_entropy_op, geglu as geglu_op
-from fused_ops_py.ops import norm as norm_op, swiglu as swiglu_op
+from fused_ops_py.ops import bias_scale_relu as relu_op
+from fused_ops_py.ops import cross_entropy as cross_entropy_op
+from fused_ops_py.ops import geglu as geglu_op
+from fused_ops_py.ops import norm as norm_op
+from fused_ops_py.ops import swiglu as swiglu_op
 
 SAMPLES = 3000
 
@@ -26,8 +29,13 @@ def outcome(call):
 
 def same(a, b):
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
-        return (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape
-                and a.dtype == b.dtype and torch.equal(a, b))
+        return (
+            isinstance(a, torch.Tensor)
+            and isinstance(b, torch.Tensor)
+            and a.shape == b.shape
+            and a.dtype == b.dtype
+            and torch.equal(a, b)
+        )
     if isinstance(a, tuple) and isinstance(b, tuple):
         return len(a) == len(b) and all(same(u, v) for u, v in zip(a, b))
     return a == b
@@ -68,8 +76,25 @@ def tensors(device):
     return values
 
 
-NUMBERS = [1e-5, 1e-6, 0.0, -1e-5, 0.5, 0.99, 1.0, 2.0, float("nan"), float("inf"), -float("inf"),
-           1, 0, True, None, "0.1", torch.tensor(0.1)]
+NUMBERS = [
+    1e-5,
+    1e-6,
+    0.0,
+    -1e-5,
+    0.5,
+    0.99,
+    1.0,
+    2.0,
+    float("nan"),
+    float("inf"),
+    -float("inf"),
+    1,
+    0,
+    True,
+    None,
+    "0.1",
+    torch.tensor(0.1),
+]
 SHAPES = [None, (8,), 8, [8], torch.Size([8]), (4, 8), (7,), (), (0,), (2, 4, 8)]
 
 
@@ -109,14 +134,19 @@ def samples(device, count):
     x, r = torch.randn(4, 8, device=device), torch.randn(4, 8, device=device)
     w, b = torch.randn(8, device=device), torch.randn(8, device=device)
     half = x.bfloat16()
-    goods = [[x, r, w, b, 1e-5, 0.0, None], [x, None, w, None, None, 0.0, (8,)],
-             [half, r, w, b, 1e-6, 0.5, None], [half, half, w.bfloat16(), None, 1e-5, 0.1, None],
-             [x.double(), None, None, None, 1e-5, 0.0, None]]
+    goods = [
+        [x, r, w, b, 1e-5, 0.0, None],
+        [x, None, w, None, None, 0.0, (8,)],
+        [half, r, w, b, 1e-6, 0.5, None],
+        [half, half, w.bfloat16(), None, 1e-5, 0.1, None],
+        [x.double(), None, None, None, 1e-5, 0.0, None],
+    ]
     return swapped(rng, goods, [values] * 4 + [NUMBERS, NUMBERS, SHAPES], count, 3)
 
 
 def norm_call(x, residual, weight, bias, eps, dropout_p, normalized_shape):
     """The call a sample stands for, with the dropout stream fixed."""
+
     def call():
         torch.manual_seed(0)
         if residual is None and dropout_p in (0.0, None) and normalized_shape is not None:
@@ -124,12 +154,12 @@ def norm_call(x, residual, weight, bias, eps, dropout_p, normalized_shape):
         if residual is None:
             return fo.fused_rms_norm(x, weight, eps)
         return fo.fused_add_layer_norm(x, residual, weight, bias, eps, dropout_p)
+
     return call
 
 
 def test_remembered_signatures_answer_as_fresh_calls(device):
-    answers_as_fresh(norm_op._norm_forward_plans,
-                     ((sample, norm_call(*sample)) for sample in samples(device, SAMPLES)))
+    answers_as_fresh(norm_op._norm_forward_plans, ((sample, norm_call(*sample)) for sample in samples(device, SAMPLES)))
 
 
 def relu_samples(device, count):
@@ -142,9 +172,10 @@ def relu_samples(device, count):
 
 
 def test_bias_scale_relu_remembers_as_fresh_calls(device):
-    answers_as_fresh(relu_op._bias_scale_relu_forward_plans,
-                     ((args, lambda args=args: fo.fused_bias_scale_relu(*args))
-                      for args in relu_samples(device, SAMPLES)))
+    answers_as_fresh(
+        relu_op._bias_scale_relu_forward_plans,
+        ((args, lambda args=args: fo.fused_bias_scale_relu(*args)) for args in relu_samples(device, SAMPLES)),
+    )
 
 
 def test_gated_units_remember_as_fresh_calls(device):
@@ -155,8 +186,7 @@ def test_gated_units_remember_as_fresh_calls(device):
     pools = [values, values, ["tanh", "none", "erf", None, 1, ["tanh"]]]
     geglu = ((args, lambda args=args: fo.fused_geglu(*args)) for args in swapped(rng, goods, pools, SAMPLES, 2))
     answers_as_fresh(geglu_op._geglu_plans, geglu)
-    swiglu = ((args, lambda args=args: fo.fused_swiglu(*args[:2]))
-              for args in swapped(rng, goods, pools, SAMPLES, 2))
+    swiglu = ((args, lambda args=args: fo.fused_swiglu(*args[:2])) for args in swapped(rng, goods, pools, SAMPLES, 2))
     answers_as_fresh(swiglu_op._swiglu_plans, swiglu)
 
 
@@ -167,19 +197,38 @@ def test_cross_entropy_remembers_as_fresh_calls(device):
     logits = [v for v in tensors(device) if not (isinstance(v, torch.Tensor) and v.dim() and v.shape[-1] < 7)]
     x = torch.randn(4, 8, device=device)
     t = torch.randint(0, 7, (4,), device=device)
-    targets = [t, t.int(), t.float(), t[:3], t.view(4, 1),
-               torch.randint(0, 7, (2, 4), device=device), [0, 1, 2, 3], None]
+    targets = [
+        t,
+        t.int(),
+        t.float(),
+        t[:3],
+        t.view(4, 1),
+        torch.randint(0, 7, (2, 4), device=device),
+        [0, 1, 2, 3],
+        None,
+    ]
     if torch.cuda.is_available():
         targets.append(t.to("cpu" if device.type == "cuda" else "cuda"))
-    goods = [[x, t, -100, 0.0, "mean", None], [x.bfloat16(), t, 3, 0.1, "sum", 30.0],
-             [x.t().contiguous().t(), t, -100, 0.0, "none", None]]
-    pools = [logits, targets, [-100, 0, 3, True, 1.5, None], NUMBERS,
-             ["mean", "sum", "none", "avg", None, 1], [None, 0.0, 1.0, 30.0, -1.0, float("nan"), 1, "x"]]
+    goods = [
+        [x, t, -100, 0.0, "mean", None],
+        [x.bfloat16(), t, 3, 0.1, "sum", 30.0],
+        [x.t().contiguous().t(), t, -100, 0.0, "none", None],
+    ]
+    pools = [
+        logits,
+        targets,
+        [-100, 0, 3, True, 1.5, None],
+        NUMBERS,
+        ["mean", "sum", "none", "avg", None, 1],
+        [None, 0.0, 1.0, 30.0, -1.0, float("nan"), 1, "x"],
+    ]
 
     def call(args):
         x, target, ignore_index, label_smoothing, reduction, softcap = args
-        return lambda: fo.fused_cross_entropy(x, target, ignore_index=ignore_index, label_smoothing=label_smoothing,
-                                              reduction=reduction, softcap=softcap)
+        return lambda: fo.fused_cross_entropy(
+            x, target, ignore_index=ignore_index, label_smoothing=label_smoothing, reduction=reduction, softcap=softcap
+        )
 
-    answers_as_fresh(cross_entropy_op._cross_entropy_plans,
-                     ((args, call(args)) for args in swapped(rng, goods, pools, SAMPLES, 2)))
+    answers_as_fresh(
+        cross_entropy_op._cross_entropy_plans, ((args, call(args)) for args in swapped(rng, goods, pools, SAMPLES, 2))
+    )

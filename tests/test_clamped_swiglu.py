@@ -5,9 +5,9 @@ import math
 
 import pytest
 import torch
+from conftest import assert_close, random
 
 import fused_ops_py as fo
-from conftest import assert_close, random
 
 LAYOUTS = [True, False]
 SHAPES = [(0, 8), (1, 2), (7, 26), (31, 514), (2, 3, 34), (64, 2048), (3, 70002)]

@@ -4,11 +4,11 @@ graphs and autocast."""
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import random, requires_gpu
 
 import fused_ops_py as fo
 from fused_ops_py import _core
 from fused_ops_py.ops import norm as norm_op
-from conftest import random, requires_gpu
 
 pytestmark = pytest.mark.skipif(not _core.AVAILABLE, reason="torch.compile support needs torch >= 2.4")
 
@@ -22,8 +22,9 @@ def rope_of(x, r, interleaved=False):
     32 dimensions rotated by tables made from them (no gradient), both
     outputs flattened into one tensor."""
     cos, sin = x.detach()[:, :32].cos(), r.detach()[:, :32].sin()
-    q_embed, k_embed = fo.fused_rope(x[None, :, None], r[None, :, None], cos, sin, unsqueeze_dim=2,
-                                     interleaved=interleaved)
+    q_embed, k_embed = fo.fused_rope(
+        x[None, :, None], r[None, :, None], cos, sin, unsqueeze_dim=2, interleaved=interleaved
+    )
     return torch.cat([q_embed.flatten(), k_embed.flatten()])
 
 
@@ -70,8 +71,11 @@ def test_fullgraph_compile_matches_eager(name, device):
 def test_compiled_modules_without_graph_breaks(device):
     torch._dynamo.reset()
     model = torch.nn.Sequential(
-        torch.nn.Linear(32, 32), fo.FusedLayerNorm(32), fo.FusedBiasScaleReLU(32, 0.5),
-        torch.nn.Linear(32, 32), fo.FusedRMSNorm(32),
+        torch.nn.Linear(32, 32),
+        fo.FusedLayerNorm(32),
+        fo.FusedBiasScaleReLU(32, 0.5),
+        torch.nn.Linear(32, 32),
+        fo.FusedRMSNorm(32),
     ).to(device)
     x = random((4, 32), torch.float32, device, seed=3)
     explanation = torch._dynamo.explain(model)(x)

@@ -6,9 +6,9 @@ enough to be split."""
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import assert_close, random
 
 import fused_ops_py as fo
-from conftest import assert_close, random
 from fused_ops_py._ffi import lib
 
 # 1.07M elements, worth 4 threads (a thread takes at least 2^18 elements);
@@ -19,13 +19,18 @@ COLS = SHAPE[-1]
 # name: (fused call, float64 reference or None, its inputs): x and r are
 # [rows, cols], w is [cols].
 CASES = {
-    "layer_norm": (lambda x, w: fo.fused_layer_norm(x, w, w * 0.5),
-                   lambda x, w: F.layer_norm(x, (COLS,), w, w * 0.5), "xw"),
-    "rms_norm": (lambda x, w: fo.fused_rms_norm(x, w),
-                 lambda x, w: F.rms_norm(x, (COLS,), w, torch.finfo(torch.float32).eps), "xw"),
+    "layer_norm": (
+        lambda x, w: fo.fused_layer_norm(x, w, w * 0.5),
+        lambda x, w: F.layer_norm(x, (COLS,), w, w * 0.5),
+        "xw",
+    ),
+    "rms_norm": (
+        lambda x, w: fo.fused_rms_norm(x, w),
+        lambda x, w: F.rms_norm(x, (COLS,), w, torch.finfo(torch.float32).eps),
+        "xw",
+    ),
     "add_rms_norm_dropout": (lambda x, r, w: fo.fused_add_rms_norm(x, r, w, dropout_p=0.25), None, "xrw"),
-    "bias_scale_relu": (lambda x, w: fo.fused_bias_scale_relu(x, w, 0.5),
-                        lambda x, w: torch.relu(x * 0.5 + w), "xw"),
+    "bias_scale_relu": (lambda x, w: fo.fused_bias_scale_relu(x, w, 0.5), lambda x, w: torch.relu(x * 0.5 + w), "xw"),
     "relu": (fo.relu, torch.relu, "x"),
     "square": (fo.square, lambda x: x * x, "x"),
     "swiglu": (fo.fused_swiglu, lambda x, r: F.silu(x) * r, "xr"),
@@ -35,6 +40,8 @@ CASES = {
     "rope": (lambda x, r: rope_of(fo.fused_rope, x, r), lambda x, r: rope_of(hf_rope, x, r), "xr"),
     "reduce_sum": (fo.reduce_sum, torch.sum, "x"),
 }
+
+
 def clamped_swiglu(x, limit):
     """gpt-oss's gate over (gate, up) pairs."""
     gate, up = x[..., ::2].clamp(max=limit), x[..., 1::2].clamp(-limit, limit)

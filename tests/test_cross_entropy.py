@@ -8,13 +8,13 @@ import weakref
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import TOLERANCES, assert_close, random, requires_gpu
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import fused_ops_py as fo
 from fused_ops_py import _core
-from fused_ops_py.ops import cross_entropy, linear_cross_entropy
 from fused_ops_py._ffi import check
-from conftest import TOLERANCES, assert_close, random, requires_gpu
+from fused_ops_py.ops import cross_entropy, linear_cross_entropy
 
 REDUCTIONS = ["mean", "sum", "none"]
 VOCABS = [7, 1000, 32003]
@@ -53,8 +53,13 @@ def reference(logits, target, ignore_index=-100, label_smoothing=0.0, reduction=
     z = logits.double()
     if softcap is not None:
         z = softcap * torch.tanh(z / softcap)
-    loss = F.cross_entropy(z.reshape(-1, z.shape[-1]), target.reshape(-1), ignore_index=ignore_index,
-                           label_smoothing=label_smoothing, reduction=reduction)
+    loss = F.cross_entropy(
+        z.reshape(-1, z.shape[-1]),
+        target.reshape(-1),
+        ignore_index=ignore_index,
+        label_smoothing=label_smoothing,
+        reduction=reduction,
+    )
     return loss.reshape(target.shape) if reduction == "none" else loss
 
 
@@ -230,8 +235,9 @@ def test_saved_tensor_hooks_see_what_backward_uses(reduction, device):
     target = targets((5,), 12, device, seed=18, ignored=True)
 
     def gradients():
-        loss = (fo.fused_cross_entropy(logits, target, reduction=reduction)
-                + fo.fused_linear_cross_entropy(x, weight, target, reduction=reduction))
+        loss = fo.fused_cross_entropy(logits, target, reduction=reduction) + fo.fused_linear_cross_entropy(
+            x, weight, target, reduction=reduction
+        )
         return torch.autograd.grad(loss, (logits, x, weight), incoming(loss))
 
     expected = gradients()
@@ -268,8 +274,9 @@ def assert_linear_close(actual, expected, dtype, rows=1):
     like sqrt(rows)."""
     tolerance = LINEAR_TOLERANCES[dtype]
     scale = max(1, rows) ** 0.5
-    torch.testing.assert_close(actual.cpu().double(), expected.cpu().double(),
-                               atol=tolerance["atol"] * scale, rtol=tolerance["rtol"])
+    torch.testing.assert_close(
+        actual.cpu().double(), expected.cpu().double(), atol=tolerance["atol"] * scale, rtol=tolerance["rtol"]
+    )
 
 
 @pytest.mark.parametrize("options", list(OPTIONS.values()), ids=list(OPTIONS))
@@ -342,8 +349,9 @@ def test_linear_all_ignored_and_no_rows(device):
     x = leaf((0, 8), torch.float32, device, seed=33)
     bias = leaf((5,), torch.float32, device, seed=34)
     weight.grad = None
-    loss = fo.fused_linear_cross_entropy(x, weight, torch.zeros(0, dtype=torch.int64, device=device),
-                                         linear_bias=bias, reduction="sum")
+    loss = fo.fused_linear_cross_entropy(
+        x, weight, torch.zeros(0, dtype=torch.int64, device=device), linear_bias=bias, reduction="sum"
+    )
     loss.backward()
     assert loss.item() == 0 and not weight.grad.any() and not bias.grad.any()
 
@@ -378,8 +386,12 @@ def test_linear_inference(device):
     for reduction in REDUCTIONS:
         loss = fo.fused_linear_cross_entropy(x, weight, target, reduction=reduction)
         assert loss.grad_fn is None and loss.dtype == torch.bfloat16
-        assert_linear_close(loss, linear_reference(x.double(), weight.double(), None, target, reduction=reduction),
-                            torch.bfloat16, 10 if reduction == "sum" else 1)
+        assert_linear_close(
+            loss,
+            linear_reference(x.double(), weight.double(), None, target, reduction=reduction),
+            torch.bfloat16,
+            10 if reduction == "sum" else 1,
+        )
 
 
 def test_chunks_are_a_sixteenth_of_fp32_logits_and_at_most_twice_the_input():
@@ -460,8 +472,9 @@ def test_modules(device):
     weight, bias = leaf((17, 5), torch.float32, device, seed=45), leaf((17,), torch.float32, device, seed=46)
     target = targets((6,), 17, device, seed=43, ignored=True, ignore_index=2)
     linear_loss = fo.FusedLinearCrossEntropyLoss(ignore_index=2, softcap=5.0)
-    expected = linear_reference(x.detach().double(), weight.detach().double(), bias.detach().double(), target,
-                                ignore_index=2, softcap=5.0)
+    expected = linear_reference(
+        x.detach().double(), weight.detach().double(), bias.detach().double(), target, ignore_index=2, softcap=5.0
+    )
     assert_linear_close(linear_loss(x, weight, target, bias), expected, torch.float32)
 
 
@@ -493,42 +506,90 @@ def _logits():
 @pytest.mark.parametrize(
     "call, exception, words",
     [
-        (lambda: fo.fused_cross_entropy(_logits(), torch.tensor([1, 7, 2])), ValueError,
-         ["fo_cross_entropy", "target[1]=7", "vocab=5"]),
+        (
+            lambda: fo.fused_cross_entropy(_logits(), torch.tensor([1, 7, 2])),
+            ValueError,
+            ["fo_cross_entropy", "target[1]=7", "vocab=5"],
+        ),
         (lambda: fo.fused_cross_entropy(_logits(), torch.tensor([1, -1, 2])), ValueError, ["target[1]=-1"]),
-        (lambda: fo.fused_cross_entropy(_logits().requires_grad_(), torch.tensor([0, 1, 5])), ValueError,
-         ["target[2]=5"]),
-        (lambda: fo.fused_cross_entropy(_logits(), torch.tensor([1, 2, 3], dtype=torch.int32)), TypeError,
-         ["fused_cross_entropy", "target", "torch.int32", "int64"]),
-        (lambda: fo.fused_cross_entropy(_logits(), torch.tensor([1, 2])), ValueError,
-         ["fused_cross_entropy", "(2,)", "(3,)"]),
+        (
+            lambda: fo.fused_cross_entropy(_logits().requires_grad_(), torch.tensor([0, 1, 5])),
+            ValueError,
+            ["target[2]=5"],
+        ),
+        (
+            lambda: fo.fused_cross_entropy(_logits(), torch.tensor([1, 2, 3], dtype=torch.int32)),
+            TypeError,
+            ["fused_cross_entropy", "target", "torch.int32", "int64"],
+        ),
+        (
+            lambda: fo.fused_cross_entropy(_logits(), torch.tensor([1, 2])),
+            ValueError,
+            ["fused_cross_entropy", "(2,)", "(3,)"],
+        ),
         (lambda: fo.fused_cross_entropy(_logits(), [1, 2, 3]), TypeError, ["target", "list"]),
         (lambda: fo.fused_cross_entropy(torch.tensor(1.0), torch.tensor(0)), ValueError, ["logits is 0-d"]),
         (lambda: fo.fused_cross_entropy(_logits().long(), torch.tensor([1, 2, 3])), TypeError, ["logits", "int64"]),
-        (lambda: fo.fused_cross_entropy(_logits(), torch.tensor([1, 2, 3]), reduction="avg"), ValueError,
-         ["reduction='avg'"]),
-        (lambda: fo.fused_cross_entropy(_logits(), torch.tensor([1, 2, 3]), ignore_index=1.0), TypeError,
-         ["ignore_index", "float"]),
-        (lambda: fo.fused_cross_entropy(_logits(), torch.tensor([1, 2, 3]), label_smoothing=1.5), ValueError,
-         ["fo_cross_entropy", "label_smoothing=1.5"]),
-        (lambda: fo.fused_cross_entropy(_logits(), torch.tensor([1, 2, 3]), softcap=-1.0), ValueError,
-         ["fo_cross_entropy", "softcap=-1"]),
-        (lambda: fo.fused_cross_entropy(_logits(), torch.tensor([1, 2, 3]), softcap="30"), TypeError,
-         ["softcap", "str"]),
+        (
+            lambda: fo.fused_cross_entropy(_logits(), torch.tensor([1, 2, 3]), reduction="avg"),
+            ValueError,
+            ["reduction='avg'"],
+        ),
+        (
+            lambda: fo.fused_cross_entropy(_logits(), torch.tensor([1, 2, 3]), ignore_index=1.0),
+            TypeError,
+            ["ignore_index", "float"],
+        ),
+        (
+            lambda: fo.fused_cross_entropy(_logits(), torch.tensor([1, 2, 3]), label_smoothing=1.5),
+            ValueError,
+            ["fo_cross_entropy", "label_smoothing=1.5"],
+        ),
+        (
+            lambda: fo.fused_cross_entropy(_logits(), torch.tensor([1, 2, 3]), softcap=-1.0),
+            ValueError,
+            ["fo_cross_entropy", "softcap=-1"],
+        ),
+        (
+            lambda: fo.fused_cross_entropy(_logits(), torch.tensor([1, 2, 3]), softcap="30"),
+            TypeError,
+            ["softcap", "str"],
+        ),
         (lambda: fo.fused_cross_entropy(torch.ones(3, 0), torch.tensor([1, 2, 3])), ValueError, ["vocab=0"]),
-        (lambda: fo.fused_linear_cross_entropy(torch.ones(3, 4), torch.ones(5, 6), torch.tensor([1, 2, 3])),
-         ValueError, ["fused_linear_cross_entropy", "linear_weight", "(5, 6)"]),
-        (lambda: fo.fused_linear_cross_entropy(torch.ones(3, 4), torch.ones(5, 4).double(), torch.tensor([1, 2, 3])),
-         TypeError, ["linear_weight", "torch.float64"]),
-        (lambda: fo.fused_linear_cross_entropy(torch.ones(3, 4), torch.ones(5, 4), torch.tensor([1, 2, 3]),
-                                               linear_bias=torch.ones(4)), ValueError, ["linear_bias", "(4,)"]),
-        (lambda: fo.fused_linear_cross_entropy(torch.ones(3, 4), torch.ones(5, 4), torch.tensor([1, 9, 3])),
-         ValueError, ["target[1]=9"]),  # one row a chunk: named by its row in the call
-        (lambda: fo.fused_linear_cross_entropy(torch.ones(40, 4), torch.ones(5, 4),
-                                               torch.tensor([1] * 37 + [-2, 1, 1])),
-         ValueError, ["fo_cross_entropy", "target[37]=-2"]),
-        (lambda: fo.fused_linear_cross_entropy(torch.ones(3, 4), torch.ones(5, 4), torch.tensor([[1, 2, 3]])),
-         ValueError, ["target", "(1, 3)", "(3,)"]),
+        (
+            lambda: fo.fused_linear_cross_entropy(torch.ones(3, 4), torch.ones(5, 6), torch.tensor([1, 2, 3])),
+            ValueError,
+            ["fused_linear_cross_entropy", "linear_weight", "(5, 6)"],
+        ),
+        (
+            lambda: fo.fused_linear_cross_entropy(torch.ones(3, 4), torch.ones(5, 4).double(), torch.tensor([1, 2, 3])),
+            TypeError,
+            ["linear_weight", "torch.float64"],
+        ),
+        (
+            lambda: fo.fused_linear_cross_entropy(
+                torch.ones(3, 4), torch.ones(5, 4), torch.tensor([1, 2, 3]), linear_bias=torch.ones(4)
+            ),
+            ValueError,
+            ["linear_bias", "(4,)"],
+        ),
+        (
+            lambda: fo.fused_linear_cross_entropy(torch.ones(3, 4), torch.ones(5, 4), torch.tensor([1, 9, 3])),
+            ValueError,
+            ["target[1]=9"],
+        ),  # one row a chunk: named by its row in the call
+        (
+            lambda: fo.fused_linear_cross_entropy(
+                torch.ones(40, 4), torch.ones(5, 4), torch.tensor([1] * 37 + [-2, 1, 1])
+            ),
+            ValueError,
+            ["fo_cross_entropy", "target[37]=-2"],
+        ),
+        (
+            lambda: fo.fused_linear_cross_entropy(torch.ones(3, 4), torch.ones(5, 4), torch.tensor([[1, 2, 3]])),
+            ValueError,
+            ["target", "(1, 3)", "(3,)"],
+        ),
     ],
 )
 def test_bad_input(call, exception, words):
@@ -543,7 +604,9 @@ def _library_call(struct_size=None, **fields):
     and the rest are kept alive with it."""
     logits, target = torch.randn(3, 5), torch.tensor([1, -100, 4])
     loss, total = torch.full((3,), 7.0), torch.full((), 7.0)
-    a = cross_entropy.ffi.new(cross_entropy.CROSS_ENTROPY, cross_entropy.cross_entropy_struct(logits, 3, 5, 5, -100, 0.0, 0.0, None)[0])
+    a = cross_entropy.ffi.new(
+        cross_entropy.CROSS_ENTROPY, cross_entropy.cross_entropy_struct(logits, 3, 5, 5, -100, 0.0, 0.0, None)[0]
+    )
     a.loss, a.logits, a.target = loss.data_ptr(), logits.data_ptr(), target.data_ptr()
     for name, value in fields.items():
         setattr(a, name, value if name != "total" else total.data_ptr())
@@ -558,7 +621,10 @@ def _library_call(struct_size=None, **fields):
     [
         (dict(reduction=3), ["fo_cross_entropy", "reduction=3"]),
         (dict(reduction=cross_entropy.lib.FO_REDUCTION_NONE, total=True), ["total=0x", "FO_REDUCTION_NONE"]),
-        (dict(reduction=cross_entropy.lib.FO_REDUCTION_MEAN, total=True, scale=16), ["scale=0x10", "FO_REDUCTION_MEAN"]),
+        (
+            dict(reduction=cross_entropy.lib.FO_REDUCTION_MEAN, total=True, scale=16),
+            ["scale=0x10", "FO_REDUCTION_MEAN"],
+        ),
         (dict(reduction=cross_entropy.lib.FO_REDUCTION_SUM), ["total is a null address"]),
     ],
 )
@@ -585,8 +651,9 @@ def test_device_mismatch():
     with pytest.raises(ValueError, match="target is on cpu but logits is on cuda:0"):
         fo.fused_cross_entropy(torch.ones(3, 5, device="cuda"), torch.tensor([1, 2, 3]))
     with pytest.raises(ValueError, match="linear_weight is on cpu but input is on cuda:0"):
-        fo.fused_linear_cross_entropy(torch.ones(3, 4, device="cuda"), torch.ones(5, 4),
-                                      torch.tensor([1, 2, 3], device="cuda"))
+        fo.fused_linear_cross_entropy(
+            torch.ones(3, 4, device="cuda"), torch.ones(5, 4), torch.tensor([1, 2, 3], device="cuda")
+        )
 
 
 # torch.compile ----------------------------------------------------------------
@@ -613,14 +680,18 @@ def test_compile_matches_eager(reduction, device):
     target = targets((2, 5), 40, device, seed=62, ignored=True, ignore_index=7)
 
     def loss(logits):
-        return fo.fused_cross_entropy(logits, target, ignore_index=7, label_smoothing=0.1, softcap=10.0,
-                                      reduction=reduction)
+        return fo.fused_cross_entropy(
+            logits, target, ignore_index=7, label_smoothing=0.1, softcap=10.0, reduction=reduction
+        )
 
     (eager, eager_grads), (compiled, compiled_grads) = _compiled_and_eager(loss, [logits])
     torch.testing.assert_close(compiled, eager)
     torch.testing.assert_close(compiled_grads, eager_grads)
-    assert_close(compiled, reference(logits.detach(), target, ignore_index=7, label_smoothing=0.1, softcap=10.0,
-                                     reduction=reduction), torch.float32)
+    assert_close(
+        compiled,
+        reference(logits.detach(), target, ignore_index=7, label_smoothing=0.1, softcap=10.0, reduction=reduction),
+        torch.float32,
+    )
 
 
 @needs_compile
@@ -633,8 +704,9 @@ def test_compile_linear_matches_eager(with_bias, reduction, device):
     target = targets((2, 9), 50, device, seed=66, ignored=True)
 
     def loss(x, weight, *bias):
-        return fo.fused_linear_cross_entropy(x, weight, target, linear_bias=bias[0] if bias else None,
-                                             reduction=reduction, label_smoothing=0.05)
+        return fo.fused_linear_cross_entropy(
+            x, weight, target, linear_bias=bias[0] if bias else None, reduction=reduction, label_smoothing=0.05
+        )
 
     inputs = [x, weight] + ([bias] if with_bias else [])
     (eager, eager_grads), (compiled, compiled_grads) = _compiled_and_eager(loss, inputs)
@@ -667,11 +739,14 @@ def test_opcheck(with_grad, device):
     for reduction in REDUCTIONS:
         torch.library.opcheck(ops.cross_entropy, (logits, target, -100, 0.1, 5.0, reduction, g))
         torch.library.opcheck(ops.linear_cross_entropy, (x, weight, bias, target, -100, 0.0, 0.0, reduction, g, g, g))
-        torch.library.opcheck(ops.linear_cross_entropy,
-                              (x, weight, None, target.clamp(min=0), 3, 0.1, 0.0, reduction, g, g, False))
+        torch.library.opcheck(
+            ops.linear_cross_entropy, (x, weight, None, target.clamp(min=0), 3, 0.1, 0.0, reduction, g, g, False)
+        )
     dloss = random((5,), torch.float32, device, seed=75)
-    torch.library.opcheck(ops.linear_cross_entropy_backward,
-                          (dloss, x.detach(), weight.detach(), bias.detach(), target, -100, 0.0, 0.0, True, True, True))
+    torch.library.opcheck(
+        ops.linear_cross_entropy_backward,
+        (dloss, x.detach(), weight.detach(), bias.detach(), target, -100, 0.0, 0.0, True, True, True),
+    )
 
 
 # CUDA -------------------------------------------------------------------------
@@ -735,9 +810,18 @@ def test_linear_memory_is_a_fraction_of_the_logits(dtype):
 
 
 @requires_gpu()
-@pytest.mark.parametrize("vocab, dtype", [(32000, torch.bfloat16), (32000, torch.float32),
-                                          (128256, torch.bfloat16), (128256, torch.float32),
-                                          (256000, torch.bfloat16), (256000, torch.float32)], ids=str)
+@pytest.mark.parametrize(
+    "vocab, dtype",
+    [
+        (32000, torch.bfloat16),
+        (32000, torch.float32),
+        (128256, torch.bfloat16),
+        (128256, torch.float32),
+        (256000, torch.bfloat16),
+        (256000, torch.float32),
+    ],
+    ids=str,
+)
 def test_many_rows_a_block_at_model_vocabularies(vocab, dtype):
     # more rows than blocks resident at once, so that a block (a cluster of
     # 1, 2, 4, 8 or 16 at these sizes) copies its next row while it writes one;
@@ -773,7 +857,7 @@ def test_gpu_matches_cpu():
     target = targets((16,), 32003, "cpu", seed=90, ignored=True)
     for reduction in REDUCTIONS:
         cpu = fo.fused_cross_entropy(logits, target, reduction=reduction, label_smoothing=0.1, softcap=30.0)
-        gpu = fo.fused_cross_entropy(logits.cuda(), target.cuda(), reduction=reduction, label_smoothing=0.1,
-                                     softcap=30.0)
+        gpu = fo.fused_cross_entropy(
+            logits.cuda(), target.cuda(), reduction=reduction, label_smoothing=0.1, softcap=30.0
+        )
         torch.testing.assert_close(gpu.cpu(), cpu, **TOLERANCES[torch.float32])
-

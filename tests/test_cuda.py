@@ -3,9 +3,9 @@ indexing, and the CPU and GPU kernels agreeing. Skipped without a GPU."""
 
 import pytest
 import torch
+from conftest import assert_close, random, requires_gpu
 
 import fused_ops_py as fo
-from conftest import assert_close, random, requires_gpu
 
 
 @requires_gpu()
@@ -69,7 +69,7 @@ def test_more_than_2_to_the_31_elements():
     assert torch.equal(y[-24:].cpu(), torch.relu(x[-24:].cpu()))
     assert y[: 1 << 20].eq(0).all()
     del y
-    total = fo.reduce_sum(x[(1 << 31) - 8:])
+    total = fo.reduce_sum(x[(1 << 31) - 8 :])
     assert total.item() == (-8 + (torch.arange(24) - 12).sum()).item()
     x = x.view(-1, 8)
     y = fo.square(x)
@@ -87,7 +87,9 @@ def test_norm_over_more_than_2_to_the_31_elements():
     weight = torch.randn(cols, dtype=torch.float32, device="cuda")
     y = fo.fused_rms_norm(x, weight)
     tail = x[-5:].double()
-    expected = tail * torch.rsqrt(tail.pow(2).mean(-1, keepdim=True) + torch.finfo(torch.bfloat16).eps) * weight.double()
+    expected = (
+        tail * torch.rsqrt(tail.pow(2).mean(-1, keepdim=True) + torch.finfo(torch.bfloat16).eps) * weight.double()
+    )
     assert_close(y[-5:], expected, torch.bfloat16)
     del y
     residual = torch.zeros_like(x)

@@ -12,8 +12,13 @@ from conftest import requires_gpu
 def run(code, **env):
     # from a neutral directory: `python -c` puts the working directory first
     # on sys.path, and the source tree's package has no library beside it
-    return subprocess.run([sys.executable, "-c", code], env=dict(os.environ, **env),
-                          capture_output=True, text=True, cwd=tempfile.gettempdir())
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        env=dict(os.environ, **env),
+        capture_output=True,
+        text=True,
+        cwd=tempfile.gettempdir(),
+    )
 
 
 def test_sync_variable_is_read():
@@ -41,7 +46,8 @@ def test_sync_names_the_op_whose_kernel_faulted():
         "dy = torch.ones(64, 64, device='cuda'); dx = torch.empty_like(dy)\n"
         "a = ffi.new('fo_bias_scale_relu_backward_args *')\n"
         "a.struct_size = ffi.sizeof('fo_bias_scale_relu_backward_args')\n"
-        "a.device_type, a.dx, a.dy, a.dy_row_stride, a.mask = lib.FO_DEVICE_CUDA, dx.data_ptr(), dy.data_ptr(), 64, 16\n"
+        "a.device_type, a.dx, a.dy = lib.FO_DEVICE_CUDA, dx.data_ptr(), dy.data_ptr()\n"
+        "a.dy_row_stride, a.mask = 64, 16\n"
         "a.rows, a.cols, a.scale = 64, 64, 1.0\n"
         "finish(lib.fo_bias_scale_relu_backward, lib.fo_bias_scale_relu_backward(a), (lib.FO_DEVICE_CUDA, 0))\n"
     )

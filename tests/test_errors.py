@@ -3,10 +3,10 @@ the value, before anything runs; the library keeps working afterwards."""
 
 import pytest
 import torch
+from conftest import requires_gpu
 
 import fused_ops_py as fo
 from fused_ops_py._ffi import check, ffi, lib
-from conftest import requires_gpu
 
 
 def still_works():
@@ -26,17 +26,33 @@ def cases(d):
         (lambda: fo.reduce_sum(torch.ones(3, dtype=torch.complex64, device=d)), TypeError, ["reduce_sum", "complex64"]),
         (lambda: fo.square(torch.ones(3, dtype=torch.int64, device=d)), TypeError, ["square", "int64"]),
         (lambda: fo.relu(torch.ones(3, dtype=torch.uint8, device=d)), TypeError, ["relu", "uint8"]),
-        (lambda: fo.fused_bias_scale_relu(X, torch.randn(7, device=d)), ValueError, ["fused_bias_scale_relu", "bias", "(7,)", "(8,)"]),
+        (
+            lambda: fo.fused_bias_scale_relu(X, torch.randn(7, device=d)),
+            ValueError,
+            ["fused_bias_scale_relu", "bias", "(7,)", "(8,)"],
+        ),
         (lambda: fo.fused_bias_scale_relu(X, torch.randn(2, 8, device=d)), ValueError, ["bias", "(2, 8)"]),
-        (lambda: fo.fused_bias_scale_relu(X, B.double()), TypeError, ["fo_bias_scale_relu_forward", "bias dtype float64", "x dtype float32"]),
-        (lambda: fo.fused_bias_scale_relu(X.half(), B.bfloat16()), TypeError, ["bias dtype bfloat16", "x dtype float16"]),
+        (
+            lambda: fo.fused_bias_scale_relu(X, B.double()),
+            TypeError,
+            ["fo_bias_scale_relu_forward", "bias dtype float64", "x dtype float32"],
+        ),
+        (
+            lambda: fo.fused_bias_scale_relu(X.half(), B.bfloat16()),
+            TypeError,
+            ["bias dtype bfloat16", "x dtype float16"],
+        ),
         (lambda: fo.fused_bias_scale_relu(X, B.int()), TypeError, ["bias", "torch.int32"]),
         (lambda: fo.fused_bias_scale_relu(X, "bias"), TypeError, ["bias", "str"]),
         (lambda: fo.fused_bias_scale_relu(X, B, float("nan")), ValueError, ["scale", "nan"]),
         (lambda: fo.fused_bias_scale_relu(X, B, float("inf")), ValueError, ["scale", "inf"]),
         (lambda: fo.fused_bias_scale_relu(X, B, "2"), TypeError, ["scale", "str"]),
         (lambda: fo.fused_bias_scale_relu(X, B, torch.tensor(2.0)), TypeError, ["scale", "Tensor"]),
-        (lambda: fo.fused_bias_scale_relu(torch.tensor(1.0, device=d), torch.ones(1, device=d)), ValueError, ["x is 0-d"]),
+        (
+            lambda: fo.fused_bias_scale_relu(torch.tensor(1.0, device=d), torch.ones(1, device=d)),
+            ValueError,
+            ["x is 0-d"],
+        ),
         (lambda: fo.FusedBiasScaleReLU(8).to(d)(torch.randn(3, 5, device=d)), ValueError, ["bias", "(8,)", "(5,)"]),
         (lambda: fo.relu(torch.randn(3, device="meta")), ValueError, ["relu", "meta"]),
         (lambda: fo.fused_layer_norm(X, torch.randn(7, device=d)), ValueError, ["fused_layer_norm", "(7,)", "(4, 8)"]),
@@ -88,8 +104,7 @@ def test_bad_input(case, device):
         assert word in str(info.value), (word, str(info.value))
     still_works()
     if device.type == "cuda":  # the CUDA context is healthy too
-        torch.testing.assert_close(fo.relu(torch.tensor([-1.0, 2.0], device=device)).cpu(),
-                                   torch.tensor([0.0, 2.0]))
+        torch.testing.assert_close(fo.relu(torch.tensor([-1.0, 2.0], device=device)).cpu(), torch.tensor([0.0, 2.0]))
 
 
 def relu_args(**fields):
@@ -105,20 +120,25 @@ def relu_args(**fields):
 @pytest.mark.parametrize(
     "call, exception, words",
     [
-        (lambda: lib.fo_square_forward(lib.FO_DEVICE_CPU, 0, 0, 0, 0, 1, 1, 1, 99),
-         TypeError, ["fo_square_forward", "dtype=99"]),
-        (lambda: lib.fo_square_forward(5, 0, 0, 0, 0, 1, 1, 1, 0),
-         ValueError, ["fo_square_forward", "device_type=5"]),
-        (lambda: lib.fo_square_forward(lib.FO_DEVICE_CPU, 0, 0, 0, 0, 1, -1, 1, 0),
-         ValueError, ["rows=-1"]),
-        (lambda: lib.fo_square_forward(lib.FO_DEVICE_CPU, 0, 0, 16, 0, 1, 1, 1, 0),
-         ValueError, ["x is a null address"]),
-        (lambda: lib.fo_bias_scale_relu_forward(relu_args(y=16, x=16, bias=16, dtype=3, bias_dtype=0)),
-         TypeError, ["bias dtype float32", "x dtype float64"]),
-        (lambda: lib.fo_bias_scale_relu_forward(relu_args(y=16, x=16, scale=float("nan"))),
-         ValueError, ["scale=nan"]),
-        (lambda: lib.fo_bias_scale_relu_forward(relu_args(struct_size=7)),
-         ValueError, ["struct_size=7"]),
+        (
+            lambda: lib.fo_square_forward(lib.FO_DEVICE_CPU, 0, 0, 0, 0, 1, 1, 1, 99),
+            TypeError,
+            ["fo_square_forward", "dtype=99"],
+        ),
+        (lambda: lib.fo_square_forward(5, 0, 0, 0, 0, 1, 1, 1, 0), ValueError, ["fo_square_forward", "device_type=5"]),
+        (lambda: lib.fo_square_forward(lib.FO_DEVICE_CPU, 0, 0, 0, 0, 1, -1, 1, 0), ValueError, ["rows=-1"]),
+        (
+            lambda: lib.fo_square_forward(lib.FO_DEVICE_CPU, 0, 0, 16, 0, 1, 1, 1, 0),
+            ValueError,
+            ["x is a null address"],
+        ),
+        (
+            lambda: lib.fo_bias_scale_relu_forward(relu_args(y=16, x=16, bias=16, dtype=3, bias_dtype=0)),
+            TypeError,
+            ["bias dtype float32", "x dtype float64"],
+        ),
+        (lambda: lib.fo_bias_scale_relu_forward(relu_args(y=16, x=16, scale=float("nan"))), ValueError, ["scale=nan"]),
+        (lambda: lib.fo_bias_scale_relu_forward(relu_args(struct_size=7)), ValueError, ["struct_size=7"]),
     ],
 )
 def test_library_statuses_become_exceptions(call, exception, words):

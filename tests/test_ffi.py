@@ -85,12 +85,18 @@ def test_environment_variable_swaps_the_library(tmp_path):
     "make, words",
     [
         (lambda tmp: tmp / "missing.so", ["does not exist", "missing.so", "FUSED_OPS_PY_LIBRARY"]),
-        (lambda tmp: (tmp / "text.so").write_text("not a library") and tmp / "text.so",
-         ["cannot load", "text.so", "FUSED_OPS_PY_LIBRARY"]),
-        (lambda tmp: build_shared_library("int unrelated(void) { return 1; }\n", tmp),
-         ["not libfused_ops", "libstandin.so"]),
-        (lambda tmp: build_shared_library("int fo_abi_version(void) { return 999; }\n", tmp),
-         ["ABI version 999", "needs ABI version", "libstandin.so", "FUSED_OPS_PY_LIBRARY"]),
+        (
+            lambda tmp: (tmp / "text.so").write_text("not a library") and tmp / "text.so",
+            ["cannot load", "text.so", "FUSED_OPS_PY_LIBRARY"],
+        ),
+        (
+            lambda tmp: build_shared_library("int unrelated(void) { return 1; }\n", tmp),
+            ["not libfused_ops", "libstandin.so"],
+        ),
+        (
+            lambda tmp: build_shared_library("int fo_abi_version(void) { return 999; }\n", tmp),
+            ["ABI version 999", "needs ABI version", "libstandin.so", "FUSED_OPS_PY_LIBRARY"],
+        ),
     ],
     ids=["missing", "not-a-library", "other-library", "other-abi"],
 )
@@ -104,9 +110,7 @@ def test_bad_library_paths_raise_import_error(make, words, tmp_path):
 
 
 def test_env_report_runs_and_names_the_library(tmp_path):
-    result = subprocess.run(
-        [sys.executable, "-m", "fused_ops_py"], cwd=tmp_path, capture_output=True, text=True
-    )
+    result = subprocess.run([sys.executable, "-m", "fused_ops_py"], cwd=tmp_path, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     for word in ["library path", fused_ops_py.library_path(), "ABI version", "torch", "CUDA built in"]:
         assert word in result.stdout

@@ -3,9 +3,9 @@
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import SHAPES, assert_close, random, requires_gpu
 
 import fused_ops_py as fo
-from conftest import SHAPES, assert_close, random, requires_gpu
 
 APPROXIMATIONS = ["tanh", "none"]
 
@@ -57,7 +57,7 @@ def test_default_is_tanh(device):
 @pytest.mark.parametrize("offset", [0, 1], ids=["aligned", "misaligned"])
 def test_strided_inputs_and_odd_gradients(offset, device):
     wide = random((12, 80), torch.bfloat16, device, seed=4)
-    gate = wide[:, offset:offset + 64].requires_grad_()
+    gate = wide[:, offset : offset + 64].requires_grad_()
     up = random((64, 12), torch.bfloat16, device, seed=5).t().requires_grad_()
     y = fo.fused_geglu(gate, up, approximate="none")
     expected = reference(gate.detach().double(), up.detach().double(), "none")
@@ -128,8 +128,11 @@ def test_no_grad_saves_nothing(device):
         (lambda: fo.fused_geglu(torch.ones(3), torch.ones(3).double()), TypeError, ["up", "torch.float64"]),
         (lambda: fo.fused_geglu(torch.ones(3, dtype=torch.int32), torch.ones(3)), TypeError, ["gate", "int32"]),
         (lambda: fo.fused_geglu(torch.ones(3), [1.0]), TypeError, ["up", "list"]),
-        (lambda: fo.fused_geglu(torch.ones(3), torch.ones(3), approximate="erf"), ValueError,
-         ["fused_geglu", "approximate='erf'", "'tanh' or 'none'"]),
+        (
+            lambda: fo.fused_geglu(torch.ones(3), torch.ones(3), approximate="erf"),
+            ValueError,
+            ["fused_geglu", "approximate='erf'", "'tanh' or 'none'"],
+        ),
         (lambda: fo.fused_geglu(torch.ones(3), torch.ones(3), approximate=None), ValueError, ["approximate=None"]),
     ],
 )

@@ -17,8 +17,9 @@ from fused_ops_py._ffi import lib
 
 def kernel_names():
     """The demangled names of the library's kernel host stubs."""
-    out = subprocess.run(["nm", "-C", "--defined-only", fused_ops_py.library_path()],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["nm", "-C", "--defined-only", fused_ops_py.library_path()], capture_output=True, text=True, check=True
+    ).stdout
     names = set()
     for line in out.splitlines():
         match = re.search(r" [tT] (?:void )?(.*_kernel<.*?>)\(", line)

@@ -4,10 +4,10 @@ torch in float64; modules against torch's modules."""
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import TOLERANCES, assert_close, random
 
 import fused_ops_py as fo
 from fused_ops_py.ops import norm as norm_module
-from conftest import TOLERANCES, assert_close, random
 
 # (x shape, normalized_shape): empty, one row, N=1, odd and prime N, N above
 # 65536, 3-d input, a multi-dimensional normalized_shape, vector-path sizes
@@ -220,9 +220,9 @@ def test_forward_of_long_rows_over_many_rows(affine, param_dtype, shape, dtype, 
 @pytest.mark.parametrize("offset", [0, 3], ids=["aligned", "misaligned"])
 def test_strided_rows_and_odd_gradients(offset, dtype, device):
     wide = random((12, 80), dtype, device, seed=17)
-    x = wide[:, offset:offset + 64].requires_grad_()
+    x = wide[:, offset : offset + 64].requires_grad_()
     residual_wide = random((12, 96), dtype, device, seed=18)
-    residual = residual_wide[:, offset:offset + 64].requires_grad_()
+    residual = residual_wide[:, offset : offset + 64].requires_grad_()
     weight = leaf((64,), dtype, device, 19)
     bias = leaf((64,), dtype, device, 20)
     y, h = fo.fused_add_layer_norm(x, residual, weight, bias)
@@ -233,8 +233,16 @@ def test_strided_rows_and_odd_gradients(offset, dtype, device):
     dy = random((64, 12), dtype, device, seed=21).t()
     y.backward(dy)
     expected.backward(dy.double())
-    check_grads([(x.grad, x64.grad, False), (residual.grad, r64.grad, False),
-                 (weight.grad, w64.grad, True), (bias.grad, b64.grad, True)], dtype, 12)
+    check_grads(
+        [
+            (x.grad, x64.grad, False),
+            (residual.grad, r64.grad, False),
+            (weight.grad, w64.grad, True),
+            (bias.grad, b64.grad, True),
+        ],
+        dtype,
+        12,
+    )
     # sum().backward(): a stride-0 gradient
     z = as64(x)
     fo.fused_rms_norm(x.detach().requires_grad_(), weight).sum().backward()
@@ -278,8 +286,14 @@ def test_prepared_backward_matches_the_general_one(op, dtype, device):
     else:
         expected = F.layer_norm(inputs64[0], (40,), inputs64[1], inputs64[2], 1e-5)
     expected_grads = torch.autograd.grad(expected, inputs64, dy.double())
-    check_grads([(a, e, i == 2 or (op == "layer_norm" and i == 1))
-                 for i, (a, e) in enumerate(zip(dense_grads, expected_grads))], dtype, 6)
+    check_grads(
+        [
+            (a, e, i == 2 or (op == "layer_norm" and i == 1))
+            for i, (a, e) in enumerate(zip(dense_grads, expected_grads))
+        ],
+        dtype,
+        6,
+    )
 
 
 def test_more_rows_than_a_grid_holds(device):
@@ -327,9 +341,7 @@ def test_dropout_is_reproducible_and_fresh(device):
 
 
 # backward kernels: registers, shared memory, a cluster, streaming (unaligned)
-@pytest.mark.parametrize(
-    "shape", [(32, 200), (16, 2048), (136, 12000), (2, 40008), (2, 40001)], ids=str
-)
+@pytest.mark.parametrize("shape", [(32, 200), (16, 2048), (136, 12000), (2, 40008), (2, 40001)], ids=str)
 @pytest.mark.parametrize("kind", ["layer", "rms"])
 def test_dropout_gradient_flows_through_kept_elements_only(kind, shape, device):
     p = 0.4
@@ -359,7 +371,7 @@ def test_dropout_mask_is_a_function_of_row_and_column(cols, device):
     values = random((rows, cols + 1), torch.float32, device, seed=36)
     residual = random((rows, cols), torch.float32, device, seed=37)
     aligned = values[:, :cols].contiguous()
-    misaligned = values.flatten()[1:rows * cols + 1].view(rows, cols)  # 4 bytes off
+    misaligned = values.flatten()[1 : rows * cols + 1].view(rows, cols)  # 4 bytes off
     misaligned.copy_(aligned)
     outputs = []
     for x in (aligned, misaligned):
@@ -422,9 +434,7 @@ def peak_extra_bytes(call):
 # cluster of 4). Every tensor a whole number of 2 MiB: torch's allocator
 # hands out a cached block up to 1 MiB larger than asked for whole, and
 # counts it whole, so other sizes compare the allocator's history.
-@pytest.mark.parametrize(
-    "shape", [(4096, 1024), (1024, 4096), (2048, 512), (768, 16384), (160, 65536)], ids=str
-)
+@pytest.mark.parametrize("shape", [(4096, 1024), (1024, 4096), (2048, 512), (768, 16384), (160, 65536)], ids=str)
 @pytest.mark.parametrize("kind", ["layer", "rms", "add_rms"])
 def test_forward_backward_allocates_no_more_than_torch(kind, shape, device):
     # the weight and bias partials are parked in dx (or dresidual) rows, not
@@ -454,8 +464,10 @@ def test_forward_backward_allocates_no_more_than_torch(kind, shape, device):
         eager = lambda: F.rms_norm(x + residual, shape[-1:], weight)
     results = {}
     for name, forward in (("fused", fused), ("eager", eager)):
+
         def call():
             results[name] = torch.autograd.grad(forward(), inputs, dy)
+
         call()  # once first: any lazy set-up of either is not counted
         results[name + " bytes"] = peak_extra_bytes(call)
     assert results["fused bytes"] <= results["eager bytes"], results
@@ -473,9 +485,16 @@ def test_forward_backward_allocates_no_more_than_torch(kind, shape, device):
 # x's dtype and dresidual of fp32 both written); dbias alone; a gradient
 # arriving at residual_out. On an H100-sized GPU no call asks for a
 # workspace. Every call is checked on the CPU as well.
-PARKED_KINDS = ["layer", "layer, bias only", "rms", "add_rms", "add_rms, fp32 residual",
-                "add_layer, dropout", "add_layer, dropout, x alone",
-                "add_rms, residual_out in the loss"]
+PARKED_KINDS = [
+    "layer",
+    "layer, bias only",
+    "rms",
+    "add_rms",
+    "add_rms, fp32 residual",
+    "add_layer, dropout",
+    "add_layer, dropout, x alone",
+    "add_rms, residual_out in the loss",
+]
 
 
 @pytest.mark.parametrize("shape", [(700, 16384), (340, 32768), (160, 65536), (80, 131072)], ids=str)
@@ -516,6 +535,7 @@ def test_shared_backward_partials_parked_in_dx(kind, shape, dtype, device, monke
             if device.type == "cuda":
                 torch.cuda.manual_seed(75)
             return fo.fused_add_layer_norm(*args, dropout_p=0.25)
+
         y, _ = seeded(x, residual, weight, bias)
         with torch.no_grad():
             _, h32 = seeded(x.float(), residual.float())
@@ -586,12 +606,13 @@ def test_gradcheck_every_input_of_every_function(device):
         def run(*args):
             torch.manual_seed(7)  # the same mask on every evaluation
             return function(*args, dropout_p=0.3)
+
         return run
 
-    assert gradcheck(with_dropout(lambda a, r, w, b, **k: fo.fused_add_layer_norm(a, r, w, b, **k)),
-                     (x, residual, weight, bias))
-    assert gradcheck(with_dropout(lambda a, r, w, **k: fo.fused_add_rms_norm(a, r, w, **k)),
-                     (x, residual, weight))
+    assert gradcheck(
+        with_dropout(lambda a, r, w, b, **k: fo.fused_add_layer_norm(a, r, w, b, **k)), (x, residual, weight, bias)
+    )
+    assert gradcheck(with_dropout(lambda a, r, w, **k: fo.fused_add_rms_norm(a, r, w, **k)), (x, residual, weight))
 
 
 # modules -------------------------------------------------------------------
@@ -649,6 +670,8 @@ def test_non_contiguous_parameters_are_read_by_their_strides(device):
     assert weight.grad.shape == (8,)
     y2 = fo.fused_layer_norm(x.detach(), None, bias, normalized_shape=(4, 8))
     assert_close(y2, F.layer_norm(x.detach().double(), (4, 8), None, bias.double()), torch.float32)
-    assert_close(fo.fused_rms_norm(x.detach(), weight.detach()),
-                 rms_norm_reference(x.detach().double(), (8,), weight.detach().double(), 1.1920928955078125e-07),
-                 torch.float32)
+    assert_close(
+        fo.fused_rms_norm(x.detach(), weight.detach()),
+        rms_norm_reference(x.detach().double(), (8,), weight.detach().double(), 1.1920928955078125e-07),
+        torch.float32,
+    )

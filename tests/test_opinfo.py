@@ -10,9 +10,9 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import DEVICES, random, requires_gpu
 
 import fused_ops_py as fo
-from conftest import DEVICES, random, requires_gpu
 
 pytest.importorskip("expecttest", reason="torch's OpInfo sample inputs import expecttest")
 from torch.testing._internal.common_methods_invocations import op_db  # noqa: E402
@@ -27,8 +27,7 @@ TOLERANCES = {
 }
 DTYPES = list(TOLERANCES)
 OP_NAMES = ["nn.functional.layer_norm", "nn.functional.rms_norm", "nn.functional.relu", "square", "sum"]
-OPINFOS = {name: next((o for o in op_db if o.name == name and not o.variant_test_name), None)
-           for name in OP_NAMES}
+OPINFOS = {name: next((o for o in op_db if o.name == name and not o.variant_test_name), None) for name in OP_NAMES}
 
 
 def mapped(name, sample):
@@ -46,12 +45,18 @@ def mapped(name, sample):
         if eps is not None and eps <= 0:
             return f"eps={eps}: our norms require eps > 0 (docs/api.md, Normalization); torch takes it"
         if layer:
-            return (lambda x, w, b: fo.fused_layer_norm(x, w, b, eps, shape),
-                    lambda x, w, b: F.layer_norm(x, shape, w, b, eps), (x, weight, bias))
+            return (
+                lambda x, w, b: fo.fused_layer_norm(x, w, b, eps, shape),
+                lambda x, w, b: F.layer_norm(x, shape, w, b, eps),
+                (x, weight, bias),
+            )
         # eps=None is finfo(x.dtype).eps, which the float64 reference must be told
         ref_eps = torch.finfo(x.dtype).eps if eps is None else eps
-        return (lambda x, w: fo.fused_rms_norm(x, w, eps, shape),
-                lambda x, w: F.rms_norm(x, shape, w, ref_eps), (x, weight))
+        return (
+            lambda x, w: fo.fused_rms_norm(x, w, eps, shape),
+            lambda x, w: F.rms_norm(x, shape, w, ref_eps),
+            (x, weight),
+        )
     if name == "sum":
         if args or kwargs:
             return f"sum with {args or kwargs}: reduce_sum sums every element, with no dim, keepdim or dtype"
@@ -76,17 +81,20 @@ def opinfo_params():
             for dtype in DTYPES:
                 torch.manual_seed(0)
                 for i, sample in enumerate(opinfo.sample_inputs(device, dtype, requires_grad=True)):
-                    params.append(pytest.param(
-                        name, device, dtype, sample,
-                        id=f"{name}-{device}-{str(dtype)[6:]}-{i}-{describe(sample)}"))
+                    params.append(
+                        pytest.param(
+                            name, device, dtype, sample, id=f"{name}-{device}-{str(dtype)[6:]}-{i}-{describe(sample)}"
+                        )
+                    )
     return params
 
 
 def first_mismatches(actual, expected, atol, rtol, count=5):
     bad = ~torch.isclose(actual.double().cpu(), expected.double().cpu(), atol=atol, rtol=rtol, equal_nan=True)
     where = bad.nonzero()[:count].tolist()
-    return "; ".join(f"at {tuple(i)}: {actual.cpu()[tuple(i)].item()!r} vs {expected.cpu()[tuple(i)].item()!r}"
-                     for i in where)
+    return "; ".join(
+        f"at {tuple(i)}: {actual.cpu()[tuple(i)].item()!r} vs {expected.cpu()[tuple(i)].item()!r}" for i in where
+    )
 
 
 def check(what, actual, expected, dtype):
@@ -99,8 +107,9 @@ def check(what, actual, expected, dtype):
 
 def fresh(tensors, dtype=None):
     """New leaves with the sample's values and requires_grad (float64 if asked)."""
-    return [None if t is None else t.detach().to(dtype or t.dtype).clone().requires_grad_(t.requires_grad)
-            for t in tensors]
+    return [
+        None if t is None else t.detach().to(dtype or t.dtype).clone().requires_grad_(t.requires_grad) for t in tensors
+    ]
 
 
 @pytest.mark.parametrize("upstream", ["random", "sum"])
@@ -148,8 +157,11 @@ def test_accepted_opinfo_samples_include_the_edges(name):
             continue
         x = sample.input
         row = math.prod(sample.args[0]) if name.endswith("_norm") else (x.shape[-1] if x.dim() else 1)
-        found |= {edge for edge, present in (("0-d", x.dim() == 0), ("empty", x.numel() == 0),
-                                             ("one-element row", row == 1)) if present}
+        found |= {
+            edge
+            for edge, present in (("0-d", x.dim() == 0), ("empty", x.numel() == 0), ("one-element row", row == 1))
+            if present
+        }
     assert EDGES[name] <= found, f"accepted {name} samples lack {EDGES[name] - found}"
 
 
@@ -224,10 +236,11 @@ def ordered(bits):
 def test_rms_norm_fp16_cpu_and_cuda_agree_within_one_ulp_on_strided_rows(cols, offset):
     big = random((37, cols + 16), torch.float16, "cpu", seed=0)
     weight = random((cols,), torch.float16, "cpu", seed=1)
-    x = big[:, offset:offset + cols]  # rows of a wider tensor: a row stride of cols + 16
+    x = big[:, offset : offset + cols]  # rows of a wider tensor: a row stride of cols + 16
     on_cpu = fo.fused_rms_norm(x, weight)
-    on_cuda = fo.fused_rms_norm(big.cuda()[:, offset:offset + cols], weight.cuda()).cpu()
+    on_cuda = fo.fused_rms_norm(big.cuda()[:, offset : offset + cols], weight.cuda()).cpu()
     assert torch.equal(on_cpu.isfinite(), on_cuda.isfinite())
     ulps = (ordered(on_cpu) - ordered(on_cuda)).abs()[on_cpu.isfinite()]
     assert ulps.numel() == 0 or ulps.max().item() <= 1, (
-        f"max {ulps.max().item()} ulps apart; {(ulps > 1).sum().item()} of {ulps.numel()} more than one")
+        f"max {ulps.max().item()} ulps apart; {(ulps > 1).sum().item()} of {ulps.numel()} more than one"
+    )

@@ -55,16 +55,20 @@ def test_patch_keeps_loss_gradients_and_logits(name, device):
     assert patched_grads.keys() == grads.keys(), f"{name}: patch changed the parameters' names"
     one_sided = [n for n in grads if (grads[n] is None) != (patched_grads[n] is None)]
     scale = 1e-3 * max((g.abs().max().item() for g in grads.values() if g is not None), default=1.0)
-    errors = {n: relative_error(patched_grads[n], g, scale) for n, g in grads.items()
-              if g is not None and n not in one_sided}
+    errors = {
+        n: relative_error(patched_grads[n], g, scale) for n, g in grads.items() if g is not None and n not in one_sided
+    }
     worst = max(errors, key=errors.get, default=None)
-    message = (f"{name}: patch returned {count}; loss {patched_loss!r} patched vs {loss!r}; "
-               f"worst gradient {worst} off by {errors.get(worst, 0.0):.3g} (relative to its max)")
+    message = (
+        f"{name}: patch returned {count}; loss {patched_loss!r} patched vs {loss!r}; "
+        f"worst gradient {worst} off by {errors.get(worst, 0.0):.3g} (relative to its max)"
+    )
     assert not one_sided, f"{message}; gradient None on one side only: {one_sided}"
     assert abs(patched_loss - loss) <= 2e-4 * abs(loss), message
     assert errors.get(worst, 0.0) <= 2e-3, message
-    torch.testing.assert_close(patched_logits, logits, rtol=2e-4, atol=1e-5,
-                               msg=lambda detail: f"{message}; eval logits: {detail}")
+    torch.testing.assert_close(
+        patched_logits, logits, rtol=2e-4, atol=1e-5, msg=lambda detail: f"{message}; eval logits: {detail}"
+    )
 
 
 def test_unbuildable_is_exactly_what_fails():

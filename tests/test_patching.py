@@ -6,16 +6,18 @@ import sys
 
 import pytest
 import torch
+from conftest import random
 
 import fused_ops_py as fo
-from conftest import random
 
 pytestmark = pytest.mark.usefixtures("restored_modeling_functions")
 
 
 def test_patch_torch_modules_keeps_parameters(device):
     model = torch.nn.Sequential(
-        torch.nn.Linear(16, 16), torch.nn.LayerNorm(16), torch.nn.Sequential(torch.nn.LayerNorm(16, bias=False)),
+        torch.nn.Linear(16, 16),
+        torch.nn.LayerNorm(16),
+        torch.nn.Sequential(torch.nn.LayerNorm(16, bias=False)),
         torch.nn.Linear(16, 16),
     ).to(device)
     if hasattr(torch.nn, "RMSNorm"):
@@ -35,28 +37,57 @@ def hf_models():
     """(name, model class, config, replacements patch makes): two layers, a
     vocab of 128, no dropout (the twins must see the same computation)."""
     transformers = pytest.importorskip("transformers", reason="transformers is not installed")
-    sizes = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                 num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    sizes = dict(
+        vocab_size=128,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+    )
     # per layer: norms; then the final norm, the MLPs, RoPE (one modeling
     # module) and the loss
     return [
         ("llama", transformers.LlamaForCausalLM, transformers.LlamaConfig(**sizes), 2 * 2 + 1 + 2 + 1 + 1),
         ("mistral", transformers.MistralForCausalLM, transformers.MistralConfig(**sizes), 2 * 2 + 1 + 2 + 1 + 1),
         ("qwen2", transformers.Qwen2ForCausalLM, transformers.Qwen2Config(**sizes), 2 * 2 + 1 + 2 + 1 + 1),
-        ("qwen3", transformers.Qwen3ForCausalLM, transformers.Qwen3Config(head_dim=16, **sizes),
-         2 * 4 + 1 + 2 + 1 + 1),
-        ("gemma", transformers.GemmaForCausalLM, transformers.GemmaConfig(head_dim=16, **sizes),
-         2 * 2 + 1 + 2 + 1 + 1),
-        ("gemma2", transformers.Gemma2ForCausalLM, transformers.Gemma2Config(head_dim=16, **sizes),
-         2 * 4 + 1 + 2 + 1 + 1),
-        ("gemma3", transformers.Gemma3ForCausalLM, transformers.Gemma3TextConfig(head_dim=16, **sizes),
-         2 * 6 + 1 + 2 + 1 + 1),
+        ("qwen3", transformers.Qwen3ForCausalLM, transformers.Qwen3Config(head_dim=16, **sizes), 2 * 4 + 1 + 2 + 1 + 1),
+        ("gemma", transformers.GemmaForCausalLM, transformers.GemmaConfig(head_dim=16, **sizes), 2 * 2 + 1 + 2 + 1 + 1),
+        (
+            "gemma2",
+            transformers.Gemma2ForCausalLM,
+            transformers.Gemma2Config(head_dim=16, **sizes),
+            2 * 4 + 1 + 2 + 1 + 1,
+        ),
+        (
+            "gemma3",
+            transformers.Gemma3ForCausalLM,
+            transformers.Gemma3TextConfig(head_dim=16, **sizes),
+            2 * 6 + 1 + 2 + 1 + 1,
+        ),
         # partial rotary: 3/4 of each head rotated
-        ("phi3", transformers.Phi3ForCausalLM,
-         transformers.Phi3Config(pad_token_id=0, partial_rotary_factor=0.75, **sizes), 2 * 2 + 1 + 2 + 1 + 1),
-        ("gpt2", transformers.GPT2LMHeadModel,
-         transformers.GPT2Config(vocab_size=128, n_embd=64, n_layer=2, n_head=4, n_positions=64,
-                                 resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0), 2 * 2 + 1 + 1),
+        (
+            "phi3",
+            transformers.Phi3ForCausalLM,
+            transformers.Phi3Config(pad_token_id=0, partial_rotary_factor=0.75, **sizes),
+            2 * 2 + 1 + 2 + 1 + 1,
+        ),
+        (
+            "gpt2",
+            transformers.GPT2LMHeadModel,
+            transformers.GPT2Config(
+                vocab_size=128,
+                n_embd=64,
+                n_layer=2,
+                n_head=4,
+                n_positions=64,
+                resid_pdrop=0.0,
+                embd_pdrop=0.0,
+                attn_pdrop=0.0,
+            ),
+            2 * 2 + 1 + 1,
+        ),
     ]
 
 
@@ -79,7 +110,8 @@ TINY_FAMILIES = [
     ("deepseek_v3", "DeepseekV3ForCausalLM", 9 + 3 + 1 + 1, False),  # its interleave RoPE kept
 ]
 FAMILIES = ["llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "phi3", "gpt2"] + [
-    family[0] for family in TINY_FAMILIES]
+    family[0] for family in TINY_FAMILIES
+]
 
 
 def build(index):

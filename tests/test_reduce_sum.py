@@ -2,9 +2,9 @@
 
 import pytest
 import torch
+from conftest import SHAPES, random
 
 import fused_ops_py as fo
-from conftest import SHAPES, random
 
 # fp32 accumulation of n values of size ~1: error grows about like sqrt(n) ulps
 SUM_TOLERANCES = {

@@ -9,9 +9,10 @@ import threading
 
 import pytest
 import torch
+from conftest import random, requires_gpu
 
 import fused_ops_py as fo
-from conftest import random, requires_gpu
+
 
 def rope_of(x, r):
     """fused_rope of x and r as [1, tokens, 1, head_dim] (unsqueeze_dim=2),
@@ -39,8 +40,10 @@ OPS = {
 
 
 def inputs(device, dtype=torch.float32, rows=67, cols=300, seed=0):
-    return [random(s, dtype, device, seed=seed + i).requires_grad_()
-            for i, s in enumerate([(rows, cols), (rows, cols), (cols,), (cols,)])]
+    return [
+        random(s, dtype, device, seed=seed + i).requires_grad_()
+        for i, s in enumerate([(rows, cols), (rows, cols), (cols,), (cols,)])
+    ]
 
 
 def outputs_and_grads(name, tensors, seed=0):
@@ -92,13 +95,16 @@ def test_eight_threads_get_correct_results(device):
                 torch.testing.assert_close(total, torch.relu(x.detach() * 0.5 + b.detach()).sum(), rtol=1e-5, atol=1e-3)
                 # calls of one signature share their plan's free structs
                 with torch.no_grad():
-                    torch.testing.assert_close(fo.fused_add_layer_norm(x, r, w, b)[0], expected,
-                                               atol=1e-5, rtol=1e-5)
+                    torch.testing.assert_close(fo.fused_add_layer_norm(x, r, w, b)[0], expected, atol=1e-5, rtol=1e-5)
                     gelu = torch.nn.functional.gelu(x, approximate="tanh") * r
                     torch.testing.assert_close(fo.fused_geglu(x, r), gelu, atol=1e-5, rtol=1e-5)
                     target = torch.arange(x.shape[0], device=device) % x.shape[-1]
-                    torch.testing.assert_close(fo.fused_cross_entropy(x, target),
-                                               torch.nn.functional.cross_entropy(x, target), atol=1e-5, rtol=1e-5)
+                    torch.testing.assert_close(
+                        fo.fused_cross_entropy(x, target),
+                        torch.nn.functional.cross_entropy(x, target),
+                        atol=1e-5,
+                        rtol=1e-5,
+                    )
         if stream is not None:
             stream.synchronize()
 
@@ -165,8 +171,9 @@ def test_no_leak_over_many_calls(calls, device):
 def subprocess_with_library(code, path):
     env = dict(os.environ, FUSED_OPS_PY_LIBRARY=str(path))
     # from a neutral directory, so the installed package is the one imported
-    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                          cwd=tempfile.gettempdir())
+    return subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=tempfile.gettempdir()
+    )
 
 
 def cpu_only_library():
@@ -178,9 +185,11 @@ def cpu_only_library():
 
 def test_swap_to_a_cpu_only_build_really_loads_it():
     path = cpu_only_library()
-    code = ("import torch, fused_ops_py as fo\nfrom fused_ops_py._ffi import lib\n"
-            "print(fo.library_path(), lib.fo_cuda_built())\n"
-            "print(fo.relu(torch.tensor([-1.0, 2.0])).tolist())")
+    code = (
+        "import torch, fused_ops_py as fo\nfrom fused_ops_py._ffi import lib\n"
+        "print(fo.library_path(), lib.fo_cuda_built())\n"
+        "print(fo.relu(torch.tensor([-1.0, 2.0])).tolist())"
+    )
     result = subprocess_with_library(code, path)
     assert result.returncode == 0, result.stderr
     first, second = result.stdout.splitlines()

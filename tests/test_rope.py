@@ -4,16 +4,16 @@ k, q and k read in place from strided views, cos and sin of every form."""
 
 import pytest
 import torch
+from conftest import assert_close, random, requires_gpu
 
 import fused_ops_py as fo
-from fused_ops_py.ops import rope
 from fused_ops_py._ffi import check as check_status
-from conftest import assert_close, random, requires_gpu
+from fused_ops_py.ops import rope
 
 
 def rotate_half(x):
     x1 = x[..., : x.shape[-1] // 2]
-    x2 = x[..., x.shape[-1] // 2:]
+    x2 = x[..., x.shape[-1] // 2 :]
     return torch.cat((-x2, x1), dim=-1)
 
 
@@ -130,8 +130,9 @@ def test_cos_and_sin_forms(form, dtype, device):
     elif form == "expanded":  # one table expanded over the batch: batch stride 0
         cos, sin = (t.expand(batch, tokens, rotary) for t in tables(1, tokens, rotary, dtype, device))
     else:
-        cos, sin = tables(batch, tokens, rotary, table_dtype, device,
-                          form=form if form in ("one", "shared") else "batch")
+        cos, sin = tables(
+            batch, tokens, rotary, table_dtype, device, form=form if form in ("one", "shared") else "batch"
+        )
     check(q, k, cos, sin, 1, dtype)
 
 
@@ -211,31 +212,67 @@ def test_output_strides_given_to_the_library(strides, device):
     q = random((2, 4, 5, 32), torch.float32, device, seed=30)
     cos, sin = tables(2, 5, 32, torch.float32, device)
     out = torch.full((2 * 1280,), float("nan"), device=device)
-    placed = out.as_strided(q.shape, strides) if any(strides) else out[:q.numel()].view(q.shape)
-    a = rope.new_struct(rope._ROPE, rope.device_args(q)[:2], stream=rope.device_args(q)[2],
-                       q_out=placed.data_ptr(), q=q.data_ptr(), q_strides=q.stride(), cos=cos.data_ptr(),
-                       sin=sin.data_ptr(), cos_strides=cos.stride(), sin_strides=sin.stride(), batch=2, tokens=5,
-                       q_heads=4, k_heads=0, head_dim=32, rotary_dim=32, layout=0,
-                       dtype=rope.DTYPE_CODES[torch.float32], cos_dtype=rope.DTYPE_CODES[torch.float32],
-                       q_out_strides=strides)
+    placed = out.as_strided(q.shape, strides) if any(strides) else out[: q.numel()].view(q.shape)
+    a = rope.new_struct(
+        rope._ROPE,
+        rope.device_args(q)[:2],
+        stream=rope.device_args(q)[2],
+        q_out=placed.data_ptr(),
+        q=q.data_ptr(),
+        q_strides=q.stride(),
+        cos=cos.data_ptr(),
+        sin=sin.data_ptr(),
+        cos_strides=cos.stride(),
+        sin_strides=sin.stride(),
+        batch=2,
+        tokens=5,
+        q_heads=4,
+        k_heads=0,
+        head_dim=32,
+        rotary_dim=32,
+        layout=0,
+        dtype=rope.DTYPE_CODES[torch.float32],
+        cos_dtype=rope.DTYPE_CODES[torch.float32],
+        q_out_strides=strides,
+    )
     assert rope.lib.fo_rope_forward(a) == 0
     assert_close(placed, reference(q.double(), q.double(), cos.double(), sin.double())[0], torch.float32)
 
 
-@pytest.mark.parametrize("strides, words", [
-    ((640, 32, 160, 1), ["q_out strides 640, 32, 160, 1", "over each other"]),
-    ((640, 160, 32, 2), ["q_out stride 2", "must be 1"]),
-    ((640, 160, -32, 1), ["q_out stride -32", "negative"]),
-], ids=str)
+@pytest.mark.parametrize(
+    "strides, words",
+    [
+        ((640, 32, 160, 1), ["q_out strides 640, 32, 160, 1", "over each other"]),
+        ((640, 160, 32, 2), ["q_out stride 2", "must be 1"]),
+        ((640, 160, -32, 1), ["q_out stride -32", "negative"]),
+    ],
+    ids=str,
+)
 def test_overlapping_output_strides_are_refused(strides, words, device):
     q = random((2, 4, 5, 32), torch.float32, device, seed=31)
     cos, sin = tables(2, 5, 32, torch.float32, device)
     out = torch.empty(2 * 640 * 2, device=device)
-    a = rope.new_struct(rope._ROPE, rope.device_args(q)[:2], q_out=out.data_ptr(), q=q.data_ptr(),
-                       q_strides=q.stride(), cos=cos.data_ptr(), sin=sin.data_ptr(), cos_strides=cos.stride(),
-                       sin_strides=sin.stride(), batch=2, tokens=5, q_heads=4, k_heads=0, head_dim=32,
-                       rotary_dim=32, layout=0, dtype=rope.DTYPE_CODES[torch.float32],
-                       cos_dtype=rope.DTYPE_CODES[torch.float32], q_out_strides=strides)
+    a = rope.new_struct(
+        rope._ROPE,
+        rope.device_args(q)[:2],
+        q_out=out.data_ptr(),
+        q=q.data_ptr(),
+        q_strides=q.stride(),
+        cos=cos.data_ptr(),
+        sin=sin.data_ptr(),
+        cos_strides=cos.stride(),
+        sin_strides=sin.stride(),
+        batch=2,
+        tokens=5,
+        q_heads=4,
+        k_heads=0,
+        head_dim=32,
+        rotary_dim=32,
+        layout=0,
+        dtype=rope.DTYPE_CODES[torch.float32],
+        cos_dtype=rope.DTYPE_CODES[torch.float32],
+        q_out_strides=strides,
+    )
     with pytest.raises(ValueError) as info:
         check_status(rope.lib.fo_rope_forward(a))
     for word in words:
@@ -295,23 +332,40 @@ def _bad(d):
     cos, sin = torch.randn(2, 5, 16, device=d), torch.randn(2, 5, 16, device=d)
     return [
         (lambda: fo.fused_rope(q, k.double(), cos, sin), TypeError, ["fused_rope", "k", "torch.float64"]),
-        (lambda: fo.fused_rope(q.bfloat16(), k.bfloat16(), cos.half(), sin.half()), TypeError,
-         ["cos", "torch.float16", "float32"]),
+        (
+            lambda: fo.fused_rope(q.bfloat16(), k.bfloat16(), cos.half(), sin.half()),
+            TypeError,
+            ["cos", "torch.float16", "float32"],
+        ),
         (lambda: fo.fused_rope(q, k, cos, sin.double()), TypeError, ["sin", "torch.float64"]),
-        (lambda: fo.fused_rope(q.double(), k.double(), cos, sin), TypeError,
-         ["cos has dtype torch.float32", "q has dtype torch.float64"]),
+        (
+            lambda: fo.fused_rope(q.double(), k.double(), cos, sin),
+            TypeError,
+            ["cos has dtype torch.float32", "q has dtype torch.float64"],
+        ),
         (lambda: fo.fused_rope(q.int(), k, cos, sin), TypeError, ["q", "int32"]),
         (lambda: fo.fused_rope(q, [1.0], cos, sin), TypeError, ["k", "list"]),
         (lambda: fo.fused_rope(q[0], k[0], cos, sin), ValueError, ["4-d", "(4, 5, 16)"]),
         (lambda: fo.fused_rope(q, k[:, :, :4], cos, sin), ValueError, ["k has shape (2, 2, 4, 16)"]),
-        (lambda: fo.fused_rope(q, k, cos[:, :4], sin[:, :4]), ValueError, ["cos has shape (2, 4, 16)", "(2, 5, rotary_dim)"]),
+        (
+            lambda: fo.fused_rope(q, k, cos[:, :4], sin[:, :4]),
+            ValueError,
+            ["cos has shape (2, 4, 16)", "(2, 5, rotary_dim)"],
+        ),
         (lambda: fo.fused_rope(q, k, cos, sin[..., :8]), ValueError, ["sin has shape", "cos has shape"]),
         (lambda: fo.fused_rope(q, q, cos, sin, unsqueeze_dim=2), ValueError, ["cos has shape", "unsqueeze_dim=2"]),
         (lambda: fo.fused_rope(q, k, cos, sin, unsqueeze_dim=3), ValueError, ["unsqueeze_dim=3", "must be 1"]),
         (lambda: fo.fused_rope(q, k, cos, sin, unsqueeze_dim="1"), TypeError, ["unsqueeze_dim", "str"]),
-        (lambda: fo.fused_rope(q, k, cos[..., :7], sin[..., :7]), ValueError, ["fo_rope_forward", "rotary_dim=7", "even"]),
-        (lambda: fo.fused_rope(q, k, torch.randn(2, 5, 18, device=d), torch.randn(2, 5, 18, device=d)),
-         ValueError, ["rotary_dim=18", "head_dim=16"]),
+        (
+            lambda: fo.fused_rope(q, k, cos[..., :7], sin[..., :7]),
+            ValueError,
+            ["fo_rope_forward", "rotary_dim=7", "even"],
+        ),
+        (
+            lambda: fo.fused_rope(q, k, torch.randn(2, 5, 18, device=d), torch.randn(2, 5, 18, device=d)),
+            ValueError,
+            ["rotary_dim=18", "head_dim=16"],
+        ),
         (lambda: fo.fused_rope(q, k, cos.requires_grad_(), sin), ValueError, ["fused_rope", "requires grad", "detach"]),
     ]
 

@@ -5,9 +5,10 @@ gradients it gives without them, and no tensor reaches backward another way."""
 
 import pytest
 import torch
+from conftest import random
 
 import fused_ops_py as fo
-from conftest import random
+
 
 def rope_of(x, r):
     """fused_rope of x and r as [1, tokens, 1, head_dim] (unsqueeze_dim=2),
@@ -42,8 +43,10 @@ def gradients(name, tensors):
 
 @pytest.mark.parametrize("name", list(OPS))
 def test_saved_tensor_hooks_see_what_backward_uses(name, device):
-    tensors = [random(s, torch.float32, device, seed=i).requires_grad_()
-               for i, s in enumerate([(6, 40), (6, 40), (40,), (40,)])]
+    tensors = [
+        random(s, torch.float32, device, seed=i).requires_grad_()
+        for i, s in enumerate([(6, 40), (6, 40), (40,), (40,)])
+    ]
     expected = gradients(name, tensors)
     packed = []
 

@@ -2,9 +2,9 @@
 
 import pytest
 import torch
+from conftest import SHAPES, assert_close, random
 
 import fused_ops_py as fo
-from conftest import SHAPES, assert_close, random
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
@@ -24,7 +24,7 @@ def test_forward_and_gradient(shape, dtype, device):
 @pytest.mark.parametrize("offset", [0, 1], ids=["aligned", "misaligned"])
 def test_strided_input_and_gradient(offset, dtype, device):
     wide = random((16, 72), dtype, device, seed=3)
-    x = wide[:, offset:offset + 64].requires_grad_()
+    x = wide[:, offset : offset + 64].requires_grad_()
     dy = random((64, 16), dtype, device, seed=4).t()  # non-contiguous
     y = fo.square(x)
     y.backward(dy)

@@ -3,9 +3,9 @@
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import SHAPES, assert_close, random
 
 import fused_ops_py as fo
-from conftest import SHAPES, assert_close, random
 from fused_ops_py.ops.swiglu import swiglu_over_inputs
 
 
@@ -28,7 +28,7 @@ def test_forward_and_gradients(shape, dtype, device):
 @pytest.mark.parametrize("offset", [0, 1], ids=["aligned", "misaligned"])
 def test_strided_inputs_and_odd_gradients(offset, device):
     wide = random((12, 80), torch.bfloat16, device, seed=4)
-    gate = wide[:, offset:offset + 64].requires_grad_()
+    gate = wide[:, offset : offset + 64].requires_grad_()
     up = random((64, 12), torch.bfloat16, device, seed=5).t().requires_grad_()
     y = fo.fused_swiglu(gate, up)
     expected = F.silu(gate.detach().double()) * up.detach().double()

@@ -11,42 +11,121 @@ import transformers
 
 transformers.logging.set_verbosity_error()  # tiny configs draw many warnings
 
-CAUSAL_LM_NAMES = sorted(
-    n for n in dir(transformers) if n.endswith("ForCausalLM") and n != "AutoModelForCausalLM"
-)
+CAUSAL_LM_NAMES = sorted(n for n in dir(transformers) if n.endswith("ForCausalLM") and n != "AutoModelForCausalLM")
 
 VOCAB = 128
 LAYERS = 2
 
 # config field -> tiny value, in every config and sub-config that has it
 SIZES = {
-    **dict.fromkeys(["vocab_size", "vocab_size_per_layer_input", "ngram_vocab_size_base", "unpadded_vocab_size",
-                     "encoder_hash_byte_group_vocab", "shape_vocab_size", "pronunciation_vocab_size"], VOCAB),
-    **dict.fromkeys(["hidden_size", "d_model", "n_embd", "embedding_dim", "hidden_size_global",
-                     "backbone_hidden_size", "router_hidden_size", "ext_pw_out_channel",
-                     "depthwise_separable_out_channel", "nemo_conv_channels"], 64),
-    **dict.fromkeys(["intermediate_size", "ffn_dim", "n_inner", "decoder_ffn_dim", "encoder_ffn_dim",
-                     "ffn_hidden_size", "intermediate_size_mlp", "dense_intermediate_size", "dim_ff"], 128),
-    **dict.fromkeys(["num_hidden_layers", "n_layer", "n_layers", "num_layers", "decoder_layers",
-                     "encoder_layers", "num_decoder_layers", "num_encoder_layers"], LAYERS),
-    **dict.fromkeys(["num_attention_heads", "n_head", "n_heads", "num_heads", "attention_heads",
-                     "decoder_attention_heads", "encoder_attention_heads", "num_decoder_attention_heads",
-                     "num_encoder_attention_heads", "swa_num_attention_heads"], 4),
+    **dict.fromkeys(
+        [
+            "vocab_size",
+            "vocab_size_per_layer_input",
+            "ngram_vocab_size_base",
+            "unpadded_vocab_size",
+            "encoder_hash_byte_group_vocab",
+            "shape_vocab_size",
+            "pronunciation_vocab_size",
+        ],
+        VOCAB,
+    ),
+    **dict.fromkeys(
+        [
+            "hidden_size",
+            "d_model",
+            "n_embd",
+            "embedding_dim",
+            "hidden_size_global",
+            "backbone_hidden_size",
+            "router_hidden_size",
+            "ext_pw_out_channel",
+            "depthwise_separable_out_channel",
+            "nemo_conv_channels",
+        ],
+        64,
+    ),
+    **dict.fromkeys(
+        [
+            "intermediate_size",
+            "ffn_dim",
+            "n_inner",
+            "decoder_ffn_dim",
+            "encoder_ffn_dim",
+            "ffn_hidden_size",
+            "intermediate_size_mlp",
+            "dense_intermediate_size",
+            "dim_ff",
+        ],
+        128,
+    ),
+    **dict.fromkeys(
+        [
+            "num_hidden_layers",
+            "n_layer",
+            "n_layers",
+            "num_layers",
+            "decoder_layers",
+            "encoder_layers",
+            "num_decoder_layers",
+            "num_encoder_layers",
+        ],
+        LAYERS,
+    ),
+    **dict.fromkeys(
+        [
+            "num_attention_heads",
+            "n_head",
+            "n_heads",
+            "num_heads",
+            "attention_heads",
+            "decoder_attention_heads",
+            "encoder_attention_heads",
+            "num_decoder_attention_heads",
+            "num_encoder_attention_heads",
+            "swa_num_attention_heads",
+        ],
+        4,
+    ),
     **dict.fromkeys(["num_key_value_heads", "num_kv_heads", "swa_num_key_value_heads"], 2),
-    **dict.fromkeys(["head_dim", "swa_head_dim", "kv_channels", "dim_head", "hidden_size_per_layer_input",
-                     "laurel_rank", "hc_lowrank", "ple_embed_dim", "index_head_dim", "shape_embed_dim",
-                     "pronunciation_embed_dim"], 16),
-    **dict.fromkeys(["max_position_embeddings", "n_positions", "n_ctx", "max_seq_len",
-                     "max_target_positions", "context_length"], 128),
+    **dict.fromkeys(
+        [
+            "head_dim",
+            "swa_head_dim",
+            "kv_channels",
+            "dim_head",
+            "hidden_size_per_layer_input",
+            "laurel_rank",
+            "hc_lowrank",
+            "ple_embed_dim",
+            "index_head_dim",
+            "shape_embed_dim",
+            "pronunciation_embed_dim",
+        ],
+        16,
+    ),
+    **dict.fromkeys(
+        ["max_position_embeddings", "n_positions", "n_ctx", "max_seq_len", "max_target_positions", "context_length"],
+        128,
+    ),
     # MoE
     **dict.fromkeys(["num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts", "zero_expert_num"], 4),
-    **dict.fromkeys(["num_experts_per_tok", "num_experts_per_token", "moe_k", "moe_topk", "n_group",
-                     "num_expert_group"], 2),
+    **dict.fromkeys(
+        ["num_experts_per_tok", "num_experts_per_token", "moe_k", "moe_topk", "n_group", "num_expert_group"], 2
+    ),
     "topk_group": 1,
     **dict.fromkeys(["n_groups", "mamba_n_groups", "mamba_ngroups"], 2),
-    **dict.fromkeys(["moe_intermediate_size", "shared_expert_intermediate_size", "expert_ffn_hidden_size",
-                     "shared_intermediate_size", "shared_experts_intermediate_size",
-                     "moe_shared_expert_intermediate_size"], 64),
+    **dict.fromkeys(
+        [
+            "moe_intermediate_size",
+            "shared_expert_intermediate_size",
+            "expert_ffn_hidden_size",
+            "shared_intermediate_size",
+            "shared_experts_intermediate_size",
+            "moe_shared_expert_intermediate_size",
+        ],
+        64,
+    ),
     # multi-head latent attention (DeepSeek)
     **dict.fromkeys(["kv_lora_rank", "q_lora_rank", "o_lora_rank"], 32),
     **dict.fromkeys(["index_n_heads", "indexer_n_heads"], 4),
@@ -55,10 +134,12 @@ SIZES = {
     **dict.fromkeys(["qk_rope_head_dim", "rotary_dim"], 8),
     # state-space and linear attention
     **dict.fromkeys(["state_size", "mamba_d_state", "ssm_state_size"], 8),
-    **dict.fromkeys(["linear_key_head_dim", "linear_value_head_dim", "linear_head_dim", "mamba_d_head",
-                     "mamba_head_dim"], 16),
-    **dict.fromkeys(["linear_num_key_heads", "linear_num_value_heads", "linear_num_heads",
-                     "mamba_n_heads", "mamba_num_heads"], 4),
+    **dict.fromkeys(
+        ["linear_key_head_dim", "linear_value_head_dim", "linear_head_dim", "mamba_d_head", "mamba_head_dim"], 16
+    ),
+    **dict.fromkeys(
+        ["linear_num_key_heads", "linear_num_value_heads", "linear_num_heads", "mamba_n_heads", "mamba_num_heads"], 4
+    ),
 }
 
 
@@ -88,12 +169,18 @@ def _shrink(d, config_class):
         if field in defaults and key in d:
             d[field] = d.pop(key)
     for key, value in list(d.items()):
-        if (defaults.get(key) is None and isinstance(value, (int, float)) and not isinstance(value, bool)
-                and key != "num_key_value_heads"):
+        if (
+            defaults.get(key) is None
+            and isinstance(value, (int, float))
+            and not isinstance(value, bool)
+            and key != "num_key_value_heads"
+        ):
             del d[key]
     layer_types = d.get("layer_types")
-    old_layers = next((d[k] for k in ("num_hidden_layers", "n_layer", "num_layers", "decoder_layers")
-                       if isinstance(d.get(k), int)), None)
+    old_layers = next(
+        (d[k] for k in ("num_hidden_layers", "n_layer", "num_layers", "decoder_layers") if isinstance(d.get(k), int)),
+        None,
+    )
     for key, value in list(d.items()):
         if key in config_class.sub_configs and isinstance(value, dict):
             _shrink(value, _sub_config_class(config_class, key, value))
@@ -167,8 +254,13 @@ OVERRIDES = {
     "CohereCompassForCausalLM": dict(rope_parameters=dict(full_attention=dict(rope_type="default", rope_theta=1e4))),
     # its attention reads rope_theta there, and clamps by clip_qkv (None by default)
     "DbrxForCausalLM": dict(attn_config=dict(rope_theta=1e4, kv_n_heads=2, clip_qkv=8.0)),
-    "DoryForCausalLM": dict(num_hidden_layers=3, n_input_layers=1, n_recurrent_layers=1, n_output_layers=1,
-                            layer_types=["sliding_attention", "full_attention", "sliding_attention"]),
+    "DoryForCausalLM": dict(
+        num_hidden_layers=3,
+        n_input_layers=1,
+        n_recurrent_layers=1,
+        n_output_layers=1,
+        layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+    ),
     # its first layers are dense: the second is MoE
     "DeepseekV3ForCausalLM": dict(first_k_dense_replace=1),
     "Dots1ForCausalLM": dict(n_shared_experts=1),  # None by default
@@ -182,8 +274,9 @@ OVERRIDES = {
     "Mamba2ForCausalLM": dict(head_dim=32),  # heads * head size = 2 * hidden
     "Mistral4ForCausalLM": dict(rope_parameters=dict(partial_rotary_factor=8 / 24)),  # qk_rope / qk_head
     # its attention's indexer has no defaults
-    "Qwen4ExpForCausalLM": dict(indexer_n_heads=2, indexer_kv_heads=1, indexer_head_dim=16, indexer_budget=8,
-                                indexer_compress_ratio=2),
+    "Qwen4ExpForCausalLM": dict(
+        indexer_n_heads=2, indexer_kv_heads=1, indexer_head_dim=16, indexer_budget=8, indexer_compress_ratio=2
+    ),
     "RecurrentGemmaForCausalLM": dict(block_types=["recurrent", "attention"]),  # an attention layer too
     "ZambaForCausalLM": dict(layers_block_type=["hybrid", "hybrid"]),  # two layers share one attention
     "Zamba2ForCausalLM": dict(hybrid_layer_ids=[1]),  # derived from the 54 layers of the defaults
@@ -211,7 +304,8 @@ INPUTS = {
     "MusicgenForCausalLM": _musicgen_inputs,
     "MusicgenMelodyForCausalLM": _musicgen_inputs,
     "XmodForCausalLM": lambda model, input_ids, labels: dict(
-        input_ids=input_ids, labels=labels, lang_ids=torch.zeros(2, dtype=torch.long)),
+        input_ids=input_ids, labels=labels, lang_ids=torch.zeros(2, dtype=torch.long)
+    ),
 }
 
 # what cannot be built (or run) from a config alone, and why

@@ -60,9 +60,14 @@ def _bias_scale_relu_forward_plan(fn, x, bias, scale):
     _, rows, cols, x_stride = as_rows(x)
     code = DTYPE_CODES[x.dtype]
     template = new_struct(
-        _RELU_FORWARD, (lib.FO_DEVICE_CUDA if x.is_cuda else lib.FO_DEVICE_CPU, max(x.get_device(), 0)),
-        x_row_stride=x_stride, rows=rows, cols=cols, dtype=code,
-        bias_dtype=DTYPE_CODES[bias.dtype] if bias is not None else code, scale=scale,
+        _RELU_FORWARD,
+        (lib.FO_DEVICE_CUDA if x.is_cuda else lib.FO_DEVICE_CPU, max(x.get_device(), 0)),
+        x_row_stride=x_stride,
+        rows=rows,
+        cols=cols,
+        dtype=code,
+        bias_dtype=DTYPE_CODES[bias.dtype] if bias is not None else code,
+        scale=scale,
     )
     # then the backward's template for a dense dy, and the free structs of
     # calls without and with a mask
@@ -79,12 +84,24 @@ def bias_scale_relu_forward(fn, x, bias, scale, want_mask, prepare_backward=Fals
     try:
         if type(scale) is not float:  # True == 1 == 1.0 as keys
             raise TypeError
-        key = (x.shape, x.stride(), x.dtype, x.device, scale,
-               None if bias is None else (bias.shape, bias.dtype, bias.device))
+        key = (
+            x.shape,
+            x.stride(),
+            x.dtype,
+            x.device,
+            scale,
+            None if bias is None else (bias.shape, bias.dtype, bias.device),
+        )
     except (AttributeError, TypeError):  # not tensors, or scale not a float
         key = None
     template, rows, cols, dense, cuda_index, backward_template, free = prepared(
-        _bias_scale_relu_forward_plans, key, _bias_scale_relu_forward_plan, fn, x, bias, scale,
+        _bias_scale_relu_forward_plans,
+        key,
+        _bias_scale_relu_forward_plan,
+        fn,
+        x,
+        bias,
+        scale,
     )
     free = free[1 if want_mask else 0]
     a = call_struct(_RELU_FORWARD, template, cuda_index, free)
@@ -124,8 +141,14 @@ def _bias_scale_relu_backward_plan(dy, scale, bias_dtype):
     _, rows, cols, dy_stride = as_rows(dy)
     code = DTYPE_CODES[dy.dtype]
     template = new_struct(
-        _RELU_BACKWARD, device_args(dy)[:2], dy_row_stride=dy_stride, rows=rows, cols=cols,
-        dtype=code, bias_dtype=DTYPE_CODES[bias_dtype] if bias_dtype is not None else code, scale=scale,
+        _RELU_BACKWARD,
+        device_args(dy)[:2],
+        dy_row_stride=dy_stride,
+        rows=rows,
+        cols=cols,
+        dtype=code,
+        bias_dtype=DTYPE_CODES[bias_dtype] if bias_dtype is not None else code,
+        scale=scale,
     )
     return template, cols, cuda_index(dy)
 
@@ -137,8 +160,9 @@ _bias_scale_relu_backward_workspaces = {}
 def bias_scale_relu_backward(dy, mask, scale, want_dx, bias_dtype):
     """(dx or None, dbias or None); bias_dtype None means no bias gradient."""
     key = (dy.shape, dy.stride(), dy.dtype, dy.device, scale, bias_dtype)
-    template, _, cuda_index = prepared(_bias_scale_relu_backward_plans, key,
-                                        _bias_scale_relu_backward_plan, dy, scale, bias_dtype)
+    template, _, cuda_index = prepared(
+        _bias_scale_relu_backward_plans, key, _bias_scale_relu_backward_plan, dy, scale, bias_dtype
+    )
     a = call_struct(_RELU_BACKWARD, template, cuda_index)
     a.mask = mask.data_ptr()
     dy_rows = as_rows(dy)[0]  # a view, or a dense copy kept alive until the call returns
@@ -160,8 +184,9 @@ def bias_scale_relu_backward_prepared(backward, dy, dy_rows, want_dx, bias_dtype
     if bias_dtype is not None:
         dbias = dy.new_empty(a.cols, dtype=bias_dtype)
         a.dbias = dbias.data_ptr()
-        workspace = scratch(_bias_scale_relu_backward_workspaces, template,
-                               lib.fo_bias_scale_relu_backward_workspace_bytes, a, dy)
+        workspace = scratch(
+            _bias_scale_relu_backward_workspaces, template, lib.fo_bias_scale_relu_backward_workspace_bytes, a, dy
+        )
         if workspace is not None:
             a.workspace, a.workspace_bytes = workspace.data_ptr(), workspace.numel()
     status = lib.fo_bias_scale_relu_backward(a)
@@ -171,6 +196,7 @@ def bias_scale_relu_backward_prepared(backward, dy, dy_rows, want_dx, bias_dtype
 
 
 # autograd ------------------------------------------------------------------------------
+
 
 def bias_scale_relu_save(ctx, bias, scale, mask):
     ctx.save_for_backward(mask)
@@ -210,8 +236,7 @@ class BiasScaleReLUFunction(torch.autograd.Function):
             (mask,) = ctx.saved_tensors
             if mask.data_ptr() == ctx.prepared[0].mask:
                 want_dx, bias_dtype = _bias_scale_relu_wants(ctx)
-                dx, dbias = bias_scale_relu_backward_prepared(ctx.prepared, dy, dy, want_dx,
-                                                                     bias_dtype)
+                dx, dbias = bias_scale_relu_backward_prepared(ctx.prepared, dy, dy, want_dx, bias_dtype)
                 return dx, dbias, None  # None where not wanted
         return (*bias_scale_relu_grads(bias_scale_relu_backward, ctx, dy), None)
 
@@ -220,6 +245,7 @@ apply_bias_scale_relu = eager_apply(BiasScaleReLUFunction)
 
 
 # torch.compile -------------------------------------------------------------------------
+
 
 def _register():
     """The ops torch.compile sees (torch.library), and their autograd."""
@@ -289,5 +315,3 @@ def fused_bias_scale_relu(x, bias, scale=1.0):
 def relu(x):
     """max(x, 0), elementwise; NaN stays NaN as in torch.relu."""
     return _bias_scale_relu("relu", x, None, 1.0)
-
-

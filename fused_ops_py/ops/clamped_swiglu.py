@@ -1,7 +1,6 @@
 """gpt-oss's clamped SwiGLU over one gate_up tensor, gate and up in pairs or
 halves (fo_clamped_swiglu_*)."""
 
-
 import functools
 import math
 
@@ -36,8 +35,10 @@ _GLU_LAYOUTS = {True: lib.FO_GLU_INTERLEAVED, False: lib.FO_GLU_HALVES}
 def check_clamped_swiglu(fn, gate_up, alpha, limit, interleaved):
     _args.check_tensor(fn, "gate_up", gate_up)
     if gate_up.dim() == 0 or gate_up.shape[-1] % 2:
-        raise ValueError(f"{fn}: gate_up has shape {tuple(gate_up.shape)}; its last dimension must be even "
-                         "(gate and up side by side)")
+        raise ValueError(
+            f"{fn}: gate_up has shape {tuple(gate_up.shape)}; its last dimension must be even "
+            "(gate and up side by side)"
+        )
     _args.check_number(fn, "alpha", alpha)
     _args.check_number(fn, "limit", limit)
     if not math.isfinite(alpha):
@@ -63,9 +64,18 @@ def _clamped_swiglu_plan(fn, gate_up, alpha, limit, interleaved):
     check_clamped_swiglu(fn, gate_up, alpha, limit, interleaved)
     _, rows, cols2, stride = as_rows(gate_up)
     device = (lib.FO_DEVICE_CUDA if gate_up.is_cuda else lib.FO_DEVICE_CPU, max(gate_up.get_device(), 0))
-    template = new_struct(_CLAMPED_SWIGLU, device, gate_up_row_stride=stride, rows=rows, cols=cols2 // 2,
-                       dtype=DTYPE_CODES[gate_up.dtype], layout=_GLU_LAYOUTS[interleaved], alpha=alpha,
-                       limit=limit, grad_at_limit=clamp_grad_at_limit())
+    template = new_struct(
+        _CLAMPED_SWIGLU,
+        device,
+        gate_up_row_stride=stride,
+        rows=rows,
+        cols=cols2 // 2,
+        dtype=DTYPE_CODES[gate_up.dtype],
+        layout=_GLU_LAYOUTS[interleaved],
+        alpha=alpha,
+        limit=limit,
+        grad_at_limit=clamp_grad_at_limit(),
+    )
     return template, cuda_index(gate_up), []
 
 
@@ -77,14 +87,14 @@ def _clamped_swiglu_call(fn, gate_up, alpha, limit, interleaved, dy=None):
         key = (gate_up.shape, gate_up.stride(), gate_up.dtype, gate_up.device, alpha, limit, interleaved)
     except AttributeError:  # not a tensor: the checks name what is wrong
         key = None
-    template, cuda_index, free = prepared(_clamped_swiglu_plans, key, _clamped_swiglu_plan, fn, gate_up,
-                                           alpha, limit, interleaved)
+    template, cuda_index, free = prepared(
+        _clamped_swiglu_plans, key, _clamped_swiglu_plan, fn, gate_up, alpha, limit, interleaved
+    )
     a = call_struct(_CLAMPED_SWIGLU, template, cuda_index, free)
     gate_up_rows = as_rows(gate_up)[0]  # a copy where no view has dense rows: alive until the call returns
     a.gate_up = gate_up_rows.data_ptr()
     if dy is None:
-        out = torch.empty((*gate_up.shape[:-1], gate_up.shape[-1] // 2), dtype=gate_up.dtype,
-                          device=gate_up.device)
+        out = torch.empty((*gate_up.shape[:-1], gate_up.shape[-1] // 2), dtype=gate_up.dtype, device=gate_up.device)
         a.y, entry = out.data_ptr(), lib.fo_clamped_swiglu_forward
     else:
         dy_rows, _, _, a.dy_row_stride = as_rows(dy)
@@ -107,6 +117,7 @@ def clamped_swiglu_backward(dy, gate_up, alpha, limit, interleaved):
 
 
 # autograd ------------------------------------------------------------------------------
+
 
 def clamped_swiglu_save(ctx, gate_up, alpha, limit, interleaved):
     ctx.save_for_backward(gate_up)
@@ -137,6 +148,7 @@ apply_clamped_swiglu = eager_apply(ClampedSwiGLUFunction)
 
 # torch.compile -------------------------------------------------------------------------
 
+
 def _register():
     """The ops torch.compile sees (torch.library), and their autograd."""
 
@@ -149,8 +161,9 @@ def _register():
         return gate_up.new_empty((*gate_up.shape[:-1], gate_up.shape[-1] // 2))
 
     @custom_op("fused_ops_py::clamped_swiglu_backward", mutates_args=())
-    def clamped_swiglu_backward_op(dy: Tensor, gate_up: Tensor, alpha: float, limit: float,
-                                interleaved: bool) -> Tensor:
+    def clamped_swiglu_backward_op(
+        dy: Tensor, gate_up: Tensor, alpha: float, limit: float, interleaved: bool
+    ) -> Tensor:
         return clamped_swiglu_backward(dy, gate_up, alpha, limit, interleaved)
 
     @clamped_swiglu_backward_op.register_fake
@@ -161,8 +174,7 @@ def _register():
         clamped_swiglu_save(ctx, *inputs)
 
     def _clamped_swiglu_grad(ctx, dy):
-        return (clamped_swiglu_grads(torch.ops.fused_ops_py.clamped_swiglu_backward, ctx, dy),
-                None, None, None)
+        return (clamped_swiglu_grads(torch.ops.fused_ops_py.clamped_swiglu_backward, ctx, dy), None, None, None)
 
     clamped_swiglu_op.register_autograd(_clamped_swiglu_grad, setup_context=_clamped_swiglu_setup)
 
@@ -193,5 +205,3 @@ def fused_clamped_swiglu(gate_up, alpha=1.702, limit=7.0, interleaved=True):
     if wants_grad:
         return apply_clamped_swiglu(gate_up, alpha, limit, interleaved)
     return clamped_swiglu_forward(fn, gate_up, alpha, limit, interleaved)
-
-

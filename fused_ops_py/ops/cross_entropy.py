@@ -44,9 +44,7 @@ def check_target(fn, target, x, x_name):
     if target.dtype != torch.int64:
         raise TypeError(f"{fn}: target has dtype {target.dtype}; class indices must be torch.int64")
     if target.get_device() != x.get_device():
-        raise ValueError(
-            f"{fn}: target is on {target.device} but {x_name} is on {x.device}; move them to one device"
-        )
+        raise ValueError(f"{fn}: target is on {target.device} but {x_name} is on {x.device}; move them to one device")
     if x.dim() == 0:
         raise ValueError(f"{fn}: {x_name} is 0-d; its last dimension must be the classes")
     if target.shape != x.shape[:-1]:
@@ -82,17 +80,24 @@ def call_cross_entropy(a):
         finish(lib.fo_cross_entropy, status, (a.device_type, a.device_index))
 
 
-def cross_entropy_struct(x, rows, vocab, row_stride, ignore_index, label_smoothing, softcap, scale,
-                          reduction="none"):
+def cross_entropy_struct(x, rows, vocab, row_stride, ignore_index, label_smoothing, softcap, scale, reduction="none"):
     """The arguments every row of a call shares (scale: None, or the one
     loss-dtype element that multiplies the gradient); the addresses of
     loss, total, logits, dlogits and target are the caller's to write."""
     device = device_args(x)
     return new_struct(
-        CROSS_ENTROPY, device, stream=device[2], logits_row_stride=row_stride,
-        scale=address(scale), rows=rows, vocab=vocab, ignore_index=ignore_index,
-        dtype=DTYPE_CODES[x.dtype], reduction=REDUCTION_CODES[reduction],
-        label_smoothing=label_smoothing, softcap=softcap,
+        CROSS_ENTROPY,
+        device,
+        stream=device[2],
+        logits_row_stride=row_stride,
+        scale=address(scale),
+        rows=rows,
+        vocab=vocab,
+        ignore_index=ignore_index,
+        dtype=DTYPE_CODES[x.dtype],
+        reduction=REDUCTION_CODES[reduction],
+        label_smoothing=label_smoothing,
+        softcap=softcap,
     )
 
 
@@ -100,10 +105,12 @@ def _cross_entropy_plan(fn, logits, target, ignore_index, label_smoothing, softc
     """(template struct, the reduction, CUDA index, free structs) for a
     signature, the arguments checked (its stream is each call's)."""
     ignore_index, label_smoothing, softcap, reduction = check_cross_entropy(
-        fn, logits, target, ignore_index, label_smoothing, reduction, softcap)
+        fn, logits, target, ignore_index, label_smoothing, reduction, softcap
+    )
     _, rows, vocab, row_stride = as_rows(logits)
-    template = cross_entropy_struct(logits, rows, vocab, row_stride, ignore_index, label_smoothing, softcap,
-                                     None, reduction)
+    template = cross_entropy_struct(
+        logits, rows, vocab, row_stride, ignore_index, label_smoothing, softcap, None, reduction
+    )
     return template, reduction, cuda_index(logits), []
 
 
@@ -121,16 +128,40 @@ def cross_entropy_forward(fn, logits, target, ignore_index, label_smoothing, sof
     softcap None (or 0.0) is none."""
     try:
         # only exact types are remembered: True == 1 and 0 == 0.0 as keys
-        if (type(ignore_index) is not int or type(label_smoothing) is not float
-                or (softcap is not None and type(softcap) is not float) or type(reduction) is not str):
+        if (
+            type(ignore_index) is not int
+            or type(label_smoothing) is not float
+            or (softcap is not None and type(softcap) is not float)
+            or type(reduction) is not str
+        ):
             raise TypeError
-        key = (logits.shape, logits.stride(), logits.dtype, logits.device, target.shape, target.dtype,
-               target.device, ignore_index, label_smoothing, softcap, reduction)
+        key = (
+            logits.shape,
+            logits.stride(),
+            logits.dtype,
+            logits.device,
+            target.shape,
+            target.dtype,
+            target.device,
+            ignore_index,
+            label_smoothing,
+            softcap,
+            reduction,
+        )
     except (AttributeError, TypeError):  # not tensors, or arguments of other types: checked each call
         key = None
-    template, reduction, cuda_index, free = prepared(_cross_entropy_plans, key, _cross_entropy_plan, fn,
-                                                      logits, target, ignore_index, label_smoothing, softcap,
-                                                      reduction)
+    template, reduction, cuda_index, free = prepared(
+        _cross_entropy_plans,
+        key,
+        _cross_entropy_plan,
+        fn,
+        logits,
+        target,
+        ignore_index,
+        label_smoothing,
+        softcap,
+        reduction,
+    )
     a = call_struct(CROSS_ENTROPY, template, cuda_index, free)
     loss_dtype = stats_dtype(logits.dtype)
     if reduction == "none":
@@ -150,8 +181,15 @@ def _scale_rows_plan(x, scale):
     """(template struct, CUDA index, free structs) for a signature of scale_rows_."""
     per_row = scale.numel() != 1
     rows = scale.numel() if per_row else 1
-    template = new_struct(_SCALE_ROWS, device_args(x)[:2], rows=rows, cols=x.numel() // rows,
-                       dtype=DTYPE_CODES[x.dtype], scale_dtype=DTYPE_CODES[scale.dtype], per_row=int(per_row))
+    template = new_struct(
+        _SCALE_ROWS,
+        device_args(x)[:2],
+        rows=rows,
+        cols=x.numel() // rows,
+        dtype=DTYPE_CODES[x.dtype],
+        scale_dtype=DTYPE_CODES[scale.dtype],
+        per_row=int(per_row),
+    )
     return template, cuda_index(x), []
 
 
@@ -244,6 +282,7 @@ def scaled(grad, dloss):
 
 # torch.compile -------------------------------------------------------------------------
 
+
 def _register():
     """The ops torch.compile sees (torch.library), and their autograd."""
     #
@@ -253,11 +292,17 @@ def _register():
 
     @custom_op("fused_ops_py::cross_entropy", mutates_args=())
     def cross_entropy_op(
-        logits: Tensor, target: Tensor, ignore_index: int, label_smoothing: float, softcap: float,
-        reduction: str, want_grad: bool,
+        logits: Tensor,
+        target: Tensor,
+        ignore_index: int,
+        label_smoothing: float,
+        softcap: float,
+        reduction: str,
+        want_grad: bool,
     ) -> Tuple[Tensor, Tensor]:
-        loss, dlogits = cross_entropy_forward("fused_ops_py::cross_entropy", logits, target, ignore_index,
-                                                     label_smoothing, softcap, reduction, want_grad)
+        loss, dlogits = cross_entropy_forward(
+            "fused_ops_py::cross_entropy", logits, target, ignore_index, label_smoothing, softcap, reduction, want_grad
+        )
         return loss, or_empty(dlogits, logits)
 
     @cross_entropy_op.register_fake
@@ -282,8 +327,7 @@ if AVAILABLE:
 # the public functions ------------------------------------------------------------------
 
 
-def fused_cross_entropy(logits, target, *, ignore_index=-100, label_smoothing=0.0, reduction="mean",
-                        softcap=None):
+def fused_cross_entropy(logits, target, *, ignore_index=-100, label_smoothing=0.0, reduction="mean", softcap=None):
     """torch.nn.functional.cross_entropy(logits, target, ...) with the
     classes in the last dimension of logits ([..., V]; target [...],
     int64). softcap: F.cross_entropy of softcap * tanh(logits / softcap);
@@ -293,8 +337,7 @@ def fused_cross_entropy(logits, target, *, ignore_index=-100, label_smoothing=0.
     by the incoming gradient."""
     fn = "fused_cross_entropy"
     if compiling():
-        config = check_cross_entropy(fn, logits, target, ignore_index, label_smoothing, reduction,
-                                            softcap)
+        config = check_cross_entropy(fn, logits, target, ignore_index, label_smoothing, reduction, softcap)
         want_grad = torch.is_grad_enabled() and logits.requires_grad
         return torch.ops.fused_ops_py.cross_entropy(logits, target, *config, want_grad)[0].to(logits.dtype)
     try:
@@ -304,6 +347,5 @@ def fused_cross_entropy(logits, target, *, ignore_index=-100, label_smoothing=0.
     if want_grad:  # (the raw call checks the arguments)
         loss = apply_cross_entropy(logits, target, (fn, ignore_index, label_smoothing, softcap, reduction))
     else:
-        loss = cross_entropy_forward(fn, logits, target, ignore_index, label_smoothing, softcap,
-                                            reduction, False)[0]
+        loss = cross_entropy_forward(fn, logits, target, ignore_index, label_smoothing, softcap, reduction, False)[0]
     return loss.to(logits.dtype)

@@ -47,8 +47,14 @@ def _geglu_plan(fn, gate, up, approximate):
     check_geglu(fn, gate, up, approximate)
     _, rows, cols, gate_stride = as_rows(gate)
     device = (lib.FO_DEVICE_CUDA if gate.is_cuda else lib.FO_DEVICE_CPU, max(gate.get_device(), 0))
-    shared = dict(gate_row_stride=gate_stride, up_row_stride=as_rows(up)[3], rows=rows, cols=cols,
-                  dtype=DTYPE_CODES[gate.dtype], approximate=GELU_APPROXIMATIONS[approximate])
+    shared = dict(
+        gate_row_stride=gate_stride,
+        up_row_stride=as_rows(up)[3],
+        rows=rows,
+        cols=cols,
+        dtype=DTYPE_CODES[gate.dtype],
+        approximate=GELU_APPROXIMATIONS[approximate],
+    )
     forward = new_struct(_GEGLU_FORWARD, device, **shared)
     backward = new_struct(_GEGLU_BACKWARD, device, dy_row_stride=cols, **shared)
     return forward, backward, gate.is_contiguous() and up.is_contiguous(), cuda_index(gate), []
@@ -61,12 +67,22 @@ def geglu_forward(fn, gate, up, approximate, prepare_backward=False):
     """(y, backward or None): with prepare_backward, where gate and up are
     dense, the backward's struct for a dense dy (geglu_backward_prepared)."""
     try:
-        key = (gate.shape, gate.stride(), gate.dtype, gate.device, up.shape, up.stride(), up.dtype, up.device,
-               approximate)
+        key = (
+            gate.shape,
+            gate.stride(),
+            gate.dtype,
+            gate.device,
+            up.shape,
+            up.stride(),
+            up.dtype,
+            up.device,
+            approximate,
+        )
     except AttributeError:  # not tensors: the checks name what is wrong
         key = None
-    forward, backward_template, dense, cuda_index, free = prepared(_geglu_plans, key, _geglu_plan, fn, gate,
-                                                                    up, approximate)
+    forward, backward_template, dense, cuda_index, free = prepared(
+        _geglu_plans, key, _geglu_plan, fn, gate, up, approximate
+    )
     a = call_struct(_GEGLU_FORWARD, forward, cuda_index, free)
     y = dense_like(gate)
     if not dense:  # views, or copies where no view has dense rows: kept alive until the call returns
@@ -103,13 +119,25 @@ def geglu_backward(dy, gate, up, approximate, want_gate, want_up):
     up_view, _, _, up_stride = as_rows(up)
     dy_view, _, _, dy_stride = as_rows(dy)
     device = device_args(gate)
-    b = new_struct(_GEGLU_BACKWARD, device, stream=device[2], dy_row_stride=dy_stride, gate=gate_view.data_ptr(),
-                gate_row_stride=gate_stride, up=up_view.data_ptr(), up_row_stride=up_stride, rows=rows,
-                cols=cols, dtype=DTYPE_CODES[gate.dtype], approximate=GELU_APPROXIMATIONS[approximate])
+    b = new_struct(
+        _GEGLU_BACKWARD,
+        device,
+        stream=device[2],
+        dy_row_stride=dy_stride,
+        gate=gate_view.data_ptr(),
+        gate_row_stride=gate_stride,
+        up=up_view.data_ptr(),
+        up_row_stride=up_stride,
+        rows=rows,
+        cols=cols,
+        dtype=DTYPE_CODES[gate.dtype],
+        approximate=GELU_APPROXIMATIONS[approximate],
+    )
     return geglu_backward_prepared(b, dy_view, want_gate, want_up, gate)
 
 
 # autograd ------------------------------------------------------------------------------
+
 
 def geglu_save(ctx, gate, up, approximate):
     ctx.save_for_backward(gate, up)
@@ -140,8 +168,12 @@ class GeGLUFunction(torch.autograd.Function):
         prepared = ctx.prepared
         if prepared is not None and dy.is_contiguous():
             gate, up = ctx.saved_tensors
-            if (gate.data_ptr() == prepared.gate and up.data_ptr() == prepared.up
-                    and gate.is_contiguous() and up.is_contiguous()):
+            if (
+                gate.data_ptr() == prepared.gate
+                and up.data_ptr() == prepared.up
+                and gate.is_contiguous()
+                and up.is_contiguous()
+            ):
                 want_gate, want_up = ctx.needs_input_grad[:2]
                 return (*geglu_backward_prepared(prepared, dy, want_gate, want_up, gate), None)
         return (*geglu_grads(geglu_backward, ctx, dy), None)
@@ -151,6 +183,7 @@ apply_geglu = eager_apply(GeGLUFunction)
 
 
 # torch.compile -------------------------------------------------------------------------
+
 
 def _register():
     """The ops torch.compile sees (torch.library), and their autograd."""
@@ -164,15 +197,18 @@ def _register():
         return gate.new_empty(gate.shape)
 
     @custom_op("fused_ops_py::geglu_backward", mutates_args=())
-    def geglu_backward_op(dy: Tensor, gate: Tensor, up: Tensor, approximate: str, want_gate: bool,
-                       want_up: bool) -> Tuple[Tensor, Tensor]:
+    def geglu_backward_op(
+        dy: Tensor, gate: Tensor, up: Tensor, approximate: str, want_gate: bool, want_up: bool
+    ) -> Tuple[Tensor, Tensor]:
         dgate, dup = geglu_backward(dy, gate, up, approximate, want_gate, want_up)
         return or_empty(dgate, gate), or_empty(dup, gate)
 
     @geglu_backward_op.register_fake
     def _(dy, gate, up, approximate, want_gate, want_up):
-        return (gate.new_empty(gate.shape) if want_gate else empty(gate),
-                gate.new_empty(gate.shape) if want_up else empty(gate))
+        return (
+            gate.new_empty(gate.shape) if want_gate else empty(gate),
+            gate.new_empty(gate.shape) if want_up else empty(gate),
+        )
 
     def _geglu_setup(ctx, inputs, output):
         geglu_save(ctx, *inputs)
@@ -206,5 +242,3 @@ def fused_geglu(gate, up, approximate="tanh"):
     if wants_grad:
         return apply_geglu(gate, up, approximate)
     return geglu_forward(fn, gate, up, approximate)[0]
-
-

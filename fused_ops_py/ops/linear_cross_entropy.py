@@ -27,8 +27,7 @@ from .cross_entropy import (
 # the raw calls -------------------------------------------------------------------------
 
 
-def check_linear_cross_entropy(fn, x, weight, bias, target, ignore_index, label_smoothing, reduction,
-                               softcap):
+def check_linear_cross_entropy(fn, x, weight, bias, target, ignore_index, label_smoothing, reduction, softcap):
     """What only Python can see; returns the config tuple the calls take."""
     _args.check_tensor(fn, "input", x)
     _args.check_companion(fn, "linear_weight", weight, x, "input")
@@ -36,9 +35,7 @@ def check_linear_cross_entropy(fn, x, weight, bias, target, ignore_index, label_
         _args.check_companion(fn, "linear_bias", bias, x, "input")
     for name, value in (("linear_weight", weight), ("linear_bias", bias)):
         if value is not None and value.dtype != x.dtype:
-            raise TypeError(
-                f"{fn}: {name} has dtype {value.dtype} but input has dtype {x.dtype}; they must match"
-            )
+            raise TypeError(f"{fn}: {name} has dtype {value.dtype} but input has dtype {x.dtype}; they must match")
     if x.dim() == 0 or weight.dim() != 2 or weight.shape[1] != x.shape[-1]:
         raise ValueError(
             f"{fn}: linear_weight has shape {tuple(weight.shape)} but must be (vocab, "
@@ -124,7 +121,7 @@ def _add_chunk_grads(dlogits, x_c, weight, start, grads):
     its terms of grad_weight (the first chunk writes it) and grad_bias."""
     grad_input, grad_weight, grad_bias = grads
     if grad_input is not None:
-        torch.mm(dlogits, weight, out=grad_input[start:start + dlogits.shape[0]])
+        torch.mm(dlogits, weight, out=grad_input[start : start + dlogits.shape[0]])
     if grad_weight is not None:
         if start == 0:
             torch.mm(dlogits.t(), x_c, out=grad_weight)
@@ -157,8 +154,9 @@ def _linear_grads(x, weight, bias, grads):
     return grad_input, grad_weight, grad_bias
 
 
-def linear_cross_entropy_forward(x, weight, bias, target, ignore_index, label_smoothing, softcap, reduction,
-                                 want_input, want_weight, want_bias):
+def linear_cross_entropy_forward(
+    x, weight, bias, target, ignore_index, label_smoothing, softcap, reduction, want_input, want_weight, want_bias
+):
     """(loss, grad_input, grad_weight, grad_bias) of cross_entropy(x @
     weight.T + bias, target), the arguments checked
     (check_linear_cross_entropy). For mean and sum the wanted gradients
@@ -182,8 +180,9 @@ def linear_cross_entropy_forward(x, weight, bias, target, ignore_index, label_sm
     return (loss * scale if reduction == "mean" else loss, *_linear_grads(x, weight, bias, grads))
 
 
-def linear_cross_entropy_backward(dloss, x, weight, bias, target, ignore_index, label_smoothing, softcap,
-                                  want_input, want_weight, want_bias):
+def linear_cross_entropy_backward(
+    dloss, x, weight, bias, target, ignore_index, label_smoothing, softcap, want_input, want_weight, want_bias
+):
     """(grad_input, grad_weight, grad_bias), None where not wanted, of the
     per-row losses (reduction none) weighted by dloss (target's shape): the
     logits again, a chunk at a time, their gradient scaled row by row."""
@@ -197,6 +196,7 @@ def linear_cross_entropy_backward(dloss, x, weight, bias, target, ignore_index, 
 
 
 # autograd ------------------------------------------------------------------------------
+
 
 def linear_cross_entropy_save(ctx, x, weight, bias, target, grads, config):
     """config = (ignore_index, label_smoothing, softcap, reduction). For
@@ -232,8 +232,7 @@ class LinearCrossEntropyFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, weight, bias, target, config):
-        loss, *grads = linear_cross_entropy_forward(x, weight, bias, target, *config,
-                                                           *ctx.needs_input_grad[:3])
+        loss, *grads = linear_cross_entropy_forward(x, weight, bias, target, *config, *ctx.needs_input_grad[:3])
         linear_cross_entropy_save(ctx, x, weight, bias, target, grads, config)
         ctx.scaled_in_place = False
         return loss
@@ -242,8 +241,7 @@ class LinearCrossEntropyFunction(torch.autograd.Function):
     def backward(ctx, dloss):
         if ctx.linear_cross_entropy[3] != "none":
             first_backward(ctx, "fused_linear_cross_entropy")
-        grads = linear_cross_entropy_grads(scale_rows_, linear_cross_entropy_backward,
-                                           ctx, dloss)
+        grads = linear_cross_entropy_grads(scale_rows_, linear_cross_entropy_backward, ctx, dloss)
         return (*grads, None, None)
 
 
@@ -252,23 +250,43 @@ apply_linear_cross_entropy = eager_apply(LinearCrossEntropyFunction)
 
 # torch.compile -------------------------------------------------------------------------
 
+
 def _register():
     """The op torch.compile sees (torch.library), and its autograd."""
+
     @custom_op("fused_ops_py::linear_cross_entropy", mutates_args=())
     def linear_cross_entropy_op(
-        x: Tensor, weight: Tensor, bias: Optional[Tensor], target: Tensor, ignore_index: int,
-        label_smoothing: float, softcap: float, reduction: str,
-        want_input: bool, want_weight: bool, want_bias: bool,
+        x: Tensor,
+        weight: Tensor,
+        bias: Optional[Tensor],
+        target: Tensor,
+        ignore_index: int,
+        label_smoothing: float,
+        softcap: float,
+        reduction: str,
+        want_input: bool,
+        want_weight: bool,
+        want_bias: bool,
     ) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
         loss, *grads = linear_cross_entropy_forward(
-            x, weight, bias, target, ignore_index, label_smoothing, softcap, reduction,
-            want_input, want_weight, want_bias,
+            x,
+            weight,
+            bias,
+            target,
+            ignore_index,
+            label_smoothing,
+            softcap,
+            reduction,
+            want_input,
+            want_weight,
+            want_bias,
         )
         return (loss, *(or_empty(g, x) for g in grads))
 
     @linear_cross_entropy_op.register_fake
-    def _(x, weight, bias, target, ignore_index, label_smoothing, softcap, reduction,
-          want_input, want_weight, want_bias):
+    def _(
+        x, weight, bias, target, ignore_index, label_smoothing, softcap, reduction, want_input, want_weight, want_bias
+    ):
         grads = reduction != "none"
         return (
             x.new_empty(loss_shape(target, reduction), dtype=stats_dtype(x.dtype)),
@@ -279,18 +297,35 @@ def _register():
 
     @custom_op("fused_ops_py::linear_cross_entropy_backward", mutates_args=())
     def linear_cross_entropy_backward_op(
-        dloss: Tensor, x: Tensor, weight: Tensor, bias: Optional[Tensor], target: Tensor, ignore_index: int,
-        label_smoothing: float, softcap: float, want_input: bool, want_weight: bool, want_bias: bool,
+        dloss: Tensor,
+        x: Tensor,
+        weight: Tensor,
+        bias: Optional[Tensor],
+        target: Tensor,
+        ignore_index: int,
+        label_smoothing: float,
+        softcap: float,
+        want_input: bool,
+        want_weight: bool,
+        want_bias: bool,
     ) -> Tuple[Tensor, Tensor, Tensor]:
         grads = linear_cross_entropy_backward(
-            dloss, x, weight, bias, target, ignore_index, label_smoothing, softcap,
-            want_input, want_weight, want_bias,
+            dloss,
+            x,
+            weight,
+            bias,
+            target,
+            ignore_index,
+            label_smoothing,
+            softcap,
+            want_input,
+            want_weight,
+            want_bias,
         )
         return tuple(or_empty(g, x) for g in grads)
 
     @linear_cross_entropy_backward_op.register_fake
-    def _(dloss, x, weight, bias, target, ignore_index, label_smoothing, softcap,
-          want_input, want_weight, want_bias):
+    def _(dloss, x, weight, bias, target, ignore_index, label_smoothing, softcap, want_input, want_weight, want_bias):
         return (
             x.new_empty(x.shape) if want_input else empty(x),
             weight.new_empty(weight.shape) if want_weight else empty(x),
@@ -299,13 +334,12 @@ def _register():
 
     def _linear_cross_entropy_setup(ctx, inputs, output):
         x, weight, bias, target, ignore_index, label_smoothing, softcap, reduction = inputs[:8]
-        linear_cross_entropy_save(ctx, x, weight, bias, target, output[1:],
-                                            (ignore_index, label_smoothing, softcap, reduction))
+        linear_cross_entropy_save(
+            ctx, x, weight, bias, target, output[1:], (ignore_index, label_smoothing, softcap, reduction)
+        )
 
     def _linear_cross_entropy_grad(ctx, dloss, _dx, _dweight, _dbias):
-        grads = linear_cross_entropy_grads(
-            scaled, torch.ops.fused_ops_py.linear_cross_entropy_backward, ctx, dloss
-        )
+        grads = linear_cross_entropy_grads(scaled, torch.ops.fused_ops_py.linear_cross_entropy_backward, ctx, dloss)
         return (*grads, None, None, None, None, None, None, None, None)
 
     linear_cross_entropy_op.register_autograd(_linear_cross_entropy_grad, setup_context=_linear_cross_entropy_setup)
@@ -318,8 +352,17 @@ if AVAILABLE:
 # the public functions ------------------------------------------------------------------
 
 
-def fused_linear_cross_entropy(input, linear_weight, target, *, linear_bias=None, ignore_index=-100,
-                               label_smoothing=0.0, reduction="mean", softcap=None):
+def fused_linear_cross_entropy(
+    input,
+    linear_weight,
+    target,
+    *,
+    linear_bias=None,
+    ignore_index=-100,
+    label_smoothing=0.0,
+    reduction="mean",
+    softcap=None,
+):
     """fused_cross_entropy(F.linear(input, linear_weight, linear_bias),
     target, ...), the logits made a chunk of rows at a time and never all
     at once: the extra memory is at most 1/16 of what fp32 logits of all
@@ -329,19 +372,35 @@ def fused_linear_cross_entropy(input, linear_weight, target, *, linear_bias=None
     backward scales them by the incoming gradient; for none, backward
     computes the logits again with each row's incoming gradient."""
     return linear_cross_entropy_fp32(
-        input, linear_weight, target, linear_bias=linear_bias, ignore_index=ignore_index,
-        label_smoothing=label_smoothing, reduction=reduction, softcap=softcap,
+        input,
+        linear_weight,
+        target,
+        linear_bias=linear_bias,
+        ignore_index=ignore_index,
+        label_smoothing=label_smoothing,
+        reduction=reduction,
+        softcap=softcap,
     ).to(input.dtype)
 
 
-def linear_cross_entropy_fp32(input, linear_weight, target, *, linear_bias=None, ignore_index=-100,
-                              label_smoothing=0.0, reduction="mean", softcap=None):
+def linear_cross_entropy_fp32(
+    input,
+    linear_weight,
+    target,
+    *,
+    linear_bias=None,
+    ignore_index=-100,
+    label_smoothing=0.0,
+    reduction="mean",
+    softcap=None,
+):
     """fused_linear_cross_entropy with the loss as accumulated, fp32 (fp64
     for fp64), not rounded to input's dtype: the loss Hugging Face's models
     compute from fp32 logits (patch() uses it)."""
     fn = "fused_linear_cross_entropy"
-    config = check_linear_cross_entropy(fn, input, linear_weight, linear_bias, target, ignore_index,
-                                               label_smoothing, reduction, softcap)
+    config = check_linear_cross_entropy(
+        fn, input, linear_weight, linear_bias, target, ignore_index, label_smoothing, reduction, softcap
+    )
     grad_enabled = torch.is_grad_enabled()
     wants = (
         grad_enabled and input.requires_grad,
@@ -349,9 +408,9 @@ def linear_cross_entropy_fp32(input, linear_weight, target, *, linear_bias=None,
         grad_enabled and linear_bias is not None and linear_bias.requires_grad,
     )
     if compiling():
-        return torch.ops.fused_ops_py.linear_cross_entropy(input, linear_weight, linear_bias, target,
-                                                           *config, *wants)[0]
+        return torch.ops.fused_ops_py.linear_cross_entropy(input, linear_weight, linear_bias, target, *config, *wants)[
+            0
+        ]
     if any(wants):
         return apply_linear_cross_entropy(input, linear_weight, linear_bias, target, config)
-    return linear_cross_entropy_forward(input, linear_weight, linear_bias, target, *config,
-                                               False, False, False)[0]
+    return linear_cross_entropy_forward(input, linear_weight, linear_bias, target, *config, False, False, False)[0]

@@ -52,7 +52,7 @@ def check_norm(fn, x, residual, weight, bias, normalized_shape):
         normalized_shape = (normalized_shape,)
     else:
         normalized_shape = tuple(normalized_shape)
-    if x.dim() == 0 or not normalized_shape or tuple(x.shape[x.dim() - len(normalized_shape):]) != normalized_shape:
+    if x.dim() == 0 or not normalized_shape or tuple(x.shape[x.dim() - len(normalized_shape) :]) != normalized_shape:
         raise ValueError(
             f"{fn}: normalized_shape {normalized_shape} must be the trailing dimensions of "
             f"x, which has shape {tuple(x.shape)}"
@@ -85,10 +85,18 @@ def _norm_forward_plan(fn, kind, x, residual, weight, bias, eps, dropout_p, norm
     if residual is not None:
         residual_stride, residual_code = as_rows(residual, cols)[3], DTYPE_CODES[residual.dtype]
     template = new_struct(
-        _NORM_FORWARD, (lib.FO_DEVICE_CUDA if x.is_cuda else lib.FO_DEVICE_CPU, max(x.get_device(), 0)),
-        x_row_stride=x_stride, residual_row_stride=residual_stride, residual_dtype=residual_code,
+        _NORM_FORWARD,
+        (lib.FO_DEVICE_CUDA if x.is_cuda else lib.FO_DEVICE_CPU, max(x.get_device(), 0)),
+        x_row_stride=x_stride,
+        residual_row_stride=residual_stride,
+        residual_dtype=residual_code,
         param_dtype=DTYPE_CODES[param.dtype] if param is not None else code,
-        rows=rows, cols=cols, dtype=code, kind=kind, eps=eps, dropout_p=dropout_p,
+        rows=rows,
+        cols=cols,
+        dtype=code,
+        kind=kind,
+        eps=eps,
+        dropout_p=dropout_p,
     )
     dense = x.is_contiguous() and (residual is None or residual.is_contiguous())
     # then the backward's template for dense gradients, made by the first
@@ -100,8 +108,20 @@ def _norm_forward_plan(fn, kind, x, residual, weight, bias, eps, dropout_p, norm
 _norm_forward_plans = {}
 
 
-def norm_forward(fn, kind, x, residual, weight, bias, eps, dropout_p, normalized_shape,
-                 save_stats, seed_offset=None, prepare_backward=False):
+def norm_forward(
+    fn,
+    kind,
+    x,
+    residual,
+    weight,
+    bias,
+    eps,
+    dropout_p,
+    normalized_shape,
+    save_stats,
+    seed_offset=None,
+    prepare_backward=False,
+):
     """(y, residual_out or None, stats or None, seed_offset or None, cols,
     backward or None): the forward pass; stats (for backward) only when
     save_stats, and with prepare_backward the backward's struct for dense
@@ -113,16 +133,34 @@ def norm_forward(fn, kind, x, residual, weight, bias, eps, dropout_p, normalized
         # only float scalars are remembered: True == 1 == 1.0 as keys
         if type(eps) is not float or type(dropout_p) is not float:
             raise TypeError
-        key = (kind, x.shape, x.stride(), x.dtype, x.device, eps, dropout_p, normalized_shape,
-               None if weight is None else (weight.shape, weight.dtype, weight.device),
-               None if bias is None else (bias.shape, bias.dtype, bias.device),
-               None if residual is None else (residual.shape, residual.stride(), residual.dtype,
-                                              residual.device))
+        key = (
+            kind,
+            x.shape,
+            x.stride(),
+            x.dtype,
+            x.device,
+            eps,
+            dropout_p,
+            normalized_shape,
+            None if weight is None else (weight.shape, weight.dtype, weight.device),
+            None if bias is None else (bias.shape, bias.dtype, bias.device),
+            None if residual is None else (residual.shape, residual.stride(), residual.dtype, residual.device),
+        )
     except (AttributeError, TypeError):  # not tensors, or eps and dropout_p not floats
         key = None
     template, rows, cols, dense, cuda_index, backward_template, free = prepared(
-        _norm_forward_plans, key, _norm_forward_plan,
-        fn, kind, x, residual, weight, bias, eps, dropout_p, normalized_shape,
+        _norm_forward_plans,
+        key,
+        _norm_forward_plan,
+        fn,
+        kind,
+        x,
+        residual,
+        weight,
+        bias,
+        eps,
+        dropout_p,
+        normalized_shape,
     )
     free = free[1 if save_stats else 0]
     a = call_struct(_NORM_FORWARD, template, cuda_index, free)
@@ -165,8 +203,9 @@ def norm_forward(fn, kind, x, residual, weight, bias, eps, dropout_p, normalized
         # shapes and dtypes. h (x, or residual_out) is dense too: a
         # saved-tensor hook's copy at h's address then has h's layout.
         if backward_template[0] is None:
-            backward_template[0] = _norm_backward_plan(y, residual_out, x if residual is None else residual_out,
-                                                       weight, bias, kind, dropout_p, cols, x.dtype)[0]
+            backward_template[0] = _norm_backward_plan(
+                y, residual_out, x if residual is None else residual_out, weight, bias, kind, dropout_p, cols, x.dtype
+            )[0]
         template = backward_template[0]
         b = ffi.new(_NORM_BACKWARD, template[0])
         b.stream = a.stream  # autograd runs backward on the forward's stream
@@ -184,11 +223,18 @@ def _norm_backward_plan(dy, dresidual_out, h, weight, bias, kind, dropout_p, col
     code = DTYPE_CODES[x_dtype]
     param = weight if weight is not None else bias
     template = new_struct(
-        _NORM_BACKWARD, device_args(dy)[:2],
-        dy_row_stride=dy_stride, h_row_stride=as_rows(h, cols)[3], h_dtype=DTYPE_CODES[h.dtype],
+        _NORM_BACKWARD,
+        device_args(dy)[:2],
+        dy_row_stride=dy_stride,
+        h_row_stride=as_rows(h, cols)[3],
+        h_dtype=DTYPE_CODES[h.dtype],
         dresidual_out_row_stride=as_rows(dresidual_out, cols)[3] if dresidual_out is not None else 0,
         param_dtype=DTYPE_CODES[param.dtype] if param is not None else code,
-        rows=rows, cols=cols, dtype=code, kind=kind, dropout_p=dropout_p,
+        rows=rows,
+        cols=cols,
+        dtype=code,
+        kind=kind,
+        dropout_p=dropout_p,
     )
     return template, rows, cuda_index(dy)
 
@@ -197,17 +243,57 @@ _norm_backward_plans = {}
 _norm_backward_workspaces = {}
 
 
-def norm_backward(dy, dresidual_out, h, stats, weight, bias, kind, dropout_p, cols, seed_offset,
-                  x_dtype, has_residual, want_x, want_residual, want_weight, want_bias, share_dx=False):
+def norm_backward(
+    dy,
+    dresidual_out,
+    h,
+    stats,
+    weight,
+    bias,
+    kind,
+    dropout_p,
+    cols,
+    seed_offset,
+    x_dtype,
+    has_residual,
+    want_x,
+    want_residual,
+    want_weight,
+    want_bias,
+    share_dx=False,
+):
     """(dx, dresidual, dweight, dbias), None where not wanted. share_dx lets
     dx be the very tensor dresidual is when their values agree (no
     dropout, one dtype)."""
-    key = (dy.shape, dy.stride(), dy.dtype, dy.device, h.stride(), h.dtype,
-           None if dresidual_out is None else dresidual_out.stride(),
-           None if weight is None else weight.dtype, None if bias is None else bias.dtype,
-           kind, dropout_p, cols, x_dtype)
-    template, _, cuda_index = prepared(_norm_backward_plans, key, _norm_backward_plan, dy, dresidual_out,
-                                        h, weight, bias, kind, dropout_p, cols, x_dtype)
+    key = (
+        dy.shape,
+        dy.stride(),
+        dy.dtype,
+        dy.device,
+        h.stride(),
+        h.dtype,
+        None if dresidual_out is None else dresidual_out.stride(),
+        None if weight is None else weight.dtype,
+        None if bias is None else bias.dtype,
+        kind,
+        dropout_p,
+        cols,
+        x_dtype,
+    )
+    template, _, cuda_index = prepared(
+        _norm_backward_plans,
+        key,
+        _norm_backward_plan,
+        dy,
+        dresidual_out,
+        h,
+        weight,
+        bias,
+        kind,
+        dropout_p,
+        cols,
+        x_dtype,
+    )
     a = call_struct(_NORM_BACKWARD, template, cuda_index)
     # views (or dense copies) kept alive until the call returns
     h_rows = as_rows(h, cols)[0]
@@ -216,12 +302,40 @@ def norm_backward(dy, dresidual_out, h, stats, weight, bias, kind, dropout_p, co
         a.seed, a.offset = seed_offset_values(seed_offset)
     dy_rows = as_rows(dy, cols)[0]
     dro_rows = as_rows(dresidual_out, cols)[0] if dresidual_out is not None else None
-    return norm_backward_prepared((a, template), dy_rows, dro_rows, h, stats, weight, bias, x_dtype,
-                                  has_residual, want_x, want_residual, want_weight, want_bias, share_dx)
+    return norm_backward_prepared(
+        (a, template),
+        dy_rows,
+        dro_rows,
+        h,
+        stats,
+        weight,
+        bias,
+        x_dtype,
+        has_residual,
+        want_x,
+        want_residual,
+        want_weight,
+        want_bias,
+        share_dx,
+    )
 
 
-def norm_backward_prepared(backward, dy, dresidual_out, h, stats, weight, bias, x_dtype, has_residual,
-                           want_x, want_residual, want_weight, want_bias, share_dx=False):
+def norm_backward_prepared(
+    backward,
+    dy,
+    dresidual_out,
+    h,
+    stats,
+    weight,
+    bias,
+    x_dtype,
+    has_residual,
+    want_x,
+    want_residual,
+    want_weight,
+    want_bias,
+    share_dx=False,
+):
     """norm_backward from backward = (struct, its template), the struct
     filled but for the incoming gradients, the statistics, the weight, the
     outputs and the workspace: norm_forward's prepared backward (for dense
@@ -250,8 +364,14 @@ def norm_backward_prepared(backward, dy, dresidual_out, h, stats, weight, bias, 
         a.dweight, a.dbias = address(dweight), address(dbias)
         # the plan may turn on the operands' alignment: a coarse class of it
         # is part of the signature (the library alone knows the rule)
-        classes = (dy_address % 256, a.h % 256, a.dresidual_out % 256, a.dx % 256, a.dresidual % 256,
-                   a.weight % 256)  # 0: absent
+        classes = (
+            dy_address % 256,
+            a.h % 256,
+            a.dresidual_out % 256,
+            a.dx % 256,
+            a.dresidual % 256,
+            a.weight % 256,
+        )  # 0: absent
         key = (template, dx is None, dresidual is None, dweight is None, dbias is None, classes)
         workspace = scratch(_norm_backward_workspaces, key, lib.fo_norm_backward_workspace_bytes, a, h)
         if workspace is not None:
@@ -265,6 +385,7 @@ def norm_backward_prepared(backward, dy, dresidual_out, h, stats, weight, bias, 
 
 
 # autograd ------------------------------------------------------------------------------
+
 
 def norm_save(ctx, x, residual, residual_out, stats, weight, bias, kind, dropout_p, cols, seed_offset):
     """Saves h (x, or residual_out, which the caller keeps anyway), the
@@ -283,8 +404,7 @@ def norm_save(ctx, x, residual, residual_out, stats, weight, bias, kind, dropout
 def _norm_wants(ctx, weight, bias, has_residual):
     """(want_x, want_residual, want_weight, want_bias): the gradients to compute."""
     want_x, want_residual, want_weight, want_bias = ctx.needs_input_grad[:4]
-    return (want_x, has_residual and want_residual, weight is not None and want_weight,
-            bias is not None and want_bias)
+    return (want_x, has_residual and want_residual, weight is not None and want_weight, bias is not None and want_bias)
 
 
 def norm_grads(backward, ctx, dy, dresidual_out):
@@ -301,8 +421,21 @@ def norm_grads(backward, ctx, dy, dresidual_out):
     wanted = _norm_wants(ctx, weight, bias, has_residual)
     if dy is None:  # only residual_out was used
         dy = torch.zeros(h.shape, dtype=x_dtype, device=h.device)
-    grads = backward(dy, dresidual_out if has_residual else None, h, stats, weight, bias, kind,
-                     dropout_p, cols, seed_offset, x_dtype, has_residual, *wanted)
+    grads = backward(
+        dy,
+        dresidual_out if has_residual else None,
+        h,
+        stats,
+        weight,
+        bias,
+        kind,
+        dropout_p,
+        cols,
+        seed_offset,
+        x_dtype,
+        has_residual,
+        *wanted,
+    )
     return tuple(g if want else None for g, want in zip(grads, wanted))
 
 
@@ -327,7 +460,18 @@ class NormFunction(torch.autograd.Function):
     def forward(ctx, x, residual, weight, bias, config):
         fn, kind, eps, dropout_p, normalized_shape = config
         y, residual_out, stats, seed_offset, cols, ctx.prepared = norm_forward(
-            fn, kind, x, residual, weight, bias, eps, dropout_p, normalized_shape, True, None, True,
+            fn,
+            kind,
+            x,
+            residual,
+            weight,
+            bias,
+            eps,
+            dropout_p,
+            normalized_shape,
+            True,
+            None,
+            True,
         )
         norm_save(ctx, x, residual, residual_out, stats, weight, bias, kind, dropout_p, cols, seed_offset)
         if residual is None:
@@ -340,14 +484,19 @@ class NormFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy, dresidual_out=None):
         prepared = ctx.prepared
-        if (prepared is not None and dy is not None and dy.is_contiguous()
-                and (dresidual_out is None or dresidual_out.is_contiguous())):
+        if (
+            prepared is not None
+            and dy is not None
+            and dy.is_contiguous()
+            and (dresidual_out is None or dresidual_out.is_contiguous())
+        ):
             h, stats, weight, bias = ctx.saved_tensors[:4]
             if h.data_ptr() == prepared[0].h and h.is_contiguous():
                 _, _, _, x_dtype, has_residual, _ = ctx.norm
                 wanted = _norm_wants(ctx, weight, bias, has_residual)
-                grads = norm_backward_prepared(prepared, dy, dresidual_out, h, stats, weight, bias,
-                                                      x_dtype, has_residual, *wanted, share_dx=True)
+                grads = norm_backward_prepared(
+                    prepared, dy, dresidual_out, h, stats, weight, bias, x_dtype, has_residual, *wanted, share_dx=True
+                )
                 return (*grads, None)  # None where not wanted
         return (*norm_grads(_norm_backward_sharing_dx, ctx, dy, dresidual_out), None)
 
@@ -357,17 +506,34 @@ apply_norm = eager_apply(NormFunction)
 
 # torch.compile -------------------------------------------------------------------------
 
+
 def _register():
     """The ops torch.compile sees (torch.library), and their autograd."""
 
     @custom_op("fused_ops_py::norm", mutates_args=())
     def norm_op(
-        x: Tensor, residual: Optional[Tensor], weight: Optional[Tensor], bias: Optional[Tensor],
-        kind: int, eps: float, dropout_p: float, normalized_shape: List[int], seed_offset: Optional[Tensor],
+        x: Tensor,
+        residual: Optional[Tensor],
+        weight: Optional[Tensor],
+        bias: Optional[Tensor],
+        kind: int,
+        eps: float,
+        dropout_p: float,
+        normalized_shape: List[int],
+        seed_offset: Optional[Tensor],
     ) -> Tuple[Tensor, Tensor, Tensor]:
         y, residual_out, stats, _, _, _ = norm_forward(
-            "fused_ops_py::norm", kind, x, residual, weight, bias, eps, dropout_p, tuple(normalized_shape),
-            True, seed_offset,
+            "fused_ops_py::norm",
+            kind,
+            x,
+            residual,
+            weight,
+            bias,
+            eps,
+            dropout_p,
+            tuple(normalized_shape),
+            True,
+            seed_offset,
         )
         return y, or_empty(residual_out, x), stats
 
@@ -381,20 +547,62 @@ def _register():
 
     @custom_op("fused_ops_py::norm_backward", mutates_args=())
     def norm_backward_op(
-        dy: Tensor, dresidual_out: Optional[Tensor], h: Tensor, stats: Tensor,
-        weight: Optional[Tensor], bias: Optional[Tensor], kind: int, dropout_p: float, cols: int,
-        seed_offset: Optional[Tensor], x_dtype: torch.dtype, has_residual: bool,
-        want_x: bool, want_residual: bool, want_weight: bool, want_bias: bool,
+        dy: Tensor,
+        dresidual_out: Optional[Tensor],
+        h: Tensor,
+        stats: Tensor,
+        weight: Optional[Tensor],
+        bias: Optional[Tensor],
+        kind: int,
+        dropout_p: float,
+        cols: int,
+        seed_offset: Optional[Tensor],
+        x_dtype: torch.dtype,
+        has_residual: bool,
+        want_x: bool,
+        want_residual: bool,
+        want_weight: bool,
+        want_bias: bool,
     ) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
         grads = norm_backward(
-            dy, dresidual_out, h, stats, weight, bias, kind, dropout_p, cols, seed_offset,
-            x_dtype, has_residual, want_x, want_residual, want_weight, want_bias,
+            dy,
+            dresidual_out,
+            h,
+            stats,
+            weight,
+            bias,
+            kind,
+            dropout_p,
+            cols,
+            seed_offset,
+            x_dtype,
+            has_residual,
+            want_x,
+            want_residual,
+            want_weight,
+            want_bias,
         )
         return tuple(or_empty(g, h) for g in grads)
 
     @norm_backward_op.register_fake
-    def _(dy, dresidual_out, h, stats, weight, bias, kind, dropout_p, cols, seed_offset,
-          x_dtype, has_residual, want_x, want_residual, want_weight, want_bias):
+    def _(
+        dy,
+        dresidual_out,
+        h,
+        stats,
+        weight,
+        bias,
+        kind,
+        dropout_p,
+        cols,
+        seed_offset,
+        x_dtype,
+        has_residual,
+        want_x,
+        want_residual,
+        want_weight,
+        want_bias,
+    ):
         return (
             h.new_empty(h.shape, dtype=x_dtype) if want_x else empty(h),
             h.new_empty(h.shape) if want_residual else empty(h),
@@ -405,8 +613,19 @@ def _register():
     def _norm_setup(ctx, inputs, output):
         x, residual, weight, bias, kind, _, dropout_p, normalized_shape, seed_offset = inputs
         _, residual_out, stats = output
-        norm_save(ctx, x, residual, residual_out, stats, weight, bias, kind, dropout_p,
-                            math.prod(normalized_shape), seed_offset)
+        norm_save(
+            ctx,
+            x,
+            residual,
+            residual_out,
+            stats,
+            weight,
+            bias,
+            kind,
+            dropout_p,
+            math.prod(normalized_shape),
+            seed_offset,
+        )
 
     def _norm_grad(ctx, dy, dresidual_out, _dstats):
         grads = norm_grads(torch.ops.fused_ops_py.norm_backward, ctx, dy, dresidual_out)
@@ -467,8 +686,12 @@ def _offset_weight(fn, weight, offset, x, normalized_shape):
         return weight
     if weight is None:
         shape = normalized_shape if normalized_shape is not None else x.shape[-1:]
-        return torch.full(tuple(shape) if not isinstance(shape, int) else (shape,), float(offset),
-                          dtype=torch.float32, device=x.device)
+        return torch.full(
+            tuple(shape) if not isinstance(shape, int) else (shape,),
+            float(offset),
+            dtype=torch.float32,
+            device=x.device,
+        )
     return weight.float() + float(offset)
 
 

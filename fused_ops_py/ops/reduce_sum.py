@@ -1,6 +1,5 @@
 """The sum of all elements, in a fixed order (fo_reduce_sum)."""
 
-
 import torch
 from torch import Tensor
 
@@ -36,14 +35,14 @@ def reduce_sum_forward(x):
     code, numel = DTYPE_CODES[x.dtype], x.numel()
     nbytes = _reduce_sum_workspace_bytes(device, numel, code)
     workspace = x.new_empty(nbytes, dtype=torch.uint8) if nbytes else None
-    status = lib.fo_reduce_sum(*device, out.data_ptr(), address(workspace), nbytes,
-                               dense.data_ptr(), numel, code)
+    status = lib.fo_reduce_sum(*device, out.data_ptr(), address(workspace), nbytes, dense.data_ptr(), numel, code)
     if status or SYNC:
         finish(lib.fo_reduce_sum, status, device)
     return out
 
 
 # autograd ------------------------------------------------------------------------------
+
 
 def reduce_sum_save(ctx, x):
     ctx.input_shape = x.shape
@@ -69,6 +68,7 @@ apply_reduce_sum = eager_apply(ReduceSumFunction)
 
 
 # torch.compile -------------------------------------------------------------------------
+
 
 def _register():
     """The ops torch.compile sees (torch.library), and their autograd."""
@@ -103,5 +103,3 @@ def reduce_sum(x):
     if records_grad(x):
         return apply_reduce_sum(x)
     return reduce_sum_forward(x)
-
-

@@ -47,18 +47,17 @@ def check_rope(fn, q, k, cos, sin, unsqueeze_dim, interleaved=False):
             "or float32 beside float16 and bfloat16 q"
         )
     if q.dim() != 4 or k.dim() != 4:
-        raise ValueError(
-            f"{fn}: q and k must be 4-d, got shapes {tuple(q.shape)} and {tuple(k.shape)}"
-        )
+        raise ValueError(f"{fn}: q and k must be 4-d, got shapes {tuple(q.shape)} and {tuple(k.shape)}")
     tokens_dim = 2 if unsqueeze_dim == 1 else 1
     if k.shape[0] != q.shape[0] or k.shape[tokens_dim] != q.shape[tokens_dim] or k.shape[3] != q.shape[3]:
         raise ValueError(
-            f"{fn}: k has shape {tuple(k.shape)} but q has shape {tuple(q.shape)}; they must agree "
-            "but for the heads"
+            f"{fn}: k has shape {tuple(k.shape)} but q has shape {tuple(q.shape)}; they must agree but for the heads"
         )
     batch, tokens = q.shape[0], q.shape[tokens_dim]
     if cos.shape != sin.shape:
-        raise ValueError(f"{fn}: sin has shape {tuple(sin.shape)} but cos has shape {tuple(cos.shape)}; they must match")
+        raise ValueError(
+            f"{fn}: sin has shape {tuple(sin.shape)} but cos has shape {tuple(cos.shape)}; they must match"
+        )
     if cos.dim() not in (2, 3) or cos.shape[-2] != tokens or (cos.dim() == 3 and cos.shape[0] not in (1, batch)):
         raise ValueError(
             f"{fn}: cos has shape {tuple(cos.shape)} but must be ({batch}, {tokens}, rotary_dim), "
@@ -108,12 +107,28 @@ def _rope(entry, q, k, cos, sin, unsqueeze_dim, interleaved, want_q, want_k):
     heads_dim, tokens_dim = (1, 2) if unsqueeze_dim == 1 else (2, 1)
     device = device_args(q)
     a = new_struct(
-        _ROPE, device, stream=device[2], q_out=address(q_out), k_out=address(k_out),
-        q=q.data_ptr(), k=k.data_ptr(), q_strides=q.stride(), k_strides=k.stride(),
-        cos=cos.data_ptr(), sin=sin.data_ptr(), cos_strides=cos_strides, sin_strides=sin_strides,
-        batch=q.shape[0], tokens=q.shape[tokens_dim], q_heads=q.shape[heads_dim],
-        k_heads=k.shape[heads_dim], head_dim=q.shape[3], rotary_dim=cos.shape[-1],
-        layout=_ROPE_LAYOUTS[unsqueeze_dim], dtype=DTYPE_CODES[q.dtype], cos_dtype=DTYPE_CODES[cos.dtype],
+        _ROPE,
+        device,
+        stream=device[2],
+        q_out=address(q_out),
+        k_out=address(k_out),
+        q=q.data_ptr(),
+        k=k.data_ptr(),
+        q_strides=q.stride(),
+        k_strides=k.stride(),
+        cos=cos.data_ptr(),
+        sin=sin.data_ptr(),
+        cos_strides=cos_strides,
+        sin_strides=sin_strides,
+        batch=q.shape[0],
+        tokens=q.shape[tokens_dim],
+        q_heads=q.shape[heads_dim],
+        k_heads=k.shape[heads_dim],
+        head_dim=q.shape[3],
+        rotary_dim=cos.shape[-1],
+        layout=_ROPE_LAYOUTS[unsqueeze_dim],
+        dtype=DTYPE_CODES[q.dtype],
+        cos_dtype=DTYPE_CODES[cos.dtype],
         pairs=lib.FO_ROPE_INTERLEAVED if interleaved else lib.FO_ROPE_HALVES,
         q_out_strides=q_out.stride() if want_q else (0,) * 4,
         k_out_strides=k_out.stride() if want_k else (0,) * 4,
@@ -140,6 +155,7 @@ def rope_backward(dq_embed, dk_embed, cos, sin, unsqueeze_dim, interleaved, want
 
 
 # autograd ------------------------------------------------------------------------------
+
 
 def rope_save(ctx, q, k, cos, sin, unsqueeze_dim, interleaved):
     ctx.save_for_backward(cos, sin)
@@ -183,12 +199,14 @@ apply_rope = eager_apply(RoPEFunction)
 
 # torch.compile -------------------------------------------------------------------------
 
+
 def _register():
     """The ops torch.compile sees (torch.library), and their autograd."""
 
     @custom_op("fused_ops_py::rope", mutates_args=())
-    def rope_op(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, unsqueeze_dim: int,
-             interleaved: bool) -> Tuple[Tensor, Tensor]:
+    def rope_op(
+        q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, unsqueeze_dim: int, interleaved: bool
+    ) -> Tuple[Tensor, Tensor]:
         return rope_forward(q, k, cos, sin, unsqueeze_dim, interleaved)
 
     @rope_op.register_fake
@@ -196,15 +214,25 @@ def _register():
         return rope_output(q), rope_output(k)
 
     @custom_op("fused_ops_py::rope_backward", mutates_args=())
-    def rope_backward_op(dq_embed: Tensor, dk_embed: Tensor, cos: Tensor, sin: Tensor, unsqueeze_dim: int,
-                      interleaved: bool, want_q: bool, want_k: bool) -> Tuple[Tensor, Tensor]:
+    def rope_backward_op(
+        dq_embed: Tensor,
+        dk_embed: Tensor,
+        cos: Tensor,
+        sin: Tensor,
+        unsqueeze_dim: int,
+        interleaved: bool,
+        want_q: bool,
+        want_k: bool,
+    ) -> Tuple[Tensor, Tensor]:
         dq, dk = rope_backward(dq_embed, dk_embed, cos, sin, unsqueeze_dim, interleaved, want_q, want_k)
         return or_empty(dq, dq_embed), or_empty(dk, dq_embed)
 
     @rope_backward_op.register_fake
     def _(dq_embed, dk_embed, cos, sin, unsqueeze_dim, interleaved, want_q, want_k):
-        return (rope_output(dq_embed) if want_q else empty(dq_embed),
-                rope_output(dk_embed) if want_k else empty(dq_embed))
+        return (
+            rope_output(dq_embed) if want_q else empty(dq_embed),
+            rope_output(dk_embed) if want_k else empty(dq_embed),
+        )
 
     def _rope_setup(ctx, inputs, output):
         rope_save(ctx, *inputs)

@@ -1,6 +1,5 @@
 """x * x and its gradient 2 x dy (fo_square_*)."""
 
-
 import torch
 from torch import Tensor
 
@@ -19,8 +18,7 @@ def square_forward(x):
     x_view, rows, cols, x_stride = as_rows(x)
     y = dense_like(x)
     device = device_args(x)
-    status = lib.fo_square_forward(*device, y.data_ptr(), x_view.data_ptr(), x_stride, rows, cols,
-                                   DTYPE_CODES[x.dtype])
+    status = lib.fo_square_forward(*device, y.data_ptr(), x_view.data_ptr(), x_stride, rows, cols, DTYPE_CODES[x.dtype])
     if status or SYNC:
         finish(lib.fo_square_forward, status, device)
     return y
@@ -31,14 +29,24 @@ def square_backward(dy, x):
     dy_view, _, _, dy_stride = as_rows(dy)
     dx = dense_like(x)
     device = device_args(x)
-    status = lib.fo_square_backward(*device, dx.data_ptr(), dy_view.data_ptr(), dy_stride,
-                                    x_view.data_ptr(), x_stride, rows, cols, DTYPE_CODES[x.dtype])
+    status = lib.fo_square_backward(
+        *device,
+        dx.data_ptr(),
+        dy_view.data_ptr(),
+        dy_stride,
+        x_view.data_ptr(),
+        x_stride,
+        rows,
+        cols,
+        DTYPE_CODES[x.dtype],
+    )
     if status or SYNC:
         finish(lib.fo_square_backward, status, device)
     return dx
 
 
 # autograd ------------------------------------------------------------------------------
+
 
 def square_save(ctx, x):
     ctx.save_for_backward(x)
@@ -64,6 +72,7 @@ apply_square = eager_apply(SquareFunction)
 
 
 # torch.compile -------------------------------------------------------------------------
+
 
 def _register():
     """The ops torch.compile sees (torch.library), and their autograd."""
@@ -108,5 +117,3 @@ def square(x):
     if records_grad(x):
         return apply_square(x)
     return square_forward(x)
-
-

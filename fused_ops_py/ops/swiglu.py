@@ -41,8 +41,15 @@ def _swiglu_plan(fn, gate, up):
     used as they are, CUDA index) for a signature."""
     check_swiglu(fn, gate, up)
     _, rows, cols, gate_stride = as_rows(gate)
-    return (rows, cols, gate_stride, as_rows(up)[3], DTYPE_CODES[gate.dtype],
-            gate.is_contiguous() and up.is_contiguous(), cuda_index(gate))
+    return (
+        rows,
+        cols,
+        gate_stride,
+        as_rows(up)[3],
+        DTYPE_CODES[gate.dtype],
+        gate.is_contiguous() and up.is_contiguous(),
+        cuda_index(gate),
+    )
 
 
 _swiglu_plans = {}
@@ -53,8 +60,9 @@ def swiglu_forward(fn, gate, up):
         key = (gate.shape, gate.stride(), gate.dtype, gate.device, up.shape, up.stride(), up.dtype, up.device)
     except AttributeError:  # not tensors: the checks name what is wrong
         key = None
-    rows, cols, gate_stride, up_stride, code, dense, cuda_index = prepared(_swiglu_plans, key, _swiglu_plan,
-                                                                            fn, gate, up)
+    rows, cols, gate_stride, up_stride, code, dense, cuda_index = prepared(
+        _swiglu_plans, key, _swiglu_plan, fn, gate, up
+    )
     y = dense_like(gate)
     if not dense:  # views, or copies where no view has dense rows: kept alive until the call returns
         gate, up = as_rows(gate)[0], as_rows(up)[0]
@@ -63,8 +71,9 @@ def swiglu_forward(fn, gate, up):
         device = (lib.FO_DEVICE_CPU, 0, 0)
     else:
         device = (lib.FO_DEVICE_CUDA, cuda_index, _args.cuda_stream(cuda_index))
-    status = lib.fo_swiglu_forward(*device, y.data_ptr(), gate.data_ptr(), gate_stride, up.data_ptr(),
-                                   up_stride, rows, cols, code)
+    status = lib.fo_swiglu_forward(
+        *device, y.data_ptr(), gate.data_ptr(), gate_stride, up.data_ptr(), up_stride, rows, cols, code
+    )
     if status or SYNC:
         finish(lib.fo_swiglu_forward, status, device)
     return y
@@ -82,8 +91,18 @@ def swiglu_backward(dy, gate, up, want_gate, want_up, over_inputs=False):
     dup = (up if over_inputs else dense_like(gate)) if want_up else None
     device = device_args(gate)
     status = lib.fo_swiglu_backward(
-        *device, address(dgate), address(dup), dy_view.data_ptr(), dy_stride,
-        gate_view.data_ptr(), gate_stride, up_view.data_ptr(), up_stride, rows, cols, DTYPE_CODES[gate.dtype],
+        *device,
+        address(dgate),
+        address(dup),
+        dy_view.data_ptr(),
+        dy_stride,
+        gate_view.data_ptr(),
+        gate_stride,
+        up_view.data_ptr(),
+        up_stride,
+        rows,
+        cols,
+        DTYPE_CODES[gate.dtype],
     )
     if status or SYNC:
         finish(lib.fo_swiglu_backward, status, device)
@@ -91,6 +110,7 @@ def swiglu_backward(dy, gate, up, want_gate, want_up, over_inputs=False):
 
 
 # autograd ------------------------------------------------------------------------------
+
 
 def swiglu_save(ctx, gate, up):
     ctx.save_for_backward(gate, up)
@@ -130,6 +150,7 @@ apply_swiglu = eager_apply(SwiGLUFunction)
 
 # torch.compile -------------------------------------------------------------------------
 
+
 def _register():
     """The ops torch.compile sees (torch.library), and their autograd."""
 
@@ -142,14 +163,18 @@ def _register():
         return gate.new_empty(gate.shape)
 
     @custom_op("fused_ops_py::swiglu_backward", mutates_args=())
-    def swiglu_backward_op(dy: Tensor, gate: Tensor, up: Tensor, want_gate: bool, want_up: bool) -> Tuple[Tensor, Tensor]:
+    def swiglu_backward_op(
+        dy: Tensor, gate: Tensor, up: Tensor, want_gate: bool, want_up: bool
+    ) -> Tuple[Tensor, Tensor]:
         dgate, dup = swiglu_backward(dy, gate, up, want_gate, want_up)
         return or_empty(dgate, gate), or_empty(dup, gate)
 
     @swiglu_backward_op.register_fake
     def _(dy, gate, up, want_gate, want_up):
-        return (gate.new_empty(gate.shape) if want_gate else empty(gate),
-                gate.new_empty(gate.shape) if want_up else empty(gate))
+        return (
+            gate.new_empty(gate.shape) if want_gate else empty(gate),
+            gate.new_empty(gate.shape) if want_up else empty(gate),
+        )
 
     def _swiglu_setup(ctx, inputs, output):
         swiglu_save(ctx, *inputs)
@@ -192,5 +217,3 @@ def _swiglu(gate, up, over_inputs):
     if wants_grad:
         return apply_swiglu(gate, up, over_inputs)
     return swiglu_forward(fn, gate, up)
-
-

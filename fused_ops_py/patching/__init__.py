@@ -39,14 +39,18 @@ def patch(model: nn.Module, *, norms=True, mlp=True, rope=True, cross_entropy=Tr
     a causal LM's forward each count one. strict=True: raise PatchError,
     naming them, if any norm, MLP, rotary embedding or causal-LM loss of
     the chosen kinds is not recognised, before changing anything."""
-    parts = [part for wanted, part in ((norms, patch_norms), (mlp, patch_mlps), (rope, patch_rope),
-                                       (cross_entropy, patch_loss)) if wanted]
+    parts = [
+        part
+        for wanted, part in ((norms, patch_norms), (mlp, patch_mlps), (rope, patch_rope), (cross_entropy, patch_loss))
+        if wanted
+    ]
     if strict:
         kept = [name for part in parts for name in part(model, apply=False)[1]]
         if kept:
             raise PatchError(
                 f"fused_ops_py.patch(strict=True): {type(model).__name__} has {len(kept)} part(s) whose "
-                "computation patch does not know; nothing was replaced: " + "; ".join(kept))
+                "computation patch does not know; nothing was replaced: " + "; ".join(kept)
+            )
     return sum(part(model)[0] for part in parts)
 
 

@@ -14,10 +14,13 @@ _RENAMED = {"past_key_values": "cache"}
 _REWRITTEN = {
     # the first field of a base model's output is its last hidden state
     "    hidden_states = outputs[0]\n": "    hidden_states = outputs.last_hidden_state\n",
-    "    slice_indices = slice(-logits_to_keep, None) if isinstance(logits_to_keep, int) else logits_to_keep\n"
-    "    logits = self.lm_head(hidden_states[:, slice_indices, :])":
-    "    hidden_states = slice_logits_to_keep(hidden_states, logits_to_keep)\n"
-    "    logits = self.lm_head(hidden_states)",
+    (
+        "    slice_indices = slice(-logits_to_keep, None) if isinstance(logits_to_keep, int) else logits_to_keep\n"
+        "    logits = self.lm_head(hidden_states[:, slice_indices, :])"
+    ): (
+        "    hidden_states = slice_logits_to_keep(hidden_states, logits_to_keep)\n"
+        "    logits = self.lm_head(hidden_states)"
+    ),
 }
 
 
@@ -50,14 +53,18 @@ def _canonical(text):
     function.decorator_list = []
     function.returns = None
     arguments = function.args
-    for argument in arguments.posonlyargs + arguments.args + arguments.kwonlyargs + [arguments.vararg,
-                                                                                      arguments.kwarg]:
+    for argument in arguments.posonlyargs + arguments.args + arguments.kwonlyargs + [arguments.vararg, arguments.kwarg]:
         if argument is not None:
             argument.annotation = None
     for node in ast.walk(function):
         body = getattr(node, "body", None)
-        if (isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and body and isinstance(body[0], ast.Expr)
-                and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str)):
+        if (
+            isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and body
+            and isinstance(body[0], ast.Expr)
+            and isinstance(body[0].value, ast.Constant)
+            and isinstance(body[0].value.value, str)
+        ):
             node.body = body[1:] or [ast.Pass()]
     canonical = ast.unparse(_Renamer().visit(function))
     for old, new in _REWRITTEN.items():
@@ -95,5 +102,7 @@ def is_known(function, sources):
 def has_hooks(module):
     """Whether module hooks would run around its forward (a replaced module
     would lose them, so it is kept)."""
-    return any(getattr(module, name, None) for name in (
-        "_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks"))
+    return any(
+        getattr(module, name, None)
+        for name in ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+    )

@@ -20,8 +20,9 @@ def _expert_order(top_k_index, num_experts):
     transformers' grouped_mm_experts_forward makes them."""
     expert_ids, perm = torch.sort(top_k_index.reshape(-1))
     on_cpu = expert_ids.device.type in ("cpu", "mps")  # histc takes floats there, ints on CUDA
-    counts = torch.histc(expert_ids.float() if on_cpu else expert_ids.int(), bins=num_experts, min=0,
-                         max=num_experts - 1)
+    counts = torch.histc(
+        expert_ids.float() if on_cpu else expert_ids.int(), bins=num_experts, min=0, max=num_experts - 1
+    )
     return perm // top_k_index.shape[-1], perm, torch.cumsum(counts, dim=0, dtype=torch.int32)
 
 
@@ -84,7 +85,13 @@ def usable(experts, hidden, top_k_index):
     from transformers.integrations import moe
 
     weight = experts.gate_up_proj
-    return (_grouped_mm is not None and torch.is_grad_enabled() and not compiling()
-            and not getattr(experts, "_is_expert_parallel", False) and hidden.dim() == 2
-            and top_k_index.dim() == 2 and hidden.dtype == weight.dtype
-            and moe._can_use_grouped_mm(hidden, weight, torch.empty(0, dtype=torch.int32, device=hidden.device)))
+    return (
+        _grouped_mm is not None
+        and torch.is_grad_enabled()
+        and not compiling()
+        and not getattr(experts, "_is_expert_parallel", False)
+        and hidden.dim() == 2
+        and top_k_index.dim() == 2
+        and hidden.dtype == weight.dtype
+        and moe._can_use_grouped_mm(hidden, weight, torch.empty(0, dtype=torch.int32, device=hidden.device))
+    )

@@ -45,8 +45,9 @@ def _known_loss(model):
         loss = model.loss_function
     except (AttributeError, ValueError):
         return False
-    return is_known(loss, _LOSS) and is_known(getattr(loss, "__globals__", {}).get("fixed_cross_entropy"),
-                                              _FIXED_CROSS_ENTROPY)
+    return is_known(loss, _LOSS) and is_known(
+        getattr(loss, "__globals__", {}).get("fixed_cross_entropy"), _FIXED_CROSS_ENTROPY
+    )
 
 
 def _logit_scale(model, recipe):
@@ -66,8 +67,13 @@ def recipe_of(model):
     forward = inspect.unwrap(type(model).forward)
     recipe = next((r for r in _RECIPES if is_known(forward, r.sources)), None)
     head = getattr(model, "lm_head", None)
-    if (recipe is None or type(head) is not nn.Linear or "forward" in head.__dict__ or has_hooks(head)
-            or not _known_loss(model)):  # (the fused loss never calls lm_head: its hooks would not run)
+    if (
+        recipe is None
+        or type(head) is not nn.Linear
+        or "forward" in head.__dict__
+        or has_hooks(head)
+        or not _known_loss(model)
+    ):  # (the fused loss never calls lm_head: its hooks would not run)
         return None
     vocab = head.out_features
     if getattr(model.config, "vocab_size", None) != vocab or getattr(model, "vocab_size", vocab) != vocab:
@@ -75,7 +81,8 @@ def recipe_of(model):
     if _logit_scale(model, recipe) is None:
         return None
     if recipe.logits == "softcapped" and not isinstance(
-            getattr(model.config, "final_logit_softcapping", None), (int, float, type(None))):
+        getattr(model.config, "final_logit_softcapping", None), (int, float, type(None))
+    ):
         return None
     return recipe
 
@@ -84,9 +91,14 @@ def _parts(forward):
     """(the base model's attribute, the output class) of a known forward:
     the first call on self, and the call its last statement returns."""
     function = ast.parse(textwrap.dedent(inspect.getsource(forward))).body[0]
-    calls = [node for node in ast.walk(function) if isinstance(node, ast.Call)
-             and isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name)
-             and node.func.value.id == "self"]
+    calls = [
+        node
+        for node in ast.walk(function)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id == "self"
+    ]
     returned = function.body[-1].value.func.id
     return calls[0].func.attr, forward.__globals__[returned]
 
@@ -106,8 +118,11 @@ def _fused_forward(recipe, forward):
             return type(self).forward(self, *args, **kwargs)
         extra = dict(arguments.pop("kwargs", {}))
         return_dict = extra.pop("return_dict", True)
-        passed = {name: value for name, value in arguments.items()
-                  if name not in ("self", "labels", "logits_to_keep", "output_router_logits")}
+        passed = {
+            name: value
+            for name, value in arguments.items()
+            if name not in ("self", "labels", "logits_to_keep", "output_router_logits")
+        }
         fields = {}
         if recipe.router_aux_loss:
             output_router_logits = arguments.get("output_router_logits")
@@ -120,7 +135,8 @@ def _fused_forward(recipe, forward):
             fields["aux_loss"] = None
             if output_router_logits:
                 fields["aux_loss"] = forward.__globals__["load_balancing_loss_func"](
-                    outputs.router_logits, self.num_experts, self.num_experts_per_tok, arguments.get("attention_mask"))
+                    outputs.router_logits, self.num_experts, self.num_experts_per_tok, arguments.get("attention_mask")
+                )
                 loss = loss + self.router_aux_loss_coef * fields["aux_loss"].to(loss.device)
         for name in _CARRIED:
             if name in output_class.__dataclass_fields__:
@@ -145,8 +161,14 @@ def _loss(model, recipe, hidden, labels, extra):
         bias = None if bias is None else bias * scale
     softcap = model.config.final_logit_softcapping if recipe.logits == "softcapped" else None
     loss = linear_cross_entropy_fp32(
-        hidden, weight, shift_labels.to(hidden.device), linear_bias=bias, ignore_index=ignore_index,
-        reduction="mean" if num_items_in_batch is None else "sum", softcap=softcap)
+        hidden,
+        weight,
+        shift_labels.to(hidden.device),
+        linear_bias=bias,
+        ignore_index=ignore_index,
+        reduction="mean" if num_items_in_batch is None else "sum",
+        softcap=softcap,
+    )
     if num_items_in_batch is not None:
         if torch.is_tensor(num_items_in_batch):
             num_items_in_batch = num_items_in_batch.to(loss.device)

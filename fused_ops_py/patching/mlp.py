@@ -49,8 +49,12 @@ def gate_of(activation):
     if kind.__name__ in ("GELUActivation", "GELUTanh") and is_known(kind.forward, _GELU_BY_ACT):
         if act is nn.functional.gelu:
             return _erf_gelu
-        if (isinstance(act, functools.partial) and act.func is nn.functional.gelu and not act.args
-                and act.keywords == {"approximate": "tanh"}):
+        if (
+            isinstance(act, functools.partial)
+            and act.func is nn.functional.gelu
+            and not act.args
+            and act.keywords == {"approximate": "tanh"}
+        ):
             return _tanh_gelu
     return None
 
@@ -239,30 +243,40 @@ def _experts_forward(self, *args, **kwargs):
 def _swiglu_experts_forward(self, hidden_states, top_k_index, top_k_weights):
     """_experts_forward, its grouped_mm path through GroupedExpertsFunction:
     the same computation, with less kept for backward."""
-    if (self.config._experts_implementation == "grouped_mm"
-            and grouped_experts.usable(self, hidden_states, top_k_index)):
-        return grouped_experts.GroupedExpertsFunction.apply(hidden_states, self.gate_up_proj, self.down_proj,
-                                                            top_k_index, top_k_weights)
+    if self.config._experts_implementation == "grouped_mm" and grouped_experts.usable(self, hidden_states, top_k_index):
+        return grouped_experts.GroupedExpertsFunction.apply(
+            hidden_states, self.gate_up_proj, self.down_proj, top_k_index, top_k_weights
+        )
     return _experts_forward(self, hidden_states, top_k_index, top_k_weights)
 
 
 def _is_experts(module):
     kind = type(module)
-    return (is_known(kind.forward, _EXPERTS_DISPATCH) and is_known(kind.forward.__wrapped__, _EXPERTS)
-            and is_known(getattr(kind, "_apply_gate", None), _DEFAULT_APPLY_GATE)
-            and getattr(module, "is_concatenated", None) is True and getattr(module, "is_transposed", None) is False
-            and getattr(module, "has_gate", None) is True and getattr(module, "has_bias", None) is False
-            and not getattr(module, "has_post_expert_norm", False)
-            and hasattr(getattr(module, "config", None), "_experts_implementation"))
+    return (
+        is_known(kind.forward, _EXPERTS_DISPATCH)
+        and is_known(kind.forward.__wrapped__, _EXPERTS)
+        and is_known(getattr(kind, "_apply_gate", None), _DEFAULT_APPLY_GATE)
+        and getattr(module, "is_concatenated", None) is True
+        and getattr(module, "is_transposed", None) is False
+        and getattr(module, "has_gate", None) is True
+        and getattr(module, "has_bias", None) is False
+        and not getattr(module, "has_post_expert_norm", False)
+        and hasattr(getattr(module, "config", None), "_experts_implementation")
+    )
 
 
 def _is_clamped_experts(module):
     kind = type(module)
-    return (is_known(kind.forward, _EXPERTS_DISPATCH) and is_known(kind.forward.__wrapped__, _CLAMPED_EXPERTS)
-            and is_known(getattr(kind, "_apply_gate", None), _CLAMPED_APPLY_GATE)
-            and isinstance(getattr(module, "alpha", None), (int, float)) and math.isfinite(module.alpha)
-            and isinstance(getattr(module, "limit", None), (int, float)) and module.limit > 0
-            and hasattr(getattr(module, "config", None), "_experts_implementation"))
+    return (
+        is_known(kind.forward, _EXPERTS_DISPATCH)
+        and is_known(kind.forward.__wrapped__, _CLAMPED_EXPERTS)
+        and is_known(getattr(kind, "_apply_gate", None), _CLAMPED_APPLY_GATE)
+        and isinstance(getattr(module, "alpha", None), (int, float))
+        and math.isfinite(module.alpha)
+        and isinstance(getattr(module, "limit", None), (int, float))
+        and module.limit > 0
+        and hasattr(getattr(module, "config", None), "_experts_implementation")
+    )
 
 
 def fused_methods(module):

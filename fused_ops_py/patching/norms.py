@@ -101,8 +101,13 @@ def _hf_layer_norm_eps(module):
     """eps of a Hugging Face LayerNorm without bias whose computation is
     known, over a 1-d weight, else None."""
     weight, eps = getattr(module, "weight", None), getattr(module, "variance_epsilon", None)
-    if (isinstance(weight, nn.Parameter) and weight.dim() == 1 and isinstance(eps, float)
-            and getattr(module, "bias", None) is None and is_known(type(module).forward, _LAYER_NORM_NO_BIAS)):
+    if (
+        isinstance(weight, nn.Parameter)
+        and weight.dim() == 1
+        and isinstance(eps, float)
+        and getattr(module, "bias", None) is None
+        and is_known(type(module).forward, _LAYER_NORM_NO_BIAS)
+    ):
         return eps
     return None
 
@@ -133,12 +138,18 @@ def replacement(module):
     if "forward" in module.__dict__ or has_hooks(module):
         return None
     if type(module) is nn.LayerNorm:
-        new = FusedLayerNorm(module.normalized_shape, eps=module.eps, elementwise_affine=module.elementwise_affine,
-                             bias=module.bias is not None, device="meta")
+        new = FusedLayerNorm(
+            module.normalized_shape,
+            eps=module.eps,
+            elementwise_affine=module.elementwise_affine,
+            bias=module.bias is not None,
+            device="meta",
+        )
         new.weight, new.bias = module.weight, module.bias
     elif type(module) is getattr(nn, "RMSNorm", None):
-        new = FusedRMSNorm(module.normalized_shape, eps=module.eps, elementwise_affine=module.elementwise_affine,
-                           device="meta")
+        new = FusedRMSNorm(
+            module.normalized_shape, eps=module.eps, elementwise_affine=module.elementwise_affine, device="meta"
+        )
         new.weight = module.weight
     elif (eps := _hf_layer_norm_eps(module)) is not None:
         new = FusedLayerNorm(tuple(module.weight.shape), eps=eps, bias=False, device="meta")
@@ -159,8 +170,12 @@ def _unweighted_forward(self, x):
 
 def _is_unweighted(module):
     forward = type(module).forward
-    if not (isinstance(getattr(module, "eps", None), float) and getattr(module, "weight", None) is None
-            and is_known(forward, _UNWEIGHTED) and "forward" not in module.__dict__):
+    if not (
+        isinstance(getattr(module, "eps", None), float)
+        and getattr(module, "weight", None) is None
+        and is_known(forward, _UNWEIGHTED)
+        and "forward" not in module.__dict__
+    ):
         return False
     return "_norm" not in canonical_source(forward) or is_known(getattr(type(module), "_norm", None), _NORM)
 
@@ -175,8 +190,11 @@ def patch_norms(model, apply=True):
     replaced, kept = 0, []
     for parent_name, parent in model.named_modules():
         for name, child in list(parent._modules.items()):
-            if child is None or isinstance(child, (FusedLayerNorm, FusedRMSNorm)) or (
-                    getattr(child.__dict__.get("forward"), "__func__", None) is _unweighted_forward):
+            if (
+                child is None
+                or isinstance(child, (FusedLayerNorm, FusedRMSNorm))
+                or (getattr(child.__dict__.get("forward"), "__func__", None) is _unweighted_forward)
+            ):
                 continue
             new = replacement(child)
             if new is not None:

@@ -52,8 +52,9 @@ class _Rope:
 _ROPES = (
     # all of each head rotated; OLMo's, Cohere's and ModernBERT's round to
     # q's dtype at the end, as the kernel does
-    _Rope(known(
-        """
+    _Rope(
+        known(
+            """
         def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
             cos = cos.unsqueeze(unsqueeze_dim)
             sin = sin.unsqueeze(unsqueeze_dim)
@@ -61,7 +62,7 @@ _ROPES = (
             k_embed = k * cos + rotate_half(k) * sin
             return (q_embed, k_embed)
         """,
-        """
+            """
         def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
             q_type, k_type = (q.dtype, k.dtype)
             cos = cos.unsqueeze(unsqueeze_dim)
@@ -70,7 +71,7 @@ _ROPES = (
             k_embed = k * cos + rotate_half(k) * sin
             return (q_embed.to(q_type), k_embed.to(k_type))
         """,
-        """
+            """
         def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
             dtype = q.dtype
             q = q.float()
@@ -81,7 +82,7 @@ _ROPES = (
             k_embed = k * cos + rotate_half(k) * sin
             return (q_embed.to(dtype=dtype), k_embed.to(dtype=dtype))
         """,
-        """
+            """
         def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
             original_dtype = q.dtype
             cos = cos.unsqueeze(unsqueeze_dim)
@@ -90,10 +91,12 @@ _ROPES = (
             k_embed = k.float() * cos + rotate_half(k.float()) * sin
             return (q_embed.to(original_dtype), k_embed.to(original_dtype))
         """,
-    )),
+        )
+    ),
     # partial rotary (GPT-NeoX, Phi-3, Qwen3-Next, Nemotron)
-    _Rope(known(
-        """
+    _Rope(
+        known(
+            """
         def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
             cos = cos.unsqueeze(unsqueeze_dim)
             sin = sin.unsqueeze(unsqueeze_dim)
@@ -106,7 +109,7 @@ _ROPES = (
             k_embed = torch.cat([k_embed, k_pass], dim=-1)
             return (q_embed, k_embed)
         """,
-        """
+            """
         def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
             cos = cos.unsqueeze(unsqueeze_dim)
             sin = sin.unsqueeze(unsqueeze_dim)
@@ -117,7 +120,7 @@ _ROPES = (
             k_embed = torch.cat([k_rot * cos + rotate_half(k_rot) * sin, k_pass], dim=-1)
             return (q_embed, k_embed)
         """,
-        """
+            """
         def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
             cos = cos.unsqueeze(unsqueeze_dim)
             sin = sin.unsqueeze(unsqueeze_dim)
@@ -128,10 +131,13 @@ _ROPES = (
             k_embed = k * cos + rotate_half(k) * sin
             return (torch.cat((q_embed, q_pass), dim=-1), torch.cat((k_embed, k_pass), dim=-1))
         """,
-    ), partial=True),
+        ),
+        partial=True,
+    ),
     # the first half of the table repeated pairwise (Helium; Ernie 4.5 in fp32)
-    _Rope(known(
-        """
+    _Rope(
+        known(
+            """
         def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
             cos = cos.unsqueeze(unsqueeze_dim)
             sin = sin.unsqueeze(unsqueeze_dim)
@@ -141,7 +147,7 @@ _ROPES = (
             k_embed = k * cos + rotate_half(k) * sin
             return (q_embed, k_embed)
         """,
-        """
+            """
         def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
             original_dtype = q.dtype
             cos = cos.unsqueeze(unsqueeze_dim)
@@ -152,10 +158,13 @@ _ROPES = (
             k_embed = k.float() * cos + rotate_half(k).float() * sin
             return (q_embed.to(original_dtype), k_embed.to(original_dtype))
         """,
-    ), table="first half interleaved"),
+        ),
+        table="first half interleaved",
+    ),
     # the same with partial rotary (GLM, GLM-4)
-    _Rope(known(
-        """
+    _Rope(
+        known(
+            """
         def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
             cos = cos.unsqueeze(unsqueeze_dim)
             sin = sin.unsqueeze(unsqueeze_dim)
@@ -170,10 +179,14 @@ _ROPES = (
             k_embed = torch.cat([k_embed, k_pass], dim=-1)
             return (q_embed, k_embed)
         """
-    ), partial=True, table="first half interleaved"),
+        ),
+        partial=True,
+        table="first half interleaved",
+    ),
     # gpt-oss: a table of half the rotated dimensions, for both halves
-    _Rope(known(
-        """
+    _Rope(
+        known(
+            """
         def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
             cos = cos.unsqueeze(unsqueeze_dim)
             sin = sin.unsqueeze(unsqueeze_dim)
@@ -181,10 +194,14 @@ _ROPES = (
             k_embed = _apply_rotary_emb(k, cos, sin)
             return (q_embed, k_embed)
         """
-    ), table="half", rotation="_apply_rotary_emb"),
+        ),
+        table="half",
+        rotation="_apply_rotary_emb",
+    ),
     # Llama 4: q and k [B, T, H, D] times complex [B, T, D/2] frequencies, in fp32
-    _Rope(known(
-        """
+    _Rope(
+        known(
+            """
         def apply_rotary_emb(xq, xk, freqs_cis):
             xq_ = torch.view_as_complex(xq.float().reshape(*xq.shape[:-1], -1, 2))
             xk_ = torch.view_as_complex(xk.float().reshape(*xk.shape[:-1], -1, 2))
@@ -192,7 +209,11 @@ _ROPES = (
             xk_out = torch.view_as_real(xk_ * freqs_cis[:, :, None, :]).flatten(3)
             return (xq_out.type_as(xq), xk_out.type_as(xk))
         """
-    ), table="complex", rotation=None, name="apply_rotary_emb"),
+        ),
+        table="complex",
+        rotation=None,
+        name="apply_rotary_emb",
+    ),
 )
 
 _HALF_TABLE_ROTATION = known(
@@ -212,16 +233,31 @@ def _fits(q, k, cos, sin, unsqueeze_dim, partial, fp32_tables=False):
     half q and k, where the original computes in fp32), 4-d q and k with
     contiguous rows, cos and sin of one of the shapes the kernel reads."""
     tables_dtype = cos.dtype == q.dtype or (
-        fp32_tables and cos.dtype == torch.float32 and q.dtype in (torch.float16, torch.bfloat16))
-    if not (q.dtype == k.dtype and cos.dtype == sin.dtype and tables_dtype and q.dim() == 4 and k.dim() == 4
-            and unsqueeze_dim in (1, 2) and cos.shape == sin.shape and cos.dim() in (2, 3)
-            and q.stride(-1) == k.stride(-1) == cos.stride(-1) == sin.stride(-1) == 1):
+        fp32_tables and cos.dtype == torch.float32 and q.dtype in (torch.float16, torch.bfloat16)
+    )
+    if not (
+        q.dtype == k.dtype
+        and cos.dtype == sin.dtype
+        and tables_dtype
+        and q.dim() == 4
+        and k.dim() == 4
+        and unsqueeze_dim in (1, 2)
+        and cos.shape == sin.shape
+        and cos.dim() in (2, 3)
+        and q.stride(-1) == k.stride(-1) == cos.stride(-1) == sin.stride(-1) == 1
+    ):
         return False
     tokens = 2 if unsqueeze_dim == 1 else 1
     rotary = cos.shape[-1]
-    return (q.shape[tokens] == k.shape[tokens] == cos.shape[-2] and q.shape[0] == k.shape[0]
-            and q.shape[3] == k.shape[3] and (cos.dim() == 2 or cos.shape[0] in (1, q.shape[0]))
-            and rotary % 2 == 0 and 0 < rotary <= q.shape[3] and (partial or rotary == q.shape[3]))
+    return (
+        q.shape[tokens] == k.shape[tokens] == cos.shape[-2]
+        and q.shape[0] == k.shape[0]
+        and q.shape[3] == k.shape[3]
+        and (cos.dim() == 2 or cos.shape[0] in (1, q.shape[0]))
+        and rotary % 2 == 0
+        and 0 < rotary <= q.shape[3]
+        and (partial or rotary == q.shape[3])
+    )
 
 
 def _fused(original, rope, interleaved):
@@ -283,8 +319,9 @@ def _recognised(modeling, name):
 
 def _rotary_functions(modeling):
     """The names of a modeling module's rotary functions (apply_rotary_*)."""
-    return [name for name, value in vars(modeling).items()
-            if name.startswith("apply_rotary") and inspect.isfunction(value)]
+    return [
+        name for name, value in vars(modeling).items() if name.startswith("apply_rotary") and inspect.isfunction(value)
+    ]
 
 
 def patch_rope(model, apply=True):

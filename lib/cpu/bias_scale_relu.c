@@ -1,5 +1,5 @@
-/* cpu/bias_scale_relu.c: relu(x * scale + bias), forward and backward: the CPU kernels, compiled once for each instruction set
- * (cpu_kernels.h) and chosen at load. */
+/* cpu/bias_scale_relu.c: relu(x * scale + bias), forward and backward: the CPU kernels, compiled
+ * once for each instruction set (cpu_kernels.h) and chosen at load. */
 #include <math.h>
 #include <string.h>
 
@@ -13,8 +13,7 @@
  * of x is flag b, 0 or 1) into one byte: x * 0x0102040810204080 gathers
  * flag b at bit 56 + b, with no carries (each column of the product has
  * at most one set bit). */
-static void mask_of_f32(unsigned char *restrict mask, const float *restrict y,
-                        int64_t n) {
+static void mask_of_f32(unsigned char *restrict mask, const float *restrict y, int64_t n) {
     unsigned char flag[CPU_CHUNK + 8] = {0};
     for (int64_t i = 0; i < n; i++) flag[i] = !(y[i] <= 0.0f);
     for (int64_t j = 0; j < (n + 7) / 8; j++) {
@@ -28,8 +27,8 @@ static void mask_of_f32(unsigned char *restrict mask, const float *restrict y,
  * computes these dtypes (+ 0.0 makes -0 +0; NaN passes through). The mask
  * is taken from y as stored: a tiny positive value that float16 rounds to 0
  * passes no gradient. */
-static void forward_piece_float(const fo_bias_scale_relu_forward_params *a,
-                                int64_t r, int64_t c0, int64_t n) {
+static void forward_piece_float(const fo_bias_scale_relu_forward_params *a, int64_t r, int64_t c0,
+                                int64_t n) {
     float x_buf[CPU_CHUNK], bias_buf[CPU_CHUNK], y_buf[CPU_CHUNK], stored_buf[CPU_CHUNK];
     const float *restrict x = fo_float_in(x_buf, a->x, r * a->x_row_stride + c0, n, a->dtype);
     const int64_t out = r * a->cols + c0;
@@ -92,8 +91,7 @@ static void forward_pieces(const void *ctx, int64_t k0, int64_t k1) {
             y[i] = v < 0.0 ? 0.0 : v;
         }
         fo_cpu_store(a->y, r * a->cols + c0, y, n, a->dtype);
-        if (!a->mask)
-            continue;
+        if (!a->mask) continue;
         /* the mask says where the y as stored is not <= 0: a tiny positive
          * value rounded to 0 passes no gradient, and NaN passes it, as
          * torch's threshold_backward does */
@@ -102,8 +100,7 @@ static void forward_pieces(const void *ctx, int64_t k0, int64_t k1) {
         unsigned char *mask = a->mask + r * mask_row_bytes + c0 / 8;
         for (int64_t i = 0; i < n; i += 8) {
             unsigned bits = 0;
-            for (int64_t b = 0; b < 8 && i + b < n; b++)
-                bits |= (unsigned)!(y[i + b] <= 0.0) << b;
+            for (int64_t b = 0; b < 8 && i + b < n; b++) bits |= (unsigned)!(y[i + b] <= 0.0) << b;
             mask[i / 8] = (unsigned char)bits;
         }
     }
@@ -111,13 +108,11 @@ static void forward_pieces(const void *ctx, int64_t k0, int64_t k1) {
 
 /* backward_piece in float for float32, bfloat16 and float16 (dbias sums in
  * double). */
-static void backward_piece_float(const fo_bias_scale_relu_backward_params *a,
-                                 int64_t r, int64_t c0, int64_t n,
-                                 double *restrict dbias) {
+static void backward_piece_float(const fo_bias_scale_relu_backward_params *a, int64_t r, int64_t c0,
+                                 int64_t n, double *restrict dbias) {
     float dy_buf[CPU_CHUNK], dx_buf[CPU_CHUNK], g[CPU_CHUNK];
     const float *restrict dy = fo_float_in(dy_buf, a->dy, r * a->dy_row_stride + c0, n, a->dtype);
-    const unsigned char *restrict mask =
-        a->mask + r * fo_mask_row_bytes(a->cols) + c0 / 8;
+    const unsigned char *restrict mask = a->mask + r * fo_mask_row_bytes(a->cols) + c0 / 8;
     unsigned char kept[CPU_CHUNK];
     /* a mask byte to eight flag bytes: copied into every byte, byte b keeps
      * bit b, and + 0x7f carries any set bit to the byte's top (no carry out) */
@@ -143,8 +138,8 @@ static void backward_piece_float(const fo_bias_scale_relu_backward_params *a,
 
 /* dx of one piece (row r, columns c0 .. c0 + n), its gradient added into
  * dbias[0 .. n) (when dbias is not null). */
-static void backward_piece(const fo_bias_scale_relu_backward_params *a,
-                           int64_t r, int64_t c0, int64_t n, double *dbias) {
+static void backward_piece(const fo_bias_scale_relu_backward_params *a, int64_t r, int64_t c0,
+                           int64_t n, double *dbias) {
     double dy[CPU_CHUNK], dx[CPU_CHUNK];
     unsigned char kept[CPU_CHUNK];
     const unsigned char *mask = a->mask + r * fo_mask_row_bytes(a->cols) + c0 / 8;
@@ -155,15 +150,13 @@ static void backward_piece(const fo_bias_scale_relu_backward_params *a,
     fo_cpu_load(dy, a->dy, r * a->dy_row_stride + c0, n, a->dtype);
     /* bits to flags first: the select below then compiles to a vector
      * blend, not a branch that random masks mispredict */
-    for (int64_t i = 0; i < n; i++)
-        kept[i] = (mask[i >> 3] >> (i & 7)) & 1u;
+    for (int64_t i = 0; i < n; i++) kept[i] = (mask[i >> 3] >> (i & 7)) & 1u;
     for (int64_t i = 0; i < n; i++) {
         double g = kept[i] ? dy[i] : 0.0;
         if (dbias) dbias[i] += g;
         dx[i] = g * a->scale;
     }
-    if (a->dx)
-        fo_cpu_store(a->dx, r * a->cols + c0, dx, n, a->dtype);
+    if (a->dx) fo_cpu_store(a->dx, r * a->cols + c0, dx, n, a->dtype);
 }
 
 /* With a bias gradient: column chunks [k0, k1), all rows, columns outer,

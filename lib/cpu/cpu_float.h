@@ -20,8 +20,8 @@
 
 /* Elements [offset, offset + n) of src as floats: src itself for float32,
  * else converted into buf. */
-static inline const float *fo_float_in(float *restrict buf, const void *src,
-                                       int64_t offset, int64_t n, int dtype) {
+static inline const float *fo_float_in(float *restrict buf, const void *src, int64_t offset,
+                                       int64_t n, int dtype) {
     if (dtype == FO_DTYPE_F32) return (const float *)src + offset;
     const uint16_t *restrict s = (const uint16_t *)src + offset;
     if (dtype == FO_DTYPE_BF16)
@@ -33,14 +33,12 @@ static inline const float *fo_float_in(float *restrict buf, const void *src,
 
 /* Where to write elements from offset: dst itself for float32, else buf
  * (then fo_float_done converts). */
-static inline float *fo_float_out(float *buf, void *dst, int64_t offset,
-                                  int dtype) {
+static inline float *fo_float_out(float *buf, void *dst, int64_t offset, int dtype) {
     return dtype == FO_DTYPE_F32 ? (float *)dst + offset : buf;
 }
 
 /* Stores what fo_float_out's buffer holds (nothing to do for float32). */
-static inline void fo_float_done(void *dst, int64_t offset,
-                                 const float *restrict src, int64_t n,
+static inline void fo_float_done(void *dst, int64_t offset, const float *restrict src, int64_t n,
                                  int dtype) {
     if (dtype == FO_DTYPE_F32) return;
     uint16_t *restrict d = (uint16_t *)dst + offset;

@@ -37,34 +37,29 @@ typedef struct fo_cpu_kernels {
 } fo_cpu_kernels;
 
 /* Every instruction set's table, declared for the one that picks. */
-#define FO_CPU_DECLARE_TABLE(isa)                                              \
-    void FO_CPU_NAME(bias_scale_relu_forward, isa)(const fo_bias_scale_relu_forward_params *); \
+#define FO_CPU_DECLARE_TABLE(isa)                                                                \
+    void FO_CPU_NAME(bias_scale_relu_forward, isa)(const fo_bias_scale_relu_forward_params *);   \
     void FO_CPU_NAME(bias_scale_relu_backward, isa)(const fo_bias_scale_relu_backward_params *); \
-    void FO_CPU_NAME(square, isa)(const fo_square_args *);                     \
-    void FO_CPU_NAME(reduce_sum, isa)(const fo_reduce_sum_args *);             \
-    void FO_CPU_NAME(norm_forward, isa)(const fo_norm_forward_params *);       \
-    void FO_CPU_NAME(norm_backward, isa)(const fo_norm_backward_params *);     \
-    void FO_CPU_NAME(swiglu, isa)(const fo_swiglu_args *);                     \
-    void FO_CPU_NAME(geglu, isa)(const fo_geglu_params *);                     \
-    void FO_CPU_NAME(clamped_swiglu, isa)(const fo_clamped_swiglu_args *);     \
-    void FO_CPU_NAME(rope, isa)(const fo_rope_params *);                       \
-    void FO_CPU_NAME(cross_entropy, isa)(const fo_cross_entropy_params *);     \
+    void FO_CPU_NAME(square, isa)(const fo_square_args *);                                       \
+    void FO_CPU_NAME(reduce_sum, isa)(const fo_reduce_sum_args *);                               \
+    void FO_CPU_NAME(norm_forward, isa)(const fo_norm_forward_params *);                         \
+    void FO_CPU_NAME(norm_backward, isa)(const fo_norm_backward_params *);                       \
+    void FO_CPU_NAME(swiglu, isa)(const fo_swiglu_args *);                                       \
+    void FO_CPU_NAME(geglu, isa)(const fo_geglu_params *);                                       \
+    void FO_CPU_NAME(clamped_swiglu, isa)(const fo_clamped_swiglu_args *);                       \
+    void FO_CPU_NAME(rope, isa)(const fo_rope_params *);                                         \
+    void FO_CPU_NAME(cross_entropy, isa)(const fo_cross_entropy_params *);                       \
     void FO_CPU_NAME(scale_rows, isa)(const fo_scale_rows_params *);
 
-#define FO_CPU_TABLE(isa)                                                      \
-    {#isa,                                                                     \
-     FO_CPU_NAME(bias_scale_relu_forward, isa),                                \
-     FO_CPU_NAME(bias_scale_relu_backward, isa),                               \
-     FO_CPU_NAME(square, isa),                                                 \
-     FO_CPU_NAME(reduce_sum, isa),                                             \
-     FO_CPU_NAME(norm_forward, isa),                                           \
-     FO_CPU_NAME(norm_backward, isa),                                          \
-     FO_CPU_NAME(swiglu, isa),                                                 \
-     FO_CPU_NAME(geglu, isa),                                                  \
-     FO_CPU_NAME(clamped_swiglu, isa),                                         \
-     FO_CPU_NAME(rope, isa),                                                   \
-     FO_CPU_NAME(cross_entropy, isa),                                          \
-     FO_CPU_NAME(scale_rows, isa)}
+#define FO_CPU_TABLE(isa)                                                                       \
+    {                                                                                           \
+#isa, FO_CPU_NAME(bias_scale_relu_forward, isa),                                        \
+            FO_CPU_NAME(bias_scale_relu_backward, isa), FO_CPU_NAME(square, isa),               \
+            FO_CPU_NAME(reduce_sum, isa), FO_CPU_NAME(norm_forward, isa),                       \
+            FO_CPU_NAME(norm_backward, isa), FO_CPU_NAME(swiglu, isa), FO_CPU_NAME(geglu, isa), \
+            FO_CPU_NAME(clamped_swiglu, isa), FO_CPU_NAME(rope, isa),                           \
+            FO_CPU_NAME(cross_entropy, isa), FO_CPU_NAME(scale_rows, isa)                       \
+    }
 
 /* The kernels of the instruction set in use (chosen on the first call). */
 const fo_cpu_kernels *fo_cpu(void);

@@ -1,5 +1,6 @@
-/* cpu/cross_entropy.c: the cross-entropy of rows of logits with its gradient, and the row scaling its backward uses: the CPU kernels, compiled once for each instruction set
- * (cpu_kernels.h) and chosen at load. */
+/* cpu/cross_entropy.c: the cross-entropy of rows of logits with its gradient, and the row scaling
+ * its backward uses: the CPU kernels, compiled once for each instruction set (cpu_kernels.h) and
+ * chosen at load. */
 #include <math.h>
 
 #include "cpu_convert.h"
@@ -7,8 +8,7 @@
 #include "cpu_parallel.h"
 
 /* z of n logits from offset: softcapped where softcap > 0. */
-static void load_z(double *z, const fo_cross_entropy_params *a, int64_t offset,
-                   int64_t n) {
+static void load_z(double *z, const fo_cross_entropy_params *a, int64_t offset, int64_t n) {
     fo_cpu_load(z, a->logits, offset, n, a->dtype);
     if (a->softcap > 0)
         for (int64_t i = 0; i < n; i++) z[i] = a->softcap * tanh(z[i] / a->softcap);

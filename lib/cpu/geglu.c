@@ -1,14 +1,14 @@
-/* cpu/geglu.c: y = gelu(gate) * up and its gradients: the CPU kernels, compiled once for each instruction set
- * (cpu_kernels.h) and chosen at load. */
+/* cpu/geglu.c: y = gelu(gate) * up and its gradients: the CPU kernels, compiled once for each
+ * instruction set (cpu_kernels.h) and chosen at load. */
 #include <math.h>
 
 #include "cpu_convert.h"
 #include "cpu_kernels.h"
 #include "cpu_parallel.h"
 
-#define SQRT_HALF 0.70710678118654752440       /* 1 / sqrt(2) */
-#define INV_SQRT_2PI 0.39894228040143267794    /* 1 / sqrt(2 pi) */
-#define SQRT_2_OVER_PI 0.79788456080286535588  /* sqrt(2 / pi) */
+#define SQRT_HALF 0.70710678118654752440 /* 1 / sqrt(2) */
+#define INV_SQRT_2PI 0.39894228040143267794 /* 1 / sqrt(2 pi) */
+#define SQRT_2_OVER_PI 0.79788456080286535588 /* sqrt(2 / pi) */
 #define TANH_CUBIC 0.044715
 
 /* gelu(g), and gelu'(g) into *grad where grad is not NULL. The exact
@@ -65,8 +65,7 @@ static void geglu_pieces(const void *ctx, int64_t k0, int64_t k1) {
         fo_cpu_load(gate, a->gate, r * a->gate_row_stride + c0, n, a->dtype);
         fo_cpu_load(up, a->up, r * a->up_row_stride + c0, n, a->dtype);
         if (!a->dy) {
-            for (int64_t i = 0; i < n; i++)
-                first[i] = gelu(gate[i], a->approximate, NULL) * up[i];
+            for (int64_t i = 0; i < n; i++) first[i] = gelu(gate[i], a->approximate, NULL) * up[i];
             fo_cpu_store(a->y_or_dgate, r * a->cols + c0, first, n, a->dtype);
             continue;
         }
@@ -77,10 +76,8 @@ static void geglu_pieces(const void *ctx, int64_t k0, int64_t k1) {
             first[i] = dy[i] * up[i] * grad;
             second[i] = dy[i] * value;
         }
-        if (a->y_or_dgate)
-            fo_cpu_store(a->y_or_dgate, r * a->cols + c0, first, n, a->dtype);
-        if (a->dup)
-            fo_cpu_store(a->dup, r * a->cols + c0, second, n, a->dtype);
+        if (a->y_or_dgate) fo_cpu_store(a->y_or_dgate, r * a->cols + c0, first, n, a->dtype);
+        if (a->dup) fo_cpu_store(a->dup, r * a->cols + c0, second, n, a->dtype);
     }
 }
 

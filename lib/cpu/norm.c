@@ -1,5 +1,5 @@
-/* cpu/norm.c: LayerNorm and RMSNorm with fused residual add and dropout, forward and backward: the CPU kernels, compiled once for each instruction set
- * (cpu_kernels.h) and chosen at load. */
+/* cpu/norm.c: LayerNorm and RMSNorm with fused residual add and dropout, forward and backward: the
+ * CPU kernels, compiled once for each instruction set (cpu_kernels.h) and chosen at load. */
 #include <math.h>
 #include <string.h>
 
@@ -11,17 +11,15 @@
 #include "philox.h"
 
 /* Multiplies v[0..n) (columns col0..) by the dropout keep mask / (1 - p). */
-static void cpu_dropout(double *v, int64_t n, int64_t row, int64_t col0,
-                        double p, uint64_t seed, uint64_t offset,
-                        int64_t cols) {
+static void cpu_dropout(double *v, int64_t n, int64_t row, int64_t col0, double p, uint64_t seed,
+                        uint64_t offset, int64_t cols) {
     uint32_t threshold = fo_dropout_threshold(p);
     double scale = 1.0 / (1.0 - p);
     uint64_t base = offset + (uint64_t)row * fo_dropout_row_counters(cols);
     fo_philox_block block = fo_philox(seed, base + (uint64_t)col0 / 4);
     for (int64_t i = 0; i < n; i++) {
         int64_t col = col0 + i;
-        if (col % 4 == 0 && i > 0)
-            block = fo_philox(seed, base + (uint64_t)col / 4);
+        if (col % 4 == 0 && i > 0) block = fo_philox(seed, base + (uint64_t)col / 4);
         v[i] = block.lane[col % 4] >= threshold ? v[i] * scale : 0.0;
     }
 }
@@ -39,8 +37,7 @@ static double stat_at(const void *stats, int64_t row, int dtype) {
  * Taken when every tensor is float32 and there is no dropout. */
 static int forward_is_f32(const fo_norm_forward_params *a) {
     return a->dtype == FO_DTYPE_F32 && a->param_dtype == FO_DTYPE_F32 &&
-           (!a->residual || a->residual_dtype == FO_DTYPE_F32) &&
-           a->dropout_p == 0.0;
+           (!a->residual || a->residual_dtype == FO_DTYPE_F32) && a->dropout_p == 0.0;
 }
 
 /* One row of the float32 forward. */
@@ -51,8 +48,7 @@ static void forward_row_f32(const fo_norm_forward_params *a, int64_t r) {
     float *restrict y = (float *)a->y + r * cols;
     const float *h = x;
     if (a->residual) { /* h = x + residual: one float rounding, as in double */
-        const float *restrict res =
-            (const float *)a->residual + r * a->residual_row_stride;
+        const float *restrict res = (const float *)a->residual + r * a->residual_row_stride;
         float *restrict h_out = (float *)a->residual_out + r * cols;
         for (int64_t i = 0; i < cols; i++) h_out[i] = x[i] + res[i];
         h = h_out;
@@ -79,8 +75,7 @@ static void forward_row_f32(const fo_norm_forward_params *a, int64_t r) {
         fo_lanes_add_squares_f32(&squares, h + c0, chunk_mean, n);
         const double delta = chunk_mean - mean;
         mean += delta * (double)n / (double)(c0 + n);
-        m2 += fo_lanes_total(&squares) +
-              delta * delta * (double)c0 * (double)n / (double)(c0 + n);
+        m2 += fo_lanes_total(&squares) + delta * delta * (double)c0 * (double)n / (double)(c0 + n);
     }
     const double rstd = 1.0 / sqrt(m2 / (double)cols + a->eps);
     if (a->mean) ((float *)a->mean)[r] = (float)mean;
@@ -95,9 +90,9 @@ static void forward_row_f32(const fo_norm_forward_params *a, int64_t r) {
 }
 
 /* bfloat16 and float16 without dropout compute in float, as torch does
- * (float32 keeps double arithmetic above: the fuzz harness holds it to 1 ulp): each CPU_CHUNK piece's sums in FLOAT_LANES double lanes (a
- * fixed order, so the same bits on any thread count), the pieces merged in
- * double. float64 and dropout take the double path below. */
+ * (float32 keeps double arithmetic above: the fuzz harness holds it to 1 ulp): each CPU_CHUNK
+ * piece's sums in FLOAT_LANES double lanes (a fixed order, so the same bits on any thread count),
+ * the pieces merged in double. float64 and dropout take the double path below. */
 static int forward_in_float(const fo_norm_forward_params *a) {
     return a->dtype != FO_DTYPE_F64 && a->dtype != FO_DTYPE_F32 && a->param_dtype != FO_DTYPE_F64 &&
            (!a->residual || a->residual_dtype != FO_DTYPE_F64) && a->dropout_p == 0.0;
@@ -138,10 +133,12 @@ static void forward_row_float(const fo_norm_forward_params *a, int64_t r) {
     for (int64_t c0 = 0; c0 < cols; c0 += CPU_CHUNK) {
         const int64_t n = cols - c0 < CPU_CHUNK ? cols - c0 : CPU_CHUNK;
         if (a->residual) { /* h = x + residual, rounded to residual's dtype */
-            const float *restrict x = fo_float_in(x_buf, a->x, r * a->x_row_stride + c0, n, a->dtype);
-            const float *restrict res = fo_float_in(other_buf, a->residual, r * a->residual_row_stride + c0,
-                                                    n, a->residual_dtype);
-            float *restrict h = fo_float_out(h_buf, a->residual_out, r * cols + c0, a->residual_dtype);
+            const float *restrict x =
+                fo_float_in(x_buf, a->x, r * a->x_row_stride + c0, n, a->dtype);
+            const float *restrict res = fo_float_in(
+                other_buf, a->residual, r * a->residual_row_stride + c0, n, a->residual_dtype);
+            float *restrict h =
+                fo_float_out(h_buf, a->residual_out, r * cols + c0, a->residual_dtype);
             for (int64_t i = 0; i < n; i++) h[i] = x[i] + res[i];
             fo_float_done(a->residual_out, r * cols + c0, h, n, a->residual_dtype);
         }
@@ -211,13 +208,11 @@ static void forward_rows(const void *ctx, int64_t r0, int64_t r1) {
             if (a->residual) {
                 fo_cpu_load(h, a->x, r * a->x_row_stride + c0, n, a->dtype);
                 if (a->dropout_p > 0.0)
-                    cpu_dropout(h, n, r, c0, a->dropout_p, a->seed, a->offset,
-                                cols);
-                fo_cpu_load(other, a->residual, r * a->residual_row_stride + c0,
-                            n, a->residual_dtype);
+                    cpu_dropout(h, n, r, c0, a->dropout_p, a->seed, a->offset, cols);
+                fo_cpu_load(other, a->residual, r * a->residual_row_stride + c0, n,
+                            a->residual_dtype);
                 for (int64_t i = 0; i < n; i++) h[i] += other[i];
-                fo_cpu_store(a->residual_out, r * cols + c0, h, n,
-                             a->residual_dtype);
+                fo_cpu_store(a->residual_out, r * cols + c0, h, n, a->residual_dtype);
             }
             fo_cpu_load(h, h_src, h_offset + c0, n, h_dtype);
             fo_lanes_add(&sum_squares, h, h, n);
@@ -263,9 +258,8 @@ void FO_CPU(norm_forward)(const fo_norm_forward_params *a) {
 }
 
 /* dy * weight for columns c0.. of row r, into wdy. */
-static void load_weighted_dy(double *wdy, double *weight,
-                             const fo_norm_backward_params *a, int64_t r,
-                             int64_t c0, int64_t n) {
+static void load_weighted_dy(double *wdy, double *weight, const fo_norm_backward_params *a,
+                             int64_t r, int64_t c0, int64_t n) {
     fo_cpu_load(wdy, a->dy, r * a->dy_row_stride + c0, n, a->dtype);
     if (!a->weight) return;
     fo_cpu_load(weight, a->weight, c0, n, a->param_dtype);
@@ -283,12 +277,10 @@ static int backward_is_f32(const fo_norm_backward_params *a) {
  * wdy0 its first element) and wdy * xhat, as the generic path adds them
  * (double terms in cpu_lanes.h's order), from the floats themselves. Called
  * with w either null or known not to be, so each inlined copy vectorizes. */
-static inline void row_sums_f32(fo_lanes *shifted_sum_wdy,
-                                fo_lanes *sum_wdy_xhat,
-                                const float *restrict dy,
-                                const float *restrict w,
-                                const float *restrict h, double wdy0,
-                                double mean, double rstd, int64_t cols) {
+static inline void row_sums_f32(fo_lanes *shifted_sum_wdy, fo_lanes *sum_wdy_xhat,
+                                const float *restrict dy, const float *restrict w,
+                                const float *restrict h, double wdy0, double mean, double rstd,
+                                int64_t cols) {
     double wdy[CPU_CHUNK], xhat[CPU_CHUNK];
     for (int64_t c0 = 0; c0 < cols; c0 += CPU_CHUNK) {
         const int64_t n = cols - c0 < CPU_CHUNK ? cols - c0 : CPU_CHUNK;
@@ -374,8 +366,7 @@ static void backward_rows(const void *ctx, int64_t r0, int64_t r1) {
             for (int64_t i = 0; i < n; i++) wdy[i] -= wdy0;
             fo_lanes_add(&shifted_sum_wdy, wdy, NULL, n);
         }
-        const double mean_wdy =
-            rms ? 0.0 : wdy0 + fo_lanes_total(&shifted_sum_wdy) / (double)cols;
+        const double mean_wdy = rms ? 0.0 : wdy0 + fo_lanes_total(&shifted_sum_wdy) / (double)cols;
         const double mean_wdy_xhat = fo_lanes_total(&sum_wdy_xhat) / (double)cols;
         for (int64_t c0 = 0; c0 < cols; c0 += CPU_CHUNK) {
             int64_t n = cols - c0 < CPU_CHUNK ? cols - c0 : CPU_CHUNK;
@@ -386,16 +377,14 @@ static void backward_rows(const void *ctx, int64_t r0, int64_t r1) {
                 wdy[i] = rstd * (wdy[i] - mean_wdy - xhat[i] * mean_wdy_xhat);
             }
             if (a->dresidual_out) {
-                fo_cpu_load(other, a->dresidual_out,
-                            r * a->dresidual_out_row_stride + c0, n, a->h_dtype);
+                fo_cpu_load(other, a->dresidual_out, r * a->dresidual_out_row_stride + c0, n,
+                            a->h_dtype);
                 for (int64_t i = 0; i < n; i++) wdy[i] += other[i];
             }
-            if (a->dresidual)
-                fo_cpu_store(a->dresidual, r * cols + c0, wdy, n, a->h_dtype);
+            if (a->dresidual) fo_cpu_store(a->dresidual, r * cols + c0, wdy, n, a->h_dtype);
             if (a->dx) {
                 if (a->dropout_p > 0.0)
-                    cpu_dropout(wdy, n, r, c0, a->dropout_p, a->seed, a->offset,
-                                cols);
+                    cpu_dropout(wdy, n, r, c0, a->dropout_p, a->seed, a->offset, cols);
                 fo_cpu_store(a->dx, r * cols + c0, wdy, n, a->dtype);
             }
         }
@@ -403,10 +392,8 @@ static void backward_rows(const void *ctx, int64_t r0, int64_t r1) {
 }
 
 /* dweight and dbias of columns [c0, c0 + n), float32, into double sums. */
-static void parameter_gradient_chunk_f32(const fo_norm_backward_params *a,
-                                         int64_t c0, int64_t n,
-                                         double *restrict dweight,
-                                         double *restrict dbias) {
+static void parameter_gradient_chunk_f32(const fo_norm_backward_params *a, int64_t c0, int64_t n,
+                                         double *restrict dweight, double *restrict dbias) {
     for (int64_t r = 0; r < a->rows; r++) {
         const double mean = a->kind == FO_NORM_RMS ? 0.0 : ((const float *)a->mean)[r];
         const double rstd = ((const float *)a->rstd)[r];
@@ -420,9 +407,8 @@ static void parameter_gradient_chunk_f32(const fo_norm_backward_params *a,
 }
 
 /* dweight and dbias of columns [c0, c0 + n), any dtypes, into double sums. */
-static void parameter_gradient_chunk(const fo_norm_backward_params *a,
-                                     int64_t c0, int64_t n, double *dweight,
-                                     double *dbias) {
+static void parameter_gradient_chunk(const fo_norm_backward_params *a, int64_t c0, int64_t n,
+                                     double *dweight, double *dbias) {
     double wdy[CPU_CHUNK], xhat[CPU_CHUNK];
     const int rms = a->kind == FO_NORM_RMS;
     for (int64_t r = 0; r < a->rows; r++) {
@@ -450,15 +436,13 @@ static void parameter_gradient_chunks(const void *ctx, int64_t k0, int64_t k1) {
             parameter_gradient_chunk_f32(a, c0, n, dweight, dbias);
         else
             parameter_gradient_chunk(a, c0, n, dweight, dbias);
-        if (a->dweight)
-            fo_cpu_store(a->dweight, c0, dweight, n, a->param_dtype);
+        if (a->dweight) fo_cpu_store(a->dweight, c0, dweight, n, a->param_dtype);
         if (a->dbias) fo_cpu_store(a->dbias, c0, dbias, n, a->param_dtype);
     }
 }
 
 void FO_CPU(norm_backward)(const fo_norm_backward_params *a) {
-    if (a->dx || a->dresidual)
-        fo_cpu_parallel(a->rows, a->cols, backward_rows, a);
+    if (a->dx || a->dresidual) fo_cpu_parallel(a->rows, a->cols, backward_rows, a);
     if (a->dweight || a->dbias)
         fo_cpu_parallel(fo_cpu_chunks(a->cols), a->rows * fo_cpu_chunk_width(a->cols),
                         parameter_gradient_chunks, a);

@@ -1,5 +1,5 @@
-/* cpu/reduce_sum.c: the sum of all elements: the CPU kernels, compiled once for each instruction set
- * (cpu_kernels.h) and chosen at load. */
+/* cpu/reduce_sum.c: the sum of all elements: the CPU kernels, compiled once for each instruction
+ * set (cpu_kernels.h) and chosen at load. */
 #include <stdlib.h>
 
 #include "cpu_convert.h"
@@ -21,11 +21,10 @@ typedef struct {
 static double block_total(const fo_reduce_sum_args *a, int64_t block) {
     double x[CPU_CHUNK];
     fo_lanes lanes = fo_lanes_zero();
-    const int64_t end = a->numel - block * SUM_BLOCK < SUM_BLOCK
-                            ? a->numel : (block + 1) * SUM_BLOCK;
+    const int64_t end =
+        a->numel - block * SUM_BLOCK < SUM_BLOCK ? a->numel : (block + 1) * SUM_BLOCK;
     if (a->dtype == FO_DTYPE_F32) { /* no double buffer: the same sum */
-        fo_lanes_add_f32(&lanes, (const float *)a->x + block * SUM_BLOCK,
-                         end - block * SUM_BLOCK);
+        fo_lanes_add_f32(&lanes, (const float *)a->x + block * SUM_BLOCK, end - block * SUM_BLOCK);
         return fo_lanes_total(&lanes);
     }
     for (int64_t i0 = block * SUM_BLOCK; i0 < end; i0 += CPU_CHUNK) {

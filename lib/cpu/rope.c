@@ -1,5 +1,5 @@
-/* cpu/rope.c: the rotary position embedding of q and k and its transpose: the CPU kernels, compiled once for each instruction set
- * (cpu_kernels.h) and chosen at load. */
+/* cpu/rope.c: the rotary position embedding of q and k and its transpose: the CPU kernels, compiled
+ * once for each instruction set (cpu_kernels.h) and chosen at load. */
 #include "cpu_convert.h"
 #include "cpu_kernels.h"
 #include "cpu_parallel.h"
@@ -40,10 +40,10 @@ static void rotate_token(const fo_rope_params *a, const fo_rope_tensor *x, int64
     double lo[CPU_CHUNK], hi[CPU_CHUNK], out_lo[CPU_CHUNK], out_hi[CPU_CHUNK];
     const int64_t half = a->rotary_dim / 2;
     for (int64_t head = 0; head < x->heads; head++) {
-        const int64_t in = b * x->in_batch_stride + head * x->in_head_stride +
-                           t * x->in_token_stride;
-        const int64_t out = b * x->out_batch_stride + head * x->out_head_stride +
-                            t * x->out_token_stride;
+        const int64_t in =
+            b * x->in_batch_stride + head * x->in_head_stride + t * x->in_token_stride;
+        const int64_t out =
+            b * x->out_batch_stride + head * x->out_head_stride + t * x->out_token_stride;
         load_pairs(lo, hi, x->in, in, i0, n, half, a->dtype, a->interleaved);
         for (int64_t i = 0; i < n; i++) {
             if (a->backward) {
@@ -61,10 +61,10 @@ static void rotate_token(const fo_rope_params *a, const fo_rope_tensor *x, int64
 static void pass_token(const fo_rope_params *a, const fo_rope_tensor *x, int64_t b, int64_t t) {
     double v[CPU_CHUNK];
     for (int64_t head = 0; head < x->heads; head++) {
-        const int64_t in = b * x->in_batch_stride + head * x->in_head_stride +
-                           t * x->in_token_stride;
-        const int64_t out = b * x->out_batch_stride + head * x->out_head_stride +
-                            t * x->out_token_stride;
+        const int64_t in =
+            b * x->in_batch_stride + head * x->in_head_stride + t * x->in_token_stride;
+        const int64_t out =
+            b * x->out_batch_stride + head * x->out_head_stride + t * x->out_token_stride;
         for (int64_t j = a->rotary_dim; j < a->head_dim; j += CPU_CHUNK) {
             const int64_t n = a->head_dim - j < CPU_CHUNK ? a->head_dim - j : CPU_CHUNK;
             fo_cpu_load(v, x->in, in + j, n, a->dtype);

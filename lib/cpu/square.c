@@ -9,14 +9,14 @@
  * exact product rounded once); 2 * x * dy is exact in double and rounded
  * once (in float, x * dy may round among the subnormals, and 2 * x may
  * overflow where the product does not). */
-static void square_piece_float(const fo_square_args *a, int64_t r, int64_t c0,
-                               int64_t n) {
+static void square_piece_float(const fo_square_args *a, int64_t r, int64_t c0, int64_t n) {
     float x_buf[CPU_CHUNK], dy_buf[CPU_CHUNK], out_buf[CPU_CHUNK];
     const float *restrict x = fo_float_in(x_buf, a->x, r * a->x_row_stride + c0, n, a->dtype);
     const int64_t at = r * a->cols + c0;
     float *restrict out = fo_float_out(out_buf, a->out, at, a->dtype);
     if (a->dy) {
-        const float *restrict dy = fo_float_in(dy_buf, a->dy, r * a->dy_row_stride + c0, n, a->dtype);
+        const float *restrict dy =
+            fo_float_in(dy_buf, a->dy, r * a->dy_row_stride + c0, n, a->dtype);
         for (int64_t i = 0; i < n; i++) out[i] = (float)(2.0 * x[i] * dy[i]);
     } else {
         for (int64_t i = 0; i < n; i++) out[i] = x[i] * x[i];

@@ -1,5 +1,5 @@
-/* cpu/swiglu.c: y = silu(gate) * up and its gradients: the CPU kernels, compiled once for each instruction set
- * (cpu_kernels.h) and chosen at load. */
+/* cpu/swiglu.c: y = silu(gate) * up and its gradients: the CPU kernels, compiled once for each
+ * instruction set (cpu_kernels.h) and chosen at load. */
 #include <math.h>
 
 #include "cpu_convert.h"
@@ -8,8 +8,7 @@
 
 /* A float32 piece straight from and to memory: the generic path's double
  * arithmetic, term for term (the same bits), without its buffers. */
-static void swiglu_piece_f32(const fo_swiglu_args *a, int64_t r, int64_t c0,
-                             int64_t n) {
+static void swiglu_piece_f32(const fo_swiglu_args *a, int64_t r, int64_t c0, int64_t n) {
     const float *restrict gate = (const float *)a->gate + r * a->gate_row_stride + c0;
     const float *restrict up = (const float *)a->up + r * a->up_row_stride + c0;
     float *restrict first = a->y_or_dgate ? (float *)a->y_or_dgate + r * a->cols + c0 : NULL;
@@ -46,8 +45,7 @@ static void swiglu_pieces(const void *ctx, int64_t k0, int64_t k1) {
         fo_cpu_load(gate, a->gate, r * a->gate_row_stride + c0, n, a->dtype);
         fo_cpu_load(up, a->up, r * a->up_row_stride + c0, n, a->dtype);
         if (!a->dy) {
-            for (int64_t i = 0; i < n; i++)
-                first[i] = gate[i] / (1.0 + exp(-gate[i])) * up[i];
+            for (int64_t i = 0; i < n; i++) first[i] = gate[i] / (1.0 + exp(-gate[i])) * up[i];
             fo_cpu_store(a->y_or_dgate, r * a->cols + c0, first, n, a->dtype);
             continue;
         }
@@ -57,10 +55,8 @@ static void swiglu_pieces(const void *ctx, int64_t k0, int64_t k1) {
             first[i] = dy[i] * up[i] * s * (1.0 + gate[i] * (1.0 - s));
             second[i] = dy[i] * gate[i] * s;
         }
-        if (a->y_or_dgate)
-            fo_cpu_store(a->y_or_dgate, r * a->cols + c0, first, n, a->dtype);
-        if (a->dup)
-            fo_cpu_store(a->dup, r * a->cols + c0, second, n, a->dtype);
+        if (a->y_or_dgate) fo_cpu_store(a->y_or_dgate, r * a->cols + c0, first, n, a->dtype);
+        if (a->dup) fo_cpu_store(a->dup, r * a->cols + c0, second, n, a->dtype);
     }
 }
 

@@ -57,10 +57,10 @@ __device__ __forceinline__ unsigned load_mask(const uint8_t *__restrict__ mask_r
 }
 
 template <typename T, typename B, Access ACCESS, bool DENSE>
-__global__ void bias_scale_relu_forward_kernel(
-    T *__restrict__ y, uint8_t *__restrict__ mask, const T *__restrict__ x,
-    int64_t x_row_stride, const B *__restrict__ bias, int64_t rows,
-    int64_t cols, double scale) {
+__global__ void bias_scale_relu_forward_kernel(T *__restrict__ y, uint8_t *__restrict__ mask,
+                                               const T *__restrict__ x, int64_t x_row_stride,
+                                               const B *__restrict__ bias, int64_t rows,
+                                               int64_t cols, double scale) {
     using A = acc_t<T>;
     const int64_t chunks = chunks_per_row(cols);
     // the chunk of a row, with b the chunk's bias
@@ -100,8 +100,8 @@ __global__ void bias_scale_relu_forward_kernel(
                 for (int i = 0; i < kChunk; i++)
                     b[i] = bias ? A(to_acc(bias[element_offset<T, ACCESS>(c, i)])) : A(0);
             }
-            for (int64_t r = blockIdx.y * int64_t(blockDim.y) + threadIdx.y;
-                 r < rows; r += int64_t(gridDim.y) * blockDim.y)
+            for (int64_t r = blockIdx.y * int64_t(blockDim.y) + threadIdx.y; r < rows;
+                 r += int64_t(gridDim.y) * blockDim.y)
                 chunk(c, r, b);
         }
     }
@@ -110,11 +110,10 @@ __global__ void bias_scale_relu_forward_kernel(
 // dx = dy * scale * m; the per-column sums of dy * m go to
 // partials[blockIdx.y][col] in a fixed order (threads of a block in ty order).
 template <typename T, Access ACCESS>
-__global__ void bias_scale_relu_backward_kernel(
-    T *__restrict__ dx, acc_t<T> *__restrict__ partials,
-    const T *__restrict__ dy, int64_t dy_row_stride,
-    const uint8_t *__restrict__ mask, int64_t rows, int64_t cols,
-    double scale) {
+__global__ void bias_scale_relu_backward_kernel(T *__restrict__ dx, acc_t<T> *__restrict__ partials,
+                                                const T *__restrict__ dy, int64_t dy_row_stride,
+                                                const uint8_t *__restrict__ mask, int64_t rows,
+                                                int64_t cols, double scale) {
     using A = acc_t<T>;
     __shared__ A column_sums[kThreads * kChunk];
     const int64_t chunks = chunks_per_row(cols);
@@ -124,8 +123,8 @@ __global__ void bias_scale_relu_backward_kernel(
         const int64_t c = base + threadIdx.x;
         const bool active = c < chunks;
         A sum[kChunk] = {};
-        for (int64_t r = blockIdx.y * int64_t(blockDim.y) + threadIdx.y;
-             active && r < rows; r += int64_t(gridDim.y) * blockDim.y) {
+        for (int64_t r = blockIdx.y * int64_t(blockDim.y) + threadIdx.y; active && r < rows;
+             r += int64_t(gridDim.y) * blockDim.y) {
             A g[kChunk];
             load_row_chunk<T, ACCESS>(g, dy + r * dy_row_stride, c, cols);
             const unsigned bits = load_mask<T, ACCESS>(mask + r * chunks, c);
@@ -193,16 +192,13 @@ inline RowGeometry forward_geometry(int64_t rows, int64_t cols) {
 
 using namespace fo;
 
-extern "C" int64_t fo_cuda_bias_scale_relu_workspace_bytes(int64_t rows,
-                                                           int64_t cols,
-                                                           int dtype) {
+extern "C" int64_t fo_cuda_bias_scale_relu_workspace_bytes(int64_t rows, int64_t cols, int dtype) {
     int64_t acc_bytes = dtype == FO_DTYPE_F64 ? 8 : 4;
     return int64_t(row_geometry(rows, cols).grid.y) * cols * acc_bytes;
 }
 
-extern "C" int fo_cuda_bias_scale_relu_forward(
-    int device_index, uintptr_t stream,
-    const fo_bias_scale_relu_forward_params *a) {
+extern "C" int fo_cuda_bias_scale_relu_forward(int device_index, uintptr_t stream,
+                                               const fo_bias_scale_relu_forward_params *a) {
     return launch_on("fo_bias_scale_relu_forward", device_index, [&] {
         int64_t rows = a->rows, cols = a->cols, x_row_stride = a->x_row_stride;
         if (!a->bias && flattenable(rows, cols, x_row_stride)) {
@@ -212,8 +208,7 @@ extern "C" int fo_cuda_bias_scale_relu_forward(
         }
         dispatch_dtype(a->dtype, [&](auto tag) {
             using T = decltype(tag);
-            const bool vec = cols % kChunk == 0 && aligned16(a->x) &&
-                             aligned16(a->y) &&
+            const bool vec = cols % kChunk == 0 && aligned16(a->x) && aligned16(a->y) &&
                              stride_aligned16<T>(x_row_stride, rows);
             const bool dense = !a->bias && dense_walk(rows, cols);
             const RowGeometry g = dense ? dense_geometry(cols) : forward_geometry(rows, cols);
@@ -223,17 +218,16 @@ extern "C" int fo_cuda_bias_scale_relu_forward(
                     auto kernel = dense ? bias_scale_relu_forward_kernel<T, B, access.value, true>
                                         : bias_scale_relu_forward_kernel<T, B, access.value, false>;
                     kernel<<<g.grid, g.block, 0, cudaStream_t(stream)>>>(
-                        static_cast<T *>(a->y), a->mask, static_cast<const T *>(a->x),
-                        x_row_stride, static_cast<const B *>(a->bias), rows, cols, a->scale);
+                        static_cast<T *>(a->y), a->mask, static_cast<const T *>(a->x), x_row_stride,
+                        static_cast<const B *>(a->bias), rows, cols, a->scale);
                 });
             });
         });
     });
 }
 
-extern "C" int fo_cuda_bias_scale_relu_backward(
-    int device_index, uintptr_t stream,
-    const fo_bias_scale_relu_backward_params *a) {
+extern "C" int fo_cuda_bias_scale_relu_backward(int device_index, uintptr_t stream,
+                                                const fo_bias_scale_relu_backward_params *a) {
     return launch_on("fo_bias_scale_relu_backward", device_index, [&] {
         int64_t rows = a->rows, cols = a->cols, dy_row_stride = a->dy_row_stride;
         if (!a->dbias && flattenable(rows, cols, dy_row_stride)) {

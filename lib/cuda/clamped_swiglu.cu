@@ -80,14 +80,14 @@ __global__ void clamped_swiglu_kernel(fo_clamped_swiglu_args a) {
                 const A uc = u[i] > limit ? limit : u[i] < -limit ? -limit : u[i];
                 const A s = A(1) / (A(1) + exp(-alpha * gc));
                 const bool gate_passes = closed ? g[i] <= limit : g[i] < limit;
-                const bool up_passes = closed ? u[i] >= -limit && u[i] <= limit
-                                              : u[i] > -limit && u[i] < limit;
-                first[i] = gate_passes ? d[i] * (uc + A(1)) * s * (A(1) + alpha * gc * (A(1) - s))
-                                       : A(0);
+                const bool up_passes =
+                    closed ? u[i] >= -limit && u[i] <= limit : u[i] > -limit && u[i] < limit;
+                first[i] =
+                    gate_passes ? d[i] * (uc + A(1)) * s * (A(1) + alpha * gc * (A(1) - s)) : A(0);
                 second[i] = up_passes ? d[i] * (gc * s) : A(0);
             }
-            store_gradients<T, ACCESS, INTERLEAVED>(reinterpret_cast<T *>(a.dgate_up) + r * 2 * cols,
-                                                    first, second, c, cols);
+            store_gradients<T, ACCESS, INTERLEAVED>(
+                reinterpret_cast<T *>(a.dgate_up) + r * 2 * cols, first, second, c, cols);
         }
     });
 }
@@ -99,50 +99,61 @@ using namespace fo;
 
 extern "C" int fo_cuda_clamped_swiglu(const fo_clamped_swiglu_args *in) {
     const bool backward = in->dy != 0;
-    return launch_on(backward ? "fo_clamped_swiglu_backward" : "fo_clamped_swiglu_forward",
-                     in->device_index, [&] {
-        fo_clamped_swiglu_args a = *in;
-        const bool interleaved = a.layout == FO_GLU_INTERLEAVED;
-        // dense pairs rows are one long row: the whole grid spreads over it
-        if (interleaved && a.rows > 1 && a.gate_up_row_stride == 2 * a.cols &&
-            (!backward || a.dy_row_stride == a.cols)) {
-            a.cols *= a.rows;
-            a.gate_up_row_stride = 2 * a.cols;
-            a.dy_row_stride = a.cols;
-            a.rows = 1;
-        }
-        dispatch_dtype(a.dtype, [&](auto tag) {
-            using T = decltype(tag);
-            const void *y = reinterpret_cast<const void *>(a.y);
-            const void *dgate_up = reinterpret_cast<const void *>(a.dgate_up);
-            const bool vec = a.cols % kChunk == 0 && aligned16(y) && aligned16(dgate_up) &&
-                             aligned16(reinterpret_cast<const void *>(a.dy)) &&
-                             aligned16(reinterpret_cast<const void *>(a.gate_up)) &&
-                             stride_aligned16<T>(a.gate_up_row_stride, a.rows) &&
-                             stride_aligned16<T>(a.dy_row_stride, a.rows);
-            const bool dense = dense_walk(a.rows, a.cols);
-            const RowGeometry g = dense ? dense_geometry(a.cols) : row_geometry(a.rows, a.cols);
-            auto launch = [&](auto access, auto is_backward, auto is_dense, auto is_interleaved) {
-                clamped_swiglu_kernel<T, decltype(access)::value, decltype(is_backward)::value,
-                                      decltype(is_dense)::value, decltype(is_interleaved)::value>
-                    <<<g.grid, g.block, 0, cudaStream_t(a.stream)>>>(a);
-            };
-            using yes = std::true_type;
-            using no = std::false_type;
-            auto with_access = [&](auto... flags) {
-                if (vec) launch(std::integral_constant<Access, kVector>{}, flags...);
-                else launch(std::integral_constant<Access, kScalar>{}, flags...);
-            };
-            auto with_layout = [&](auto... flags) {
-                if (interleaved) with_access(flags..., yes{});
-                else with_access(flags..., no{});
-            };
-            auto with_walk = [&](auto is_backward) {
-                if (dense) with_layout(is_backward, yes{});
-                else with_layout(is_backward, no{});
-            };
-            if (backward) with_walk(yes{});
-            else with_walk(no{});
+    return launch_on(
+        backward ? "fo_clamped_swiglu_backward" : "fo_clamped_swiglu_forward", in->device_index,
+        [&] {
+            fo_clamped_swiglu_args a = *in;
+            const bool interleaved = a.layout == FO_GLU_INTERLEAVED;
+            // dense pairs rows are one long row: the whole grid spreads over it
+            if (interleaved && a.rows > 1 && a.gate_up_row_stride == 2 * a.cols &&
+                (!backward || a.dy_row_stride == a.cols)) {
+                a.cols *= a.rows;
+                a.gate_up_row_stride = 2 * a.cols;
+                a.dy_row_stride = a.cols;
+                a.rows = 1;
+            }
+            dispatch_dtype(a.dtype, [&](auto tag) {
+                using T = decltype(tag);
+                const void *y = reinterpret_cast<const void *>(a.y);
+                const void *dgate_up = reinterpret_cast<const void *>(a.dgate_up);
+                const bool vec = a.cols % kChunk == 0 && aligned16(y) && aligned16(dgate_up) &&
+                                 aligned16(reinterpret_cast<const void *>(a.dy)) &&
+                                 aligned16(reinterpret_cast<const void *>(a.gate_up)) &&
+                                 stride_aligned16<T>(a.gate_up_row_stride, a.rows) &&
+                                 stride_aligned16<T>(a.dy_row_stride, a.rows);
+                const bool dense = dense_walk(a.rows, a.cols);
+                const RowGeometry g = dense ? dense_geometry(a.cols) : row_geometry(a.rows, a.cols);
+                auto launch = [&](auto access, auto is_backward, auto is_dense,
+                                  auto is_interleaved) {
+                    clamped_swiglu_kernel<T, decltype(access)::value, decltype(is_backward)::value,
+                                          decltype(is_dense)::value,
+                                          decltype(is_interleaved)::value>
+                        <<<g.grid, g.block, 0, cudaStream_t(a.stream)>>>(a);
+                };
+                using yes = std::true_type;
+                using no = std::false_type;
+                auto with_access = [&](auto... flags) {
+                    if (vec)
+                        launch(std::integral_constant<Access, kVector>{}, flags...);
+                    else
+                        launch(std::integral_constant<Access, kScalar>{}, flags...);
+                };
+                auto with_layout = [&](auto... flags) {
+                    if (interleaved)
+                        with_access(flags..., yes{});
+                    else
+                        with_access(flags..., no{});
+                };
+                auto with_walk = [&](auto is_backward) {
+                    if (dense)
+                        with_layout(is_backward, yes{});
+                    else
+                        with_layout(is_backward, no{});
+                };
+                if (backward)
+                    with_walk(yes{});
+                else
+                    with_walk(no{});
+            });
         });
-    });
 }

@@ -30,8 +30,7 @@ namespace fo {
 // the two failures a user can fix, what to do.
 inline int cuda_status(const char *op, cudaError_t error) {
     if (error == cudaSuccess) return FO_OK;
-    if (error == cudaErrorNoKernelImageForDevice ||
-        error == cudaErrorUnsupportedPtxVersion) {
+    if (error == cudaErrorNoKernelImageForDevice || error == cudaErrorUnsupportedPtxVersion) {
         int device = 0, major = 0, minor = 0;
         cudaGetDevice(&device);
         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
@@ -41,8 +40,8 @@ inline int cuda_status(const char *op, cudaError_t error) {
                        "%s: this GPU is sm_%d%d but the library holds code for "
                        "'%s' only (%s); rebuild with -Dgpu_archs=...,%d%d "
                        "(pip install . -Csetup-args=-Dgpu_archs=%d%d)",
-                       op, major, minor, FO_CUDA_ARCHS, cudaGetErrorName(error),
-                       major, minor, major, minor);
+                       op, major, minor, FO_CUDA_ARCHS, cudaGetErrorName(error), major, minor,
+                       major, minor);
     }
     if (error == cudaErrorInsufficientDriver) {
         int driver = 0;
@@ -51,11 +50,11 @@ inline int cuda_status(const char *op, cudaError_t error) {
                        "%s: the NVIDIA driver supports CUDA %d.%d but this "
                        "library was built with the CUDA %d.%d runtime; update "
                        "the driver, or build with an older CUDA toolkit",
-                       op, driver / 1000, driver % 1000 / 10,
-                       CUDART_VERSION / 1000, CUDART_VERSION % 1000 / 10);
+                       op, driver / 1000, driver % 1000 / 10, CUDART_VERSION / 1000,
+                       CUDART_VERSION % 1000 / 10);
     }
-    return fo_fail(FO_ERR_CUDA_RUNTIME, "%s: CUDA error %s: %s", op,
-                   cudaGetErrorName(error), cudaGetErrorString(error));
+    return fo_fail(FO_ERR_CUDA_RUNTIME, "%s: CUDA error %s: %s", op, cudaGetErrorName(error),
+                   cudaGetErrorString(error));
 }
 
 // Makes `device_index` current for the launch only if it is not already,
@@ -98,8 +97,8 @@ int launch_on(const char *op, int device_index, Launch &&launch) {
 // again and again.
 struct DeviceInfo {
     int multiprocessors = 0;
-    int shared_optin = 0;      // bytes of shared memory a block may opt in to
-    bool clusters = false;     // thread block clusters and programmatic dependent launches (sm_90+)
+    int shared_optin = 0;  // bytes of shared memory a block may opt in to
+    bool clusters = false;  // thread block clusters and programmatic dependent launches (sm_90+)
     bool cooperative = false;  // cooperative launches (grid-wide barriers)
 };
 
@@ -184,7 +183,8 @@ inline int resident_blocks(const void *kernel, int device, int threads, size_t s
         config.dynamicSmemBytes = shared_bytes;
         config.attrs = &shape;
         config.numAttrs = 1;
-        fits = cudaFuncGetAttributes(&compiled, kernel) == cudaSuccess && compiled.ptxVersion >= 90 &&
+        fits = cudaFuncGetAttributes(&compiled, kernel) == cudaSuccess &&
+               compiled.ptxVersion >= 90 &&
                cudaOccupancyMaxActiveClusters(&resident, kernel, &config) == cudaSuccess;
     } else if (fits) {
         fits = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, threads,
@@ -256,10 +256,18 @@ __device__ __forceinline__ void cluster_sync() {
 template <typename F>
 void dispatch_dtype(int dtype, F &&f) {
     switch (dtype) {
-    case FO_DTYPE_F32: f(float{}); break;
-    case FO_DTYPE_F16: f(__half{}); break;
-    case FO_DTYPE_BF16: f(__nv_bfloat16{}); break;
-    case FO_DTYPE_F64: f(double{}); break;
+        case FO_DTYPE_F32:
+            f(float{});
+            break;
+        case FO_DTYPE_F16:
+            f(__half{});
+            break;
+        case FO_DTYPE_BF16:
+            f(__nv_bfloat16{});
+            break;
+        case FO_DTYPE_F64:
+            f(double{});
+            break;
     }
 }
 
@@ -270,16 +278,16 @@ using acc_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
 __device__ __forceinline__ float to_acc(float v) { return v; }
 __device__ __forceinline__ double to_acc(double v) { return v; }
 __device__ __forceinline__ float to_acc(__half v) { return __half2float(v); }
-__device__ __forceinline__ float to_acc(__nv_bfloat16 v) {
-    return __bfloat162float(v);
-}
+__device__ __forceinline__ float to_acc(__nv_bfloat16 v) { return __bfloat162float(v); }
 
 template <typename T, typename A>
 __device__ __forceinline__ T from_acc(A v) {
-    if constexpr (std::is_same_v<T, __half>) return __float2half_rn(v);
+    if constexpr (std::is_same_v<T, __half>)
+        return __float2half_rn(v);
     else if constexpr (std::is_same_v<T, __nv_bfloat16>)
         return __float2bfloat16_rn(v);
-    else return static_cast<T>(v);
+    else
+        return static_cast<T>(v);
 }
 
 // Every row-wise kernel works in chunks of 8 elements a thread: 16 bytes for
@@ -294,31 +302,30 @@ constexpr int kChunk = 8;
 // LAST_USE loads (VEC) are marked evict-first (__ldcs): the data is not
 // read again, so L2 keeps what will be.
 template <typename T, bool VEC, bool READ_ONLY = true, bool LAST_USE = false>
-__device__ __forceinline__ void load_chunk(acc_t<T> (&out)[kChunk],
-                                           const T *__restrict__ p, int n) {
+__device__ __forceinline__ void load_chunk(acc_t<T> (&out)[kChunk], const T *__restrict__ p,
+                                           int n) {
     if constexpr (VEC) {
         constexpr int kVectors = sizeof(T) * kChunk / 16;
         alignas(16) T raw[kChunk];
         const uint4 *vectors = reinterpret_cast<const uint4 *>(p);
 #pragma unroll
         for (int v = 0; v < kVectors; v++)
-            reinterpret_cast<uint4 *>(raw)[v] =
-                LAST_USE ? __ldcs(vectors + v) : READ_ONLY ? __ldg(vectors + v) : vectors[v];
+            reinterpret_cast<uint4 *>(raw)[v] = LAST_USE    ? __ldcs(vectors + v)
+                                                : READ_ONLY ? __ldg(vectors + v)
+                                                            : vectors[v];
 #pragma unroll
         for (int i = 0; i < kChunk; i++) out[i] = to_acc(raw[i]);
     } else {
         assert(n > 0 && n <= kChunk);  // debug builds: a chunk is 1..8 elements
 #pragma unroll
-        for (int i = 0; i < kChunk; i++)
-            out[i] = i < n ? to_acc(p[i]) : acc_t<T>(0);
+        for (int i = 0; i < kChunk; i++) out[i] = i < n ? to_acc(p[i]) : acc_t<T>(0);
     }
 }
 
 // STREAM stores (VEC) are marked evict-first (__stcs): an output that this
 // kernel does not read back should not push out of L2 what it will.
 template <typename T, bool VEC, bool STREAM = false>
-__device__ __forceinline__ void store_chunk(T *__restrict__ p,
-                                            const acc_t<T> (&in)[kChunk],
+__device__ __forceinline__ void store_chunk(T *__restrict__ p, const acc_t<T> (&in)[kChunk],
                                             int n) {
     if constexpr (VEC) {
         constexpr int kVectors = sizeof(T) * kChunk / 16;
@@ -329,8 +336,10 @@ __device__ __forceinline__ void store_chunk(T *__restrict__ p,
         for (int v = 0; v < kVectors; v++) {
             uint4 *to = reinterpret_cast<uint4 *>(p) + v;
             const uint4 value = reinterpret_cast<const uint4 *>(raw)[v];
-            if constexpr (STREAM) __stcs(to, value);
-            else *to = value;
+            if constexpr (STREAM)
+                __stcs(to, value);
+            else
+                *to = value;
         }
     } else {
 #pragma unroll
@@ -436,14 +445,12 @@ __device__ __forceinline__ void store_row_chunk(T *__restrict__ row, const acc_t
 template <typename T, typename F>
 void dispatch_access(bool vec, int64_t chunks, F &&f) {
     if (!vec) return f(std::integral_constant<Access, kScalar>{});
-    if constexpr (kVectorsPerChunk<T> > 1)
+    if constexpr (kVectorsPerChunk < T >> 1)
         if (spreadable(chunks)) return f(std::integral_constant<Access, kSpread>{});
     f(std::integral_constant<Access, kVector>{});
 }
 
-inline bool aligned16(const void *p) {
-    return reinterpret_cast<uintptr_t>(p) % 16 == 0;
-}
+inline bool aligned16(const void *p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // A row stride keeps 16-byte alignment from row to row (or there is one row).
 template <typename T>
@@ -552,8 +559,7 @@ constexpr int kFinishLanes = 16;
 template <typename A, typename Out>
 __global__ void __launch_bounds__(32 * kFinishLanes)
     column_partials_finish_kernel(Out *__restrict__ first, Out *__restrict__ second,
-                                  const A *__restrict__ partials, int64_t groups,
-                                  int64_t cols) {
+                                  const A *__restrict__ partials, int64_t groups, int64_t cols) {
 #if __CUDA_ARCH__ >= 900
     // launched as a programmatic dependent of the kernel that wrote the
     // partials (finish_column_partials): that grid's writes are complete
@@ -629,8 +635,10 @@ void dispatch_companion(int dtype, F &&f) {
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
         f(T{});
     } else {
-        if (dtype == FO_DTYPE_F32) f(float{});
-        else f(T{});
+        if (dtype == FO_DTYPE_F32)
+            f(float{});
+        else
+            f(T{});
     }
 }
 

@@ -20,7 +20,9 @@ constexpr int kMaxThreads = 1024;
 constexpr int kUnroll = 4;  // chunks a thread loads before it computes on them (16-bit)
 // the same bytes in flight for wider types, within 64 registers (1024 threads)
 template <typename T>
-constexpr int kUnrollOf = sizeof(T) == 2 ? kUnroll : sizeof(T) == 4 ? kUnroll / 2 : 1;
+constexpr int kUnrollOf = sizeof(T) == 2   ? kUnroll
+                          : sizeof(T) == 4 ? kUnroll / 2
+                                           : 1;
 
 template <typename A>
 struct Log2 {
@@ -87,15 +89,18 @@ __device__ Partial<A> block_combine(Partial<A> p, BlockSlots<A> &slots, int &par
 
 template <typename A, bool SOFTCAP>
 __device__ __forceinline__ A capped(A v, A softcap) {
-    if constexpr (SOFTCAP) return softcap * tanh(v / softcap);
-    else return v;
+    if constexpr (SOFTCAP)
+        return softcap * tanh(v / softcap);
+    else
+        return v;
 }
 
 // Adds the first `valid` of a chunk's z values to a partial: the chunk's
 // max of z, then one FFMA and one EX2 an element (max(z) * log2(e) is the
 // max of the y); the sum of z only where label smoothing reads it.
 template <typename A>
-__device__ __forceinline__ void add_chunk(Partial<A> &p, const A (&z)[kChunk], int valid, bool smoothing) {
+__device__ __forceinline__ void add_chunk(Partial<A> &p, const A (&z)[kChunk], int valid,
+                                          bool smoothing) {
     A chunk_max = A(-INFINITY);
 #pragma unroll
     for (int i = 0; i < kChunk; i++)
@@ -154,19 +159,19 @@ __device__ __forceinline__ void chunk_gradient(A (&v)[kChunk], int64_t col, int6
 
 // A target neither ignore_index nor a class stops the kernel, as torch's
 // device asserts do (one thread says which).
-__device__ __forceinline__ void check_target(int64_t r, int64_t t, int64_t vocab, int64_t ignore_index,
-                                             bool says) {
+__device__ __forceinline__ void check_target(int64_t r, int64_t t, int64_t vocab,
+                                             int64_t ignore_index, bool says) {
     if (t >= 0 && t < vocab) return;
     if (says)
-        printf("fo_cross_entropy: target[%lld]=%lld is outside [0, vocab=%lld) and is "
-               "not ignore_index=%lld\n",
-               (long long)r, (long long)t, (long long)vocab, (long long)ignore_index);
+        printf(
+            "fo_cross_entropy: target[%lld]=%lld is outside [0, vocab=%lld) and is "
+            "not ignore_index=%lld\n",
+            (long long)r, (long long)t, (long long)vocab, (long long)ignore_index);
     __trap();
 }
 
 template <typename T, Access ACCESS, bool SOFTCAP>
-__global__ void __launch_bounds__(kMaxThreads)
-    cross_entropy_kernel(fo_cross_entropy_params a) {
+__global__ void __launch_bounds__(kMaxThreads) cross_entropy_kernel(fo_cross_entropy_params a) {
     using A = acc_t<T>;
     __shared__ BlockSlots<A> slots;
     int parity = 0;
@@ -204,7 +209,8 @@ __global__ void __launch_bounds__(kMaxThreads)
 #pragma unroll
                 for (int i = 0; i < kChunk; i++) z[i] = capped<A, SOFTCAP>(v[u][i], softcap);
                 const int64_t left = vocab - c * kChunk;
-                add_chunk(p, z, ACCESS != kScalar || left >= kChunk ? kChunk : int(left), ls != A(0));
+                add_chunk(p, z, ACCESS != kScalar || left >= kChunk ? kChunk : int(left),
+                          ls != A(0));
             }
         }
         // z of the target, read before the barrier in block_combine: past it,
@@ -335,7 +341,8 @@ __global__ void __launch_bounds__(kHeldThreads)
         const Partial<A> block = block_combine(p, slots, block_parity);
         const Partial<A> total = cluster_combine<CLUSTER>(block, cluster_slots, parity);
         const A lse2 = total.max + log2_of(total.sum);
-        if (rank == 0 && threadIdx.x == 0) static_cast<A *>(a.loss)[r] = row_loss(lse2, z_t, total, ls, vocab);
+        if (rank == 0 && threadIdx.x == 0)
+            static_cast<A *>(a.loss)[r] = row_loss(lse2, z_t, total, ls, vocab);
         if (dlogits) {
             // pass 2: the gradient of the held slice
             for (int64_t k = threadIdx.x; k < mine; k += blockDim.x) {
@@ -346,7 +353,8 @@ __global__ void __launch_bounds__(kHeldThreads)
                 A v[kChunk];
 #pragma unroll
                 for (int i = 0; i < kChunk; i++) v[i] = to_acc(values[i]);
-                chunk_gradient<A, SOFTCAP>(v, (first + k) * kChunk, t, lse2, ls, vocab, softcap, scale);
+                chunk_gradient<A, SOFTCAP>(v, (first + k) * kChunk, t, lse2, ls, vocab, softcap,
+                                           scale);
 #pragma unroll
                 for (int i = 0; i < kChunk; i++) values[i] = from_acc<T>(v[i]);
 #pragma unroll
@@ -412,8 +420,8 @@ __device__ __forceinline__ double reciprocal(double v) { return __drcp_rn(v); }
 // is ignored, so that the mean is NaN, as torch's.
 template <typename A>
 __device__ A mean_scale(const int64_t *target, int64_t rows, int64_t ignore_index) {
-    const long long counted =
-        rows_total<long long>(rows, [&](int64_t r) { return (long long)(target[r] != ignore_index); });
+    const long long counted = rows_total<long long>(
+        rows, [&](int64_t r) { return (long long)(target[r] != ignore_index); });
     return reciprocal(A(counted));
 }
 
@@ -467,15 +475,19 @@ bool launch_held(const fo_cross_entropy_params &a, cudaStream_t stream) {
             // past 8 blocks a cluster is non-portable: the kernel opts in
             // (one call a launch, against a launch of a 1 MB row or more)
             if (cluster > 8 &&
-                cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess) {
+                cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) !=
+                    cudaSuccess) {
                 cudaGetLastError();  // a refusal is "no": two passes instead
                 return false;
             }
-            constexpr unsigned kProbeGrid = 1024;  // any grid: a cluster's residency does not depend on it
-            const int resident = resident_blocks(reinterpret_cast<const void *>(kernel), device,
-                                                 kHeldThreads, shared, cluster, kProbeGrid * cluster);
+            constexpr unsigned kProbeGrid =
+                1024;  // any grid: a cluster's residency does not depend on it
+            const int resident =
+                resident_blocks(reinterpret_cast<const void *>(kernel), device, kHeldThreads,
+                                shared, cluster, kProbeGrid * cluster);
             if (resident == 0) return false;
-            const int64_t groups = cluster > 1 ? resident : int64_t(resident) * device_info(device).multiprocessors;
+            const int64_t groups =
+                cluster > 1 ? resident : int64_t(resident) * device_info(device).multiprocessors;
             const int64_t used = a.rows < groups ? a.rows : groups;
             cudaLaunchAttribute shape;
             const cudaLaunchConfig_t config = clustered_config(
@@ -486,11 +498,16 @@ bool launch_held(const fo_cross_entropy_params &a, cudaStream_t stream) {
         auto with_cluster = [&](auto softcap_tag) -> bool {
             constexpr bool kSoftcap = decltype(softcap_tag)::value;
             switch (cluster) {
-            case 1: return run(cross_entropy_held_kernel<T, kSoftcap, 1>);
-            case 2: return run(cross_entropy_held_kernel<T, kSoftcap, 2>);
-            case 4: return run(cross_entropy_held_kernel<T, kSoftcap, 4>);
-            case 8: return run(cross_entropy_held_kernel<T, kSoftcap, 8>);
-            default: return run(cross_entropy_held_kernel<T, kSoftcap, 16>);
+                case 1:
+                    return run(cross_entropy_held_kernel<T, kSoftcap, 1>);
+                case 2:
+                    return run(cross_entropy_held_kernel<T, kSoftcap, 2>);
+                case 4:
+                    return run(cross_entropy_held_kernel<T, kSoftcap, 4>);
+                case 8:
+                    return run(cross_entropy_held_kernel<T, kSoftcap, 8>);
+                default:
+                    return run(cross_entropy_held_kernel<T, kSoftcap, 16>);
             }
         };
         return a.softcap > 0 ? with_cluster(std::true_type{}) : with_cluster(std::false_type{});
@@ -515,8 +532,10 @@ void launch_rows(const fo_cross_entropy_params &a, cudaStream_t stream) {
         kernel<<<grid, block, 0, stream>>>(a);
     };
     // side by side: the target's column is then c * 8 + i
-    if (vec) launch(std::integral_constant<Access, kVector>{});
-    else launch(std::integral_constant<Access, kScalar>{});
+    if (vec)
+        launch(std::integral_constant<Access, kVector>{});
+    else
+        launch(std::integral_constant<Access, kScalar>{});
 }
 
 }  // namespace
@@ -538,8 +557,8 @@ extern "C" int fo_cuda_cross_entropy(int device_index, uintptr_t stream,
             const bool mean = a.reduction == FO_REDUCTION_MEAN;
             const bool count_first = mean && a.dlogits;
             if (count_first) {
-                mean_scale_kernel<A><<<1, kReduceThreads, 0, on>>>(loss + a.rows, a.target, a.rows,
-                                                                    a.ignore_index);
+                mean_scale_kernel<A>
+                    <<<1, kReduceThreads, 0, on>>>(loss + a.rows, a.target, a.rows, a.ignore_index);
                 a.scale = loss + a.rows;
             }
             if (a.rows > 0) launch_rows<T>(a, on);
@@ -569,9 +588,11 @@ extern "C" int fo_cuda_scale_rows(int device_index, uintptr_t stream,
             auto with_scale = [&](auto scale_tag) {
                 using S = decltype(scale_tag);
                 if (vec)
-                    scale_rows_kernel<T, S, kVector><<<grid, kThreads, 0, cudaStream_t(stream)>>>(a);
+                    scale_rows_kernel<T, S, kVector>
+                        <<<grid, kThreads, 0, cudaStream_t(stream)>>>(a);
                 else
-                    scale_rows_kernel<T, S, kScalar><<<grid, kThreads, 0, cudaStream_t(stream)>>>(a);
+                    scale_rows_kernel<T, S, kScalar>
+                        <<<grid, kThreads, 0, cudaStream_t(stream)>>>(a);
             };
             dispatch_dtype(a.scale_dtype, with_scale);
         });

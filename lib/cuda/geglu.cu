@@ -77,9 +77,9 @@ extern "C" int fo_cuda_geglu(int device_index, uintptr_t stream, const fo_geglu_
         }
         dispatch_dtype(a.dtype, [&](auto tag) {
             using T = decltype(tag);
-            const bool vec = a.cols % kChunk == 0 && aligned16(a.y_or_dgate) &&
-                             aligned16(a.dup) && aligned16(a.dy) && aligned16(a.gate) &&
-                             aligned16(a.up) && stride_aligned16<T>(a.gate_row_stride, a.rows) &&
+            const bool vec = a.cols % kChunk == 0 && aligned16(a.y_or_dgate) && aligned16(a.dup) &&
+                             aligned16(a.dy) && aligned16(a.gate) && aligned16(a.up) &&
+                             stride_aligned16<T>(a.gate_row_stride, a.rows) &&
                              stride_aligned16<T>(a.up_row_stride, a.rows) &&
                              stride_aligned16<T>(a.dy_row_stride, a.rows);
             const bool dense = dense_walk(a.rows, a.cols);
@@ -93,17 +93,23 @@ extern "C" int fo_cuda_geglu(int device_index, uintptr_t stream, const fo_geglu_
                 auto with_form = [&](auto is_backward, auto is_dense) {
                     constexpr bool kBackward = decltype(is_backward)::value;
                     constexpr bool kDense = decltype(is_dense)::value;
-                    if (tanh_form) launch(geglu_kernel<T, kAccess, kBackward, kDense, true>);
-                    else launch(geglu_kernel<T, kAccess, kBackward, kDense, false>);
+                    if (tanh_form)
+                        launch(geglu_kernel<T, kAccess, kBackward, kDense, true>);
+                    else
+                        launch(geglu_kernel<T, kAccess, kBackward, kDense, false>);
                 };
                 using yes = std::true_type;
                 using no = std::false_type;
                 if (backward) {
-                    if (dense) with_form(yes{}, yes{});
-                    else with_form(yes{}, no{});
+                    if (dense)
+                        with_form(yes{}, yes{});
+                    else
+                        with_form(yes{}, no{});
                 } else {
-                    if (dense) with_form(no{}, yes{});
-                    else with_form(no{}, no{});
+                    if (dense)
+                        with_form(no{}, yes{});
+                    else
+                        with_form(no{}, no{});
                 }
             });
         });

@@ -72,21 +72,22 @@ void launch_forward(const fo_norm_forward_params &a, const ForwardPlan &plan, cu
     dispatch_companion<T>(a.param_dtype, [&](auto param_tag) {
         using P = decltype(param_tag);
         switch (plan.kernel) {
-        case NormKernel::kShared:
-            norm_forward_shared_kernel<T, P><<<plan.grid, plan.block, plan.shared_bytes, stream>>>(a);
-            return;
-        case NormKernel::kRegisters:
-        case NormKernel::kCluster:
-            launch_forward_registers<T, P>(a, plan, stream);
-            return;
-        case NormKernel::kStreaming:
-            dispatch_companion<T>(a.residual_dtype, [&](auto residual_tag) {
-                using R = decltype(residual_tag);
-                auto kernel = plan.vec ? norm_forward_kernel<T, R, P, true>
-                                       : norm_forward_kernel<T, R, P, false>;
-                kernel<<<plan.grid, plan.block, 0, stream>>>(a);
-            });
-            return;
+            case NormKernel::kShared:
+                norm_forward_shared_kernel<T, P>
+                    <<<plan.grid, plan.block, plan.shared_bytes, stream>>>(a);
+                return;
+            case NormKernel::kRegisters:
+            case NormKernel::kCluster:
+                launch_forward_registers<T, P>(a, plan, stream);
+                return;
+            case NormKernel::kStreaming:
+                dispatch_companion<T>(a.residual_dtype, [&](auto residual_tag) {
+                    using R = decltype(residual_tag);
+                    auto kernel = plan.vec ? norm_forward_kernel<T, R, P, true>
+                                           : norm_forward_kernel<T, R, P, false>;
+                    kernel<<<plan.grid, plan.block, 0, stream>>>(a);
+                });
+                return;
         }
     });
 }
@@ -98,68 +99,68 @@ void launch_backward(const fo_norm_backward_params &a, const BackwardPlan &plan,
     A *partials = static_cast<A *>(a.workspace);
     cudaLaunchAttribute attributes[2];
     switch (plan.kernel) {
-    case NormKernel::kRegisters:
-        // one pass over dy and h for every output
-        with_backward_registers_kernel<T>(a, plan.cpt, [&](auto kernel) {
-            if (!plan.parked) {
-                kernel.value<<<plan.grid, plan.block, 0, stream>>>(a, partials, HeldArgs{});
-                return;
-            }
-            cudaLaunchConfig_t config = clustered_config(plan.grid, plan.block, plan.shared_bytes,
-                                                         stream, 1, attributes[0]);
-            attributes[0] = {};
-            attributes[0].id = cudaLaunchAttributeCooperative;
-            attributes[0].val.cooperative = 1;
-            config.attrs = attributes;
-            config.numAttrs = 1;
-            cudaLaunchKernelEx(&config, kernel.value, a, static_cast<A *>(nullptr), plan.held);
-        });
-        break;
-    case NormKernel::kShared:
-        dispatch_companion<T>(a.h_dtype, [&](auto h_tag) {
-            using H = decltype(h_tag);  // here, not in the inner lambda (norm_plan.cuh)
-            dispatch_companion<T>(a.param_dtype, [&](auto param_tag) {
-                if constexpr (kTuning<T>.backward_shared) {
-                    const auto kernel = norm_backward_shared_kernel<T, H, decltype(param_tag)>;
-                    cudaLaunchConfig_t config =
-                        clustered_config(plan.grid, plan.block, plan.shared_bytes, stream,
-                                         plan.cluster, attributes[0]);
-                    if (plan.parked) {  // a grid-wide barrier
-                        attributes[config.numAttrs] = {};
-                        attributes[config.numAttrs].id = cudaLaunchAttributeCooperative;
-                        attributes[config.numAttrs].val.cooperative = 1;
-                        config.attrs = attributes;
-                        config.numAttrs++;
-                    }
-                    cudaLaunchKernelEx(&config, kernel, a, partials, plan.defer);
+        case NormKernel::kRegisters:
+            // one pass over dy and h for every output
+            with_backward_registers_kernel<T>(a, plan.cpt, [&](auto kernel) {
+                if (!plan.parked) {
+                    kernel.value<<<plan.grid, plan.block, 0, stream>>>(a, partials, HeldArgs{});
+                    return;
                 }
+                cudaLaunchConfig_t config = clustered_config(
+                    plan.grid, plan.block, plan.shared_bytes, stream, 1, attributes[0]);
+                attributes[0] = {};
+                attributes[0].id = cudaLaunchAttributeCooperative;
+                attributes[0].val.cooperative = 1;
+                config.attrs = attributes;
+                config.numAttrs = 1;
+                cudaLaunchKernelEx(&config, kernel.value, a, static_cast<A *>(nullptr), plan.held);
             });
-        });
-        break;
-    case NormKernel::kStreaming:
-    case NormKernel::kCluster:  // (not a backward kernel)
-        dispatch_companion<T>(a.h_dtype, [&](auto h_tag) {
-            using H = decltype(h_tag);
-            if (a.dx || a.dresidual)
+            break;
+        case NormKernel::kShared:
+            dispatch_companion<T>(a.h_dtype, [&](auto h_tag) {
+                using H = decltype(h_tag);  // here, not in the inner lambda (norm_plan.cuh)
                 dispatch_companion<T>(a.param_dtype, [&](auto param_tag) {
-                    using P = decltype(param_tag);
-                    auto kernel = plan.vec ? norm_backward_rows_kernel<T, H, P, true>
-                                           : norm_backward_rows_kernel<T, H, P, false>;
-                    kernel<<<plan.grid, plan.block, 0, stream>>>(a);
+                    if constexpr (kTuning<T>.backward_shared) {
+                        const auto kernel = norm_backward_shared_kernel<T, H, decltype(param_tag)>;
+                        cudaLaunchConfig_t config =
+                            clustered_config(plan.grid, plan.block, plan.shared_bytes, stream,
+                                             plan.cluster, attributes[0]);
+                        if (plan.parked) {  // a grid-wide barrier
+                            attributes[config.numAttrs] = {};
+                            attributes[config.numAttrs].id = cudaLaunchAttributeCooperative;
+                            attributes[config.numAttrs].val.cooperative = 1;
+                            config.attrs = attributes;
+                            config.numAttrs++;
+                        }
+                        cudaLaunchKernelEx(&config, kernel, a, partials, plan.defer);
+                    }
                 });
-            if (!a.dweight && !a.dbias) return;
-            auto kernel = plan.vec ? norm_backward_columns_kernel<T, H, true>
-                                   : norm_backward_columns_kernel<T, H, false>;
-            kernel<<<plan.columns.grid, plan.columns.block, 0, stream>>>(a, partials);
-        });
-        break;
+            });
+            break;
+        case NormKernel::kStreaming:
+        case NormKernel::kCluster:  // (not a backward kernel)
+            dispatch_companion<T>(a.h_dtype, [&](auto h_tag) {
+                using H = decltype(h_tag);
+                if (a.dx || a.dresidual)
+                    dispatch_companion<T>(a.param_dtype, [&](auto param_tag) {
+                        using P = decltype(param_tag);
+                        auto kernel = plan.vec ? norm_backward_rows_kernel<T, H, P, true>
+                                               : norm_backward_rows_kernel<T, H, P, false>;
+                        kernel<<<plan.grid, plan.block, 0, stream>>>(a);
+                    });
+                if (!a.dweight && !a.dbias) return;
+                auto kernel = plan.vec ? norm_backward_columns_kernel<T, H, true>
+                                       : norm_backward_columns_kernel<T, H, false>;
+                kernel<<<plan.columns.grid, plan.columns.block, 0, stream>>>(a, partials);
+            });
+            break;
     }
     // the partials' fixed-order sum, where the kernel did not sum them
     if ((a.dweight || a.dbias) && !plan.parked)
         dispatch_companion<T>(a.param_dtype, [&](auto param_tag) {
             using P = decltype(param_tag);
-            finish_column_partials(static_cast<P *>(a.dweight), static_cast<P *>(a.dbias),
-                                   partials, plan.groups, a.cols, stream);
+            finish_column_partials(static_cast<P *>(a.dweight), static_cast<P *>(a.dbias), partials,
+                                   plan.groups, a.cols, stream);
         });
 }
 

@@ -40,8 +40,7 @@ template <typename A>
 __device__ A row_sum(A v) {
     __shared__ A warp_sums[8][kMaxRowThreads / 32];  // ty <= 8 (tx >= 32)
 #pragma unroll
-    for (int offset = 16; offset > 0; offset /= 2)
-        v += __shfl_xor_sync(0xffffffffu, v, offset);
+    for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
     const int warps = blockDim.x / 32;
     if (warps == 1) return v;
     if (threadIdx.x % 32 == 0) warp_sums[threadIdx.y][threadIdx.x / 32] = v;
@@ -73,7 +72,8 @@ __device__ A cluster_row_sum(A v, int &parity) {
         cluster.sync();
         A sum = 0;
 #pragma unroll
-        for (int rank = 0; rank < CLUSTER; rank++) sum += *cluster.map_shared_rank(&slots[parity], rank);
+        for (int rank = 0; rank < CLUSTER; rank++)
+            sum += *cluster.map_shared_rank(&slots[parity], rank);
         parity ^= 1;
         return sum;
 #else
@@ -113,8 +113,10 @@ __device__ void row_sum2(A &u, A &v) {
 // (ncu, H100: schedulers issuing in 62-76% of cycles).
 template <typename A>
 __device__ __forceinline__ A reciprocal_sqrt(A v) {
-    if constexpr (std::is_same_v<A, float>) return rsqrtf(v);
-    else return A(1) / sqrt(v);
+    if constexpr (std::is_same_v<A, float>)
+        return rsqrtf(v);
+    else
+        return A(1) / sqrt(v);
 }
 
 // The count, mean and M2 (sum of squared deviations about the mean) of some
@@ -181,8 +183,7 @@ __device__ Moments<A> row_moments(Moments<A> m) {
 // philox.h; a counter is four columns of a row).
 template <typename A>
 __device__ __forceinline__ void apply_dropout_counters(A (&v)[kChunk], uint64_t counter0,
-                                                       uint64_t counter1, double p,
-                                                       uint64_t seed) {
+                                                       uint64_t counter1, double p, uint64_t seed) {
     const uint32_t threshold = fo_dropout_threshold(p);
     const A scale = A(1.0 / (1.0 - p));
     const fo_philox_block b0 = fo_philox(seed, counter0);
@@ -197,15 +198,14 @@ __device__ __forceinline__ void apply_dropout_counters(A (&v)[kChunk], uint64_t 
 // The Philox counter of row `row`'s first four columns; columns c to c + 3
 // (c % 4 == 0) take the counter c / 4 after it.
 __device__ __forceinline__ uint64_t dropout_row_counter(int64_t row, int64_t cols,
-                                                       uint64_t offset) {
+                                                        uint64_t offset) {
     return offset + uint64_t(row) * fo_dropout_row_counters(cols);
 }
 
 // The chunk of 8 columns from col of row `row`.
 template <typename A>
-__device__ __forceinline__ void apply_dropout(A (&v)[kChunk], int64_t row,
-                                              int64_t col, int64_t cols,
-                                              double p, uint64_t seed,
+__device__ __forceinline__ void apply_dropout(A (&v)[kChunk], int64_t row, int64_t col,
+                                              int64_t cols, double p, uint64_t seed,
                                               uint64_t offset) {
     const uint64_t counter = dropout_row_counter(row, cols, offset) + uint64_t(col) / 4;
     apply_dropout_counters(v, counter, counter + 1, p, seed);
@@ -228,12 +228,10 @@ __device__ __forceinline__ void apply_dropout_chunk(A (&v)[kChunk], int64_t row,
 }
 
 template <typename P, typename A>
-__device__ __forceinline__ void load_params(A (&out)[kChunk],
-                                            const P *__restrict__ p, int n,
+__device__ __forceinline__ void load_params(A (&out)[kChunk], const P *__restrict__ p, int n,
                                             A missing) {
 #pragma unroll
-    for (int i = 0; i < kChunk; i++)
-        out[i] = p && i < n ? A(to_acc(p[i])) : missing;
+    for (int i = 0; i < kChunk; i++) out[i] = p && i < n ? A(to_acc(p[i])) : missing;
 }
 
 template <typename A>
@@ -302,9 +300,12 @@ __device__ __forceinline__ A corrected_mean(A mean, A deviations, A inv_cols) {
 // there the compiler may fuse it, with the same bits.
 template <typename T, typename P, typename A>
 __device__ __forceinline__ A weighted_dy(A dy, A w) {
-    if constexpr (sizeof(T) == 2 && sizeof(P) == 2) return dy * w;
-    else if constexpr (std::is_same_v<A, float>) return __fmul_rn(dy, w);
-    else return __dmul_rn(dy, w);
+    if constexpr (sizeof(T) == 2 && sizeof(P) == 2)
+        return dy * w;
+    else if constexpr (std::is_same_v<A, float>)
+        return __fmul_rn(dy, w);
+    else
+        return __dmul_rn(dy, w);
 }
 
 // What dh needs of a row beside its own values: from the row sums of wdy
@@ -314,8 +315,8 @@ struct RowGradient {
     A mean, rstd, mean_wdy, xhat_scale;  // xhat_scale: rstd * mean(wdy * xhat)
 };
 template <typename A>
-__device__ __forceinline__ RowGradient<A> row_gradient(A mean, A rstd, A sum_wdy,
-                                                       A sum_wdy_xhat, A inv_cols, bool rms) {
+__device__ __forceinline__ RowGradient<A> row_gradient(A mean, A rstd, A sum_wdy, A sum_wdy_xhat,
+                                                       A inv_cols, bool rms) {
     return {mean, rstd, rms ? A(0) : sum_wdy * inv_cols, rstd * (sum_wdy_xhat * inv_cols)};
 }
 
@@ -338,10 +339,9 @@ __device__ __forceinline__ A norm_dh(const RowGradient<A> &row, A wdy, A h) {
 // to R), which is what the statistics and backward then see. ACCESS places
 // the chunk's values in every operand (R is T where it spreads them).
 template <typename T, typename R, bool DROPOUT, Access ACCESS>
-__device__ __forceinline__ void add_residual(acc_t<T> (&x)[kChunk],
-                                             acc_t<R> (&residual)[kChunk],
-                                             const fo_norm_forward_params a, int64_t r,
-                                             int64_t c, bool store) {
+__device__ __forceinline__ void add_residual(acc_t<T> (&x)[kChunk], acc_t<R> (&residual)[kChunk],
+                                             const fo_norm_forward_params a, int64_t r, int64_t c,
+                                             bool store) {
     using A = acc_t<T>;
     if constexpr (DROPOUT)
         apply_dropout_chunk<T, ACCESS>(x, r, c, a.cols, a.dropout_p, a.seed, a.offset);
@@ -362,14 +362,13 @@ __device__ __forceinline__ void add_residual(acc_t<T> (&x)[kChunk],
 // is never kScalar here: rows of whole chunks.)
 template <typename T, typename H, Access ACCESS>
 __device__ __forceinline__ void store_dh_chunk(acc_t<T> (&dh)[kChunk],
-                                               const fo_norm_backward_params a,
-                                               int64_t r, int64_t c, T *dx_row,
-                                               H *dresidual_row) {
+                                               const fo_norm_backward_params a, int64_t r,
+                                               int64_t c, T *dx_row, H *dresidual_row) {
     using A = acc_t<T>;
     if (a.dresidual_out) {
         acc_t<H> g[kChunk];
-        load_row_chunk<H, ACCESS>(g, static_cast<const H *>(a.dresidual_out) +
-                                         r * a.dresidual_out_row_stride, c, a.cols);
+        load_row_chunk<H, ACCESS>(
+            g, static_cast<const H *>(a.dresidual_out) + r * a.dresidual_out_row_stride, c, a.cols);
 #pragma unroll
         for (int i = 0; i < kChunk; i++) dh[i] += A(g[i]);
     }

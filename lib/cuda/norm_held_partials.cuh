@@ -34,11 +34,11 @@ namespace {
 // that the kernel divides nothing in 64 bits: that subroutine's registers
 // made ptxas spill the kernel, at its cap of 64).
 struct HeldArgs {
-    int iterations = 0;   // a block holds its last `iterations` (0: none held)
+    int iterations = 0;  // a block holds its last `iterations` (0: none held)
     int owned_shift = 0;  // an owner owns 1 << owned_shift chunks (the last one fewer)
-    int owners = 0;       // blocks 0 to owners - 1 own chunks and hold rows; the rest neither
-    int64_t full = 0;     // every block runs `full` row iterations, and
-    int64_t extra = 0;    // those whose first row is below `extra` one more
+    int owners = 0;  // blocks 0 to owners - 1 own chunks and hold rows; the rest neither
+    int64_t full = 0;  // every block runs `full` row iterations, and
+    int64_t extra = 0;  // those whose first row is below `extra` one more
 };
 
 // The held rows of the owners: owner b's slot s is the row of its
@@ -61,9 +61,12 @@ struct HeldRows {
     HeldArgs args;
 
     __device__ HeldRows(void *park_, int64_t cols, int kinds, const HeldArgs &args_)
-        : park(static_cast<char *>(park_)), row_bytes(cols * int64_t(sizeof(T))),
-          step(int64_t(gridDim.x) * blockDim.y), chunks_of_both(kinds * int(cols / kChunk)),
-          per_slot(int(cols * int64_t(sizeof(T)) / int64_t(sizeof(A)))), ty_shift(0),
+        : park(static_cast<char *>(park_)),
+          row_bytes(cols * int64_t(sizeof(T))),
+          step(int64_t(gridDim.x) * blockDim.y),
+          chunks_of_both(kinds * int(cols / kChunk)),
+          per_slot(int(cols * int64_t(sizeof(T)) / int64_t(sizeof(A)))),
+          ty_shift(0),
           args(args_) {
         while ((1u << ty_shift) < blockDim.y) ty_shift++;
     }
@@ -90,7 +93,8 @@ __device__ __forceinline__ void park_partial_chunk(const HeldRows<T> &held, int 
     const int ck = kind * int(held.row_bytes / int64_t(sizeof(T)) / kChunk) + int(c);
     const int owner = ck >> held.args.owned_shift, j = ck & ((1 << held.args.owned_shift) - 1);
     store_chunk<acc_t<T>, true>(
-        held.value(owner, ((int(blockIdx.x) << held.args.owned_shift) + j) * kChunk), values, kChunk);
+        held.value(owner, ((int(blockIdx.x) << held.args.owned_shift) + j) * kChunk), values,
+        kChunk);
 }
 
 // The column of value i of chunk c as ACCESS places it (vector_offset's
@@ -100,8 +104,8 @@ __device__ __forceinline__ int64_t chunk_column(int64_t c, int i) {
     if constexpr (ACCESS == kSpread) {
         constexpr int kPerVector = 16 / int(sizeof(A));
         const int64_t lane = c % kSpreadGroup;
-        return (c - lane) * kChunk + lane * kPerVector + (i / kPerVector) * kSpreadGroup * kPerVector +
-               i % kPerVector;
+        return (c - lane) * kChunk + lane * kPerVector +
+               (i / kPerVector) * kSpreadGroup * kPerVector + i % kPerVector;
     } else {
         return c * kChunk + i;
     }
@@ -126,7 +130,8 @@ __device__ __noinline__ void sum_owned_and_restore(const HeldRows<T> held, P *dw
     cooperative_groups::this_grid().sync();
     if (int(blockIdx.x) >= held.args.owners) return;
     const int thread = threadIdx.y * blockDim.x + threadIdx.x, threads = blockDim.x * blockDim.y;
-    const int owned = 1 << held.args.owned_shift, width = owned * kChunk;  // values a block, a chunk each
+    const int owned = 1 << held.args.owned_shift,
+              width = owned * kChunk;  // values a block, a chunk each
     const int total = width * int(gridDim.x);
     // the values v = thread + u * threads, walked slot by slot (no division a load)
     int slot = thread / held.per_slot, offset = thread % held.per_slot;
@@ -135,7 +140,8 @@ __device__ __noinline__ void sum_owned_and_restore(const HeldRows<T> held, P *dw
     for (int v0 = thread; v0 < total; v0 += kInFlight * threads) {
 #pragma unroll
         for (int u = 0; u < kInFlight; u++) {
-            if (v0 + u * threads < total) sums[u] += __ldcg(values + offset);  // written this launch
+            if (v0 + u * threads < total)
+                sums[u] += __ldcg(values + offset);  // written this launch
             offset += threads;
             while (offset >= held.per_slot) {
                 offset -= held.per_slot;
@@ -143,12 +149,14 @@ __device__ __noinline__ void sum_owned_and_restore(const HeldRows<T> held, P *dw
             }
         }
     }
-    A sum = ((sums[0] + sums[1]) + (sums[2] + sums[3])) + ((sums[4] + sums[5]) + (sums[6] + sums[7]));
+    A sum =
+        ((sums[0] + sums[1]) + (sums[2] + sums[3])) + ((sums[4] + sums[5]) + (sums[6] + sums[7]));
     for (int lanes = width; lanes < 32; lanes *= 2) sum += __shfl_xor_sync(0xffffffffu, sum, lanes);
     lane_sums[thread] = sum;
     __syncthreads();  // every value read
     const int stride = width > 32 ? width : 32;  // lanes [0, width) of each such run hold sums
-    const int first = int(blockIdx.x) * owned, chunks = int(held.row_bytes / int64_t(sizeof(T)) / kChunk);
+    const int first = int(blockIdx.x) * owned,
+              chunks = int(held.row_bytes / int64_t(sizeof(T)) / kChunk);
     if (thread < width && first + thread / kChunk < held.chunks_of_both) {
         A out_value = 0;
         for (int g = 0; g < threads / stride; g++) out_value += lane_sums[g * stride + thread];
@@ -172,8 +180,8 @@ __device__ __forceinline__ void finish_held_partials(const fo_norm_backward_para
                                                      const acc_t<T> (&dw)[CPT][kChunk],
                                                      const acc_t<T> (&db)[CPT][kChunk],
                                                      const uint4 *staged) {
-    const HeldRows<T> held(a.dx ? a.dx : a.dresidual, a.cols, (a.dweight ? 1 : 0) + (a.dbias ? 1 : 0),
-                           args);
+    const HeldRows<T> held(a.dx ? a.dx : a.dresidual, a.cols,
+                           (a.dweight ? 1 : 0) + (a.dbias ? 1 : 0), args);
     const int64_t chunks = chunks_per_row(a.cols);
     if (threadIdx.y == 0) {
 #pragma unroll
@@ -209,8 +217,7 @@ HeldPlan held_plan(const fo_norm_backward_params &a, int ty, int threads, int64_
                    bool cooperative) {
     HeldPlan plan;
     const bool park = a.dx || (a.dresidual && a.h_dtype == a.dtype);
-    if (!(a.dweight || a.dbias) || !park || a.cols % 16 != 0 ||
-        a.rows % ty != 0 || blocks < 1)
+    if (!(a.dweight || a.dbias) || !park || a.cols % 16 != 0 || a.rows % ty != 0 || blocks < 1)
         return plan;
     const int64_t kinds = (a.dweight ? 1 : 0) + (a.dbias ? 1 : 0);
     int owned_shift = 0;  // chunks a block owns: a power of two, 8 values each a thread at most

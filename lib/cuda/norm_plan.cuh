@@ -69,7 +69,9 @@ constexpr NormTuning kNormTuning[] = {
     /* fp64   */ {1, 128, false, false, true, 1, false},
 };
 template <typename T>
-constexpr NormTuning kTuning = kNormTuning[sizeof(T) == 2 ? 0 : sizeof(T) == 4 ? 1 : 2];
+constexpr NormTuning kTuning = kNormTuning[sizeof(T) == 2   ? 0
+                                           : sizeof(T) == 4 ? 1
+                                                            : 2];
 
 // Fixed choices, the same for every dtype:
 // - short rows share a block of kThreads (TY rows of TX): a warp a block,
@@ -96,8 +98,8 @@ constexpr int64_t kSharedReserve = 4096;
 // The launch shape of the register kernels for one row length.
 struct RegisterRows {
     int tx = 0, ty = 0, cpt = 0;  // cpt = 0: the row does not fit
-    int64_t groups = 0;           // blocks (clusters): ceil(rows / ty), capped
-    int cluster = 1;              // blocks a row
+    int64_t groups = 0;  // blocks (clusters): ceil(rows / ty), capped
+    int cluster = 1;  // blocks a row
 };
 
 // Chunks a thread: as few threads as keep `target` chunks each (so every
@@ -141,8 +143,7 @@ RegisterRows forward_cluster_rows(int64_t rows, int64_t cols) {
     constexpr int kCpt = kForwardMaxChunks<T>;
     const int64_t chunks = chunks_per_row(cols);
     int cluster = 2;
-    while (cluster < kMaxCluster && int64_t(cluster) * kMaxRowThreads * kCpt < chunks)
-        cluster *= 2;
+    while (cluster < kMaxCluster && int64_t(cluster) * kMaxRowThreads * kCpt < chunks) cluster *= 2;
     if (int64_t(cluster) * kMaxRowThreads * kCpt < chunks) return g;
     int tx = 32;
     while (int64_t(cluster) * tx * kCpt < chunks) tx *= 2;
@@ -200,9 +201,9 @@ enum class NormKernel { kStreaming, kRegisters, kCluster, kShared };
 
 struct ForwardPlan {
     NormKernel kernel = NormKernel::kStreaming;
-    bool vec = false;         // kStreaming: 16-byte chunks
-    int cpt = 0;              // kRegisters, kCluster: chunks a thread
-    int cluster = 1;          // kCluster: blocks a row
+    bool vec = false;  // kStreaming: 16-byte chunks
+    int cpt = 0;  // kRegisters, kCluster: chunks a thread
+    int cluster = 1;  // kCluster: blocks a row
     dim3 grid, block;
     size_t shared_bytes = 0;  // kShared: the row's dynamic shared memory
 };
@@ -213,12 +214,12 @@ template <typename T>
 ForwardPlan norm_forward_plan(const fo_norm_forward_params &a, int device, const DeviceInfo &info) {
     constexpr NormTuning kTune = kTuning<T>;
     ForwardPlan plan;
-    plan.vec = a.cols % kChunk == 0 && aligned16(a.x) && aligned16(a.y) &&
-               stride_aligned16<T>(a.x_row_stride, a.rows) && aligned16(a.residual) &&
-               aligned16(a.residual_out) &&
-               (a.residual_dtype == FO_DTYPE_F32
-                    ? stride_aligned16<float>(a.residual_row_stride, a.rows)
-                    : stride_aligned16<T>(a.residual_row_stride, a.rows));
+    plan.vec =
+        a.cols % kChunk == 0 && aligned16(a.x) && aligned16(a.y) &&
+        stride_aligned16<T>(a.x_row_stride, a.rows) && aligned16(a.residual) &&
+        aligned16(a.residual_out) &&
+        (a.residual_dtype == FO_DTYPE_F32 ? stride_aligned16<float>(a.residual_row_stride, a.rows)
+                                          : stride_aligned16<T>(a.residual_row_stride, a.rows));
     const bool aligned = plan.vec && aligned16(a.weight) && aligned16(a.bias);
     const RegisterRows fast = forward_register_rows<T>(a.rows, a.cols);
     const bool registers = aligned && fast.cpt > 0;
@@ -249,8 +250,8 @@ ForwardPlan norm_forward_plan(const fo_norm_forward_params &a, int device, const
         int64_t blocks = 0;
         if (bytes + kSharedReserve <= info.shared_optin)
             dispatch_companion<T>(a.param_dtype, [&](auto param_tag) {
-                const void *kernel =
-                    reinterpret_cast<const void *>(norm_forward_shared_kernel<T, decltype(param_tag)>);
+                const void *kernel = reinterpret_cast<const void *>(
+                    norm_forward_shared_kernel<T, decltype(param_tag)>);
                 blocks = int64_t(info.multiprocessors) *
                          resident_blocks(kernel, device, threads, size_t(bytes));
             });
@@ -277,19 +278,19 @@ ForwardPlan norm_forward_plan(const fo_norm_forward_params &a, int device, const
 
 struct BackwardPlan {
     NormKernel kernel = NormKernel::kStreaming;  // kRegisters, kShared or kStreaming
-    bool vec = false;         // kStreaming: 16-byte chunks
-    int cpt = 0;              // kRegisters: chunks a thread
-    int cluster = 1;          // kShared: blocks a row
-    dim3 grid, block;         // kStreaming: the row kernel's
+    bool vec = false;  // kStreaming: 16-byte chunks
+    int cpt = 0;  // kRegisters: chunks a thread
+    int cluster = 1;  // kShared: blocks a row
+    dim3 grid, block;  // kStreaming: the row kernel's
     size_t shared_bytes = 0;  // kRegisters parked: the held rows; kShared: the row slices
     // the weight and bias partials: parked in dx (one cooperative launch
     // sums them, no workspace), or `groups` rows of each gradient asked for
     // in the workspace, summed by finish_column_partials
     bool parked = false;
-    HeldArgs held;            // kRegisters, parked
-    DeferArgs defer;          // kShared, parked
+    HeldArgs held;  // kRegisters, parked
+    DeferArgs defer;  // kShared, parked
     int64_t groups = 0;
-    RowGeometry columns;      // kStreaming: the column kernel's grid (groups = grid.y)
+    RowGeometry columns;  // kStreaming: the column kernel's grid (groups = grid.y)
     int64_t workspace_bytes = 0;
 };
 
@@ -370,16 +371,21 @@ BackwardPlan norm_backward_plan(const fo_norm_backward_params &a, int device,
                     using P = decltype(param_tag);
                     bytes = shared_backward_bytes<T, H, P>(a.cols, cluster);
                     if (bytes + kSharedReserve > info.shared_optin) return;
-                    const int64_t most = kClusterGroups[cluster == 8 ? 3 : cluster == 4 ? 2 : cluster == 2 ? 1 : 0];
+                    const int64_t most = kClusterGroups[cluster == 8   ? 3
+                                                        : cluster == 4 ? 2
+                                                        : cluster == 2 ? 1
+                                                                       : 0];
                     groups = a.rows < 1 ? 1 : a.rows < most ? a.rows : most;
                     const void *kernel =
                         reinterpret_cast<const void *>(norm_backward_shared_kernel<T, H, P>);
-                    int64_t resident = resident_blocks(kernel, device, kSharedBackwardThreads,
-                                                       size_t(bytes), cluster,
-                                                       unsigned(groups * cluster));
+                    int64_t resident =
+                        resident_blocks(kernel, device, kSharedBackwardThreads, size_t(bytes),
+                                        cluster, unsigned(groups * cluster));
                     if (cluster == 1) resident *= info.multiprocessors;
-                    if (resident == 0 || 2 * resident * cluster < info.multiprocessors) groups = 0;
-                    else if (resident < groups) groups = resident;
+                    if (resident == 0 || 2 * resident * cluster < info.multiprocessors)
+                        groups = 0;
+                    else if (resident < groups)
+                        groups = resident;
                 });
             });
         if (groups > 0) {

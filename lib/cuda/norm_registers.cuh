@@ -80,8 +80,8 @@ struct Held {
     __device__ __forceinline__ void load(const S *__restrict__ row, int64_t c) {
 #pragma unroll
         for (int v = 0; v < kVectorsPerChunk<S>; v++)
-            reinterpret_cast<uint4 *>(words)[v] = __ldg(
-                reinterpret_cast<const uint4 *>(row + vector_offset<S, ACCESS>(c, v)));
+            reinterpret_cast<uint4 *>(words)[v] =
+                __ldg(reinterpret_cast<const uint4 *>(row + vector_offset<S, ACCESS>(c, v)));
     }
     template <typename A>
     __device__ __forceinline__ void set(const A (&values)[kChunk]) {
@@ -157,7 +157,7 @@ struct ForwardHeld {
     static constexpr bool kHalfResidual = RESIDUAL && !DROPOUT && sizeof(T) == 2 && sizeof(R) == 2;
     static constexpr bool kFloatResidual =
         RESIDUAL && !DROPOUT && sizeof(T) == 4 && sizeof(R) == 4 && CPT <= 2;
-    static constexpr int kRegisters = std::is_same_v<T, double>          ? 128
+    static constexpr int kRegisters = std::is_same_v<T, double>         ? 128
                                       : kHalfResidual || kFloatResidual ? 64
                                                                         : forward_registers(kBytes);
 };
@@ -182,16 +182,20 @@ constexpr bool backward_prefetch(int cpt) {
 template <typename T>
 constexpr int backward_held_bytes(int cpt, int h_size) {
     return cpt * kChunk *
-           ((backward_prefetch<T>(cpt) ? 2 : 1) * (int(sizeof(T)) + h_size) + 2 * int(sizeof(acc_t<T>)));
+           ((backward_prefetch<T>(cpt) ? 2 : 1) * (int(sizeof(T)) + h_size) +
+            2 * int(sizeof(acc_t<T>)));
 }
 // Calls f(std::integral_constant<int, CPT>) for a chunks-a-thread count of
 // 1, 2, 4 .. MAX (the only ones instantiated).
 template <int MAX, typename F>
 void dispatch_chunks(int cpt, F &&f) {
     if (cpt == 1) f(std::integral_constant<int, 1>{});
-    if constexpr (MAX >= 2) if (cpt == 2) f(std::integral_constant<int, 2>{});
-    if constexpr (MAX >= 4) if (cpt == 4) f(std::integral_constant<int, 4>{});
-    if constexpr (MAX >= 8) if (cpt == 8) f(std::integral_constant<int, 8>{});
+    if constexpr (MAX >= 2)
+        if (cpt == 2) f(std::integral_constant<int, 2>{});
+    if constexpr (MAX >= 4)
+        if (cpt == 4) f(std::integral_constant<int, 4>{});
+    if constexpr (MAX >= 8)
+        if (cpt == 8) f(std::integral_constant<int, 8>{});
 }
 
 // Calls f(std::integral_constant<Access, ...>) for a register kernel's rows
@@ -263,12 +267,13 @@ enum ForwardInput { kX, kXPlusResidual, kDropoutXPlusResidual };
 // 3-8% of the forward's time on the H100; in fp32 nothing). With dropout:
 // not centred, as one element's mask is a Philox draw.
 template <typename R, ForwardInput INPUT>
-constexpr bool kCentredRow = INPUT != kDropoutXPlusResidual && std::is_same_v<R, float>;
+constexpr bool kCentredRow = INPUT != kDropoutXPlusResidual &&std::is_same_v<R, float>;
 template <typename T, typename R, ForwardInput INPUT>
 __device__ __forceinline__ acc_t<T> row_center(const fo_norm_forward_params &a, int64_t r) {
     using A = acc_t<T>;
     const A x0 = A(to_acc(static_cast<const T *>(a.x)[r * a.x_row_stride]));
-    if constexpr (INPUT == kX) return x0;
+    if constexpr (INPUT == kX)
+        return x0;
     else
         return A(to_acc(from_acc<R>(
             acc_t<R>(to_acc(static_cast<const R *>(a.residual)[r * a.residual_row_stride])) +
@@ -282,8 +287,8 @@ __device__ __forceinline__ acc_t<T> row_center(const fo_norm_forward_params &a, 
 // block cluster where above 1; see forward_cluster_rows).
 template <typename T, typename R, typename P, int CPT, ForwardInput INPUT, Access ACCESS,
           int CLUSTER = 1>
-__global__ void
-__maxnreg__((ForwardHeld<T, R, CPT, INPUT != kX, INPUT == kDropoutXPlusResidual>::kRegisters))
+__global__ void __maxnreg__(
+    (ForwardHeld<T, R, CPT, INPUT != kX, INPUT == kDropoutXPlusResidual>::kRegisters))
     norm_forward_registers_kernel(fo_norm_forward_params a) {
     using A = acc_t<T>;
     constexpr int kBatch = ForwardHeld<T, R, CPT, INPUT != kX>::kBatch;
@@ -364,22 +369,25 @@ __maxnreg__((ForwardHeld<T, R, CPT, INPUT != kX, INPUT == kDropoutXPlusResidual>
             }
         }
         // the variance about the mean: no cancellation
-        A mean =
-            rms ? A(0)
-                : center + cluster_row_sum<CLUSTER>((sums[0] + sums[1]) + (sums[2] + sums[3]),
-                                                    parity) / A(cols);  // (not * 1/cols: exact)
+        A mean = rms ? A(0)
+                     : center + cluster_row_sum<CLUSTER>((sums[0] + sums[1]) + (sums[2] + sums[3]),
+                                                         parity) /
+                                    A(cols);  // (not * 1/cols: exact)
         A variance;
         if constexpr (kExactNormalize<T> && CLUSTER == 1) {  // (LayerNorm takes no cluster)
             A offsets = 0, squares;
-            if (rms) squares = sum_squares<false>(h, lane, row_threads, chunks, mean);
-            else sum_deviations(h, lane, row_threads, chunks, mean, offsets, squares);
+            if (rms)
+                squares = sum_squares<false>(h, lane, row_threads, chunks, mean);
+            else
+                sum_deviations(h, lane, row_threads, chunks, mean, offsets, squares);
             row_sum2(offsets, squares);
             if (!rms) mean = corrected_mean(mean, offsets, inv_cols);
             variance = squares * inv_cols;
         } else {
-            variance = cluster_row_sum<CLUSTER>(rms ? sum_squares<false>(h, lane, row_threads, chunks, mean)
-                                                    : sum_squares<true>(h, lane, row_threads, chunks, mean),
-                                                parity) *
+            variance = cluster_row_sum<CLUSTER>(
+                           rms ? sum_squares<false>(h, lane, row_threads, chunks, mean)
+                               : sum_squares<true>(h, lane, row_threads, chunks, mean),
+                           parity) *
                        inv_cols;
         }
         if (!active) continue;
@@ -421,8 +429,8 @@ __maxnreg__((ForwardHeld<T, R, CPT, INPUT != kX, INPUT == kDropoutXPlusResidual>
 // row iterations' dx, every block parks its partials in those rows' place
 // (norm_held_partials.cuh), and the owners write dweight and dbias.
 template <typename T, typename H, typename P, int CPT, Access ACCESS>
-__global__ void __launch_bounds__(kMaxRowThreads,
-                                  kBackwardMinBlocks<acc_t<T>, backward_held_bytes<T>(CPT, sizeof(H))>)
+__global__ void __launch_bounds__(
+    kMaxRowThreads, kBackwardMinBlocks<acc_t<T>, backward_held_bytes<T>(CPT, sizeof(H))>)
     norm_backward_registers_kernel(fo_norm_backward_params a, acc_t<T> *__restrict__ partials,
                                    HeldArgs held) {
     using A = acc_t<T>;
@@ -446,7 +454,7 @@ __global__ void __launch_bounds__(kMaxRowThreads,
     // (after the rows, the slots hold the column sums below: room for both)
     constexpr int kColumnSumVectors = 2 * kThreads * kChunk * int(sizeof(A)) / 16;
     constexpr int kWeightSlots = CPT * kWeightVectors * kMaxRowThreads;
-    __shared__ uint4 weight_slots[!kWeightShared                   ? 1
+    __shared__ uint4 weight_slots[!kWeightShared                     ? 1
                                   : kWeightSlots > kColumnSumVectors ? kWeightSlots
                                                                      : kColumnSumVectors];
     const int thread = threadIdx.y * blockDim.x + threadIdx.x, threads = blockDim.x * blockDim.y;
@@ -498,8 +506,8 @@ __global__ void __launch_bounds__(kMaxRowThreads,
         if (kPrefetch && base + step < a.rows) load_row(r + step);
         // the chunk's dy, h and weight * dy, from the held dy and h (and
         // the weight: from shared memory, or an L1 hit after the first row)
-        auto expand = [&](int k, const Held<T> &dy_k, const Held<H> &h_k, int64_t c,
-                          A(&g)[kChunk], A(&hv)[kChunk], A(&wdy)[kChunk]) {
+        auto expand = [&](int k, const Held<T> &dy_k, const Held<H> &h_k, int64_t c, A(&g)[kChunk],
+                          A(&hv)[kChunk], A(&wdy)[kChunk]) {
             dy_k.get(g);
             h_k.get(hv);
             acc_t<P> w[kChunk];
@@ -507,7 +515,8 @@ __global__ void __launch_bounds__(kMaxRowThreads,
                 alignas(16) P raw[kChunk];
 #pragma unroll
                 for (int v = 0; v < kWeightVectors; v++)
-                    reinterpret_cast<uint4 *>(raw)[v] = weight_slots[(k * kWeightVectors + v) * threads + thread];
+                    reinterpret_cast<uint4 *>(raw)[v] =
+                        weight_slots[(k * kWeightVectors + v) * threads + thread];
 #pragma unroll
                 for (int i = 0; i < kChunk; i++) w[i] = to_acc(raw[i]);
             } else if (weight) {
@@ -559,8 +568,10 @@ __global__ void __launch_bounds__(kMaxRowThreads,
                 while (later + 1 < held.iterations && base + (later + 1) * step < a.rows) later++;
                 T *staged = reinterpret_cast<T *>(held_rows) +
                             ((held.iterations - 1 - later) * blockDim.y + threadIdx.y) * cols;
-                if (a.dx) dx_row = staged;
-                else dresidual_row = reinterpret_cast<H *>(staged);
+                if (a.dx)
+                    dx_row = staged;
+                else
+                    dresidual_row = reinterpret_cast<H *>(staged);
             }
             store_dh_chunk<T, H, ACCESS>(dh, a, r, c, dx_row, dresidual_row);
         }
@@ -569,9 +580,10 @@ __global__ void __launch_bounds__(kMaxRowThreads,
     // The TY rows of a block own the same columns: add them in ty order
     // through shared memory, one chunk index k at a time, then write.
     __shared__ A own_column_sums[kWeightShared ? 1 : 2][kWeightShared ? 1 : kThreads * kChunk];
-    A(*column_sums)[kThreads * kChunk] =
-        kWeightShared ? reinterpret_cast<A(*)[kThreads * kChunk]>(weight_slots)
-                      : reinterpret_cast<A(*)[kThreads * kChunk]>(own_column_sums);
+    A(*column_sums)
+    [kThreads * kChunk] = kWeightShared
+                              ? reinterpret_cast<A(*)[kThreads * kChunk]>(weight_slots)
+                              : reinterpret_cast<A(*)[kThreads * kChunk]>(own_column_sums);
     if (kWeightShared && blockDim.y > 1) __syncthreads();  // every weight slot read
 #pragma unroll
     for (int k = 0; k < CPT; k++) {
@@ -607,8 +619,7 @@ __global__ void __launch_bounds__(kMaxRowThreads,
         if (a.dweight) store_row_chunk<A, kPartialAccess>(weight_partials, dw[k], c, cols);
         if (a.dbias) store_row_chunk<A, kPartialAccess>(bias_partials, db[k], c, cols);
     }
-    if (held.iterations > 0)
-        finish_held_partials<T, P, CPT, ACCESS>(a, held, dw, db, held_rows);
+    if (held.iterations > 0) finish_held_partials<T, P, CPT, ACCESS>(a, held, dw, db, held_rows);
 }
 
 }  // namespace

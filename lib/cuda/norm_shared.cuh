@@ -37,7 +37,8 @@ constexpr int kSharedTargetChunks = 8;
 constexpr int kSharedRowThreads = kMaxRowThreads;  // the most
 inline int shared_row_threads(int64_t cols) {
     int threads = 128;
-    while (threads < kSharedRowThreads && threads * int64_t(kSharedTargetChunks) < chunks_per_row(cols))
+    while (threads < kSharedRowThreads &&
+           threads * int64_t(kSharedTargetChunks) < chunks_per_row(cols))
         threads *= 2;
     return threads;
 }
@@ -94,7 +95,8 @@ __device__ __forceinline__ void prefetch_l2_by_warps(const void *p, int64_t byte
     const int64_t n = bytes - begin < piece ? bytes - begin : piece;
     // (the instruction takes a .global address, not a generic one)
     const size_t global = __cvta_generic_to_global(static_cast<const char *>(p) + begin);
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(global), "r"(uint32_t(n)) : "memory");
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(global), "r"(uint32_t(n))
+                 : "memory");
 #endif
 }
 
@@ -172,10 +174,14 @@ __global__ void __maxnreg__(kSharedForwardRegisters<T>)
             const int col = c * kChunk;
             A v[kChunk], w[kChunk], b[kChunk];
             held(c, v);
-            if (weight) load_chunk<P, true>(w, weight + col, kChunk);
-            else fill(w, A(1));
-            if (bias) load_chunk<P, true>(b, bias + col, kChunk);
-            else fill(b, A(0));
+            if (weight)
+                load_chunk<P, true>(w, weight + col, kChunk);
+            else
+                fill(w, A(1));
+            if (bias)
+                load_chunk<P, true>(b, bias + col, kChunk);
+            else
+                fill(b, A(0));
             normalize_chunk<kExactNormalize<T>>(v, mean, rstd, shift, w, b);
             store_chunk<T, true, true>(static_cast<T *>(a.y) + r * a.cols + col, v, kChunk);
             // the slot is free: its values were read (and used) above

@@ -169,8 +169,10 @@ __global__ void __launch_bounds__(kSharedBackwardThreads, 1)
     for (int64_t r = group; r < a.rows; r += groups, iteration++) {
         const int64_t next = r + groups;
         if (kBackwardPrefetchL2<T, H> && next < a.rows) {  // (see kBackwardPrefetchL2)
-            prefetch_l2_by_warps(dy + next * a.dy_row_stride, int64_t(here) * kChunk * int64_t(sizeof(T)));
-            prefetch_l2_by_warps(h + next * a.h_row_stride, int64_t(here) * kChunk * int64_t(sizeof(H)));
+            prefetch_l2_by_warps(dy + next * a.dy_row_stride,
+                                 int64_t(here) * kChunk * int64_t(sizeof(T)));
+            prefetch_l2_by_warps(h + next * a.h_row_stride,
+                                 int64_t(here) * kChunk * int64_t(sizeof(H)));
         }
         const A mean = rms ? A(0) : static_cast<const A *>(a.mean)[r];
         const A rstd = static_cast<const A *>(a.rstd)[r];
@@ -227,8 +229,7 @@ __global__ void __launch_bounds__(kSharedBackwardThreads, 1)
             // the slots are free (read above): the next row's chunk goes in
             if (next < a.rows) copy_row(next, c, first_copy(iteration + 1));
 #pragma unroll
-            for (int i = 0; i < kChunk; i++)
-                dh[i] = norm_dh(row, dh[i], hv[i]);
+            for (int i = 0; i < kChunk; i++) dh[i] = norm_dh(row, dh[i], hv[i]);
             store_dh_chunk<T, H, kVector>(
                 dh, a, r, col0 / kChunk + c, a.dx ? static_cast<T *>(a.dx) + r * a.cols : nullptr,
                 a.dresidual ? static_cast<H *>(a.dresidual) + r * a.cols : nullptr);

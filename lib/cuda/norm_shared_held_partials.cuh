@@ -48,18 +48,18 @@ constexpr int kMaxDeferred = 8;
 // (host-computed: no 64-bit division in the kernel).
 struct DeferArgs {
     int deferred = 0;  // an owner defers its last `deferred` row iterations (0: the workspace)
-    int owned = 0;     // chunks an owner owns (the last owner of a rank fewer)
-    int owners = 0;    // groups 0 to owners - 1 own chunks and defer rows, in every rank
+    int owned = 0;  // chunks an owner owns (the last owner of a rank fewer)
+    int owners = 0;  // groups 0 to owners - 1 own chunks and defer rows, in every rank
     int per_slot = 0;  // values a deferred row's slice holds (a multiple of 8)
     int64_t full = 0;  // every group runs `full` row iterations, and
-    int64_t extra = 0; // those below `extra` one more
+    int64_t extra = 0;  // those below `extra` one more
 };
 
 // The deferred rows of the owners of this block's rank.
 template <typename T>
 struct DeferredRows {
     using A = acc_t<T>;
-    char *park;       // dx (or dresidual, when it is of T and dx is not written)
+    char *park;  // dx (or dresidual, when it is of T and dx is not written)
     int64_t cols, col0, groups;  // col0: the rank's slice's first column
     DeferArgs d;
 
@@ -106,8 +106,8 @@ __device__ __forceinline__ void park_shared_partials(const DeferredRows<T> &held
 // beside the kernel's own state, its loads made ptxas spill 12-16 bytes at
 // the kernel's 128 registers.
 template <typename T, typename P>
-__device__ __noinline__ void sum_owned_partials(const DeferredRows<T> held, int64_t group,
-                                                int here, P *dweight, P *dbias) {
+__device__ __noinline__ void sum_owned_partials(const DeferredRows<T> held, int64_t group, int here,
+                                                P *dweight, P *dbias) {
     static_assert(std::is_same_v<acc_t<T>, float>, "fp32 partials (fp64 never takes this path)");
     constexpr int kInFlight = 8;
     __shared__ float4 team_sums[kMaxRowThreads];
@@ -173,10 +173,12 @@ __device__ __noinline__ void sum_owned_partials(const DeferredRows<T> held, int6
 // time, it was 0.88x the workspace path).
 template <typename T, typename H, int CPT, typename WeightRow, typename DyRow, typename HRow,
           typename CopyRow>
-__device__ __forceinline__ void sum_and_write_deferred(
-    const fo_norm_backward_params &a, const DeferredRows<T> &held, int64_t group, int here,
-    const WeightRow &weight_row, const DyRow &dy_row, const HRow &h_row, CopyRow &&copy_row,
-    const acc_t<T> (*row_means)[2]) {
+__device__ __forceinline__ void sum_and_write_deferred(const fo_norm_backward_params &a,
+                                                       const DeferredRows<T> &held, int64_t group,
+                                                       int here, const WeightRow &weight_row,
+                                                       const DyRow &dy_row, const HRow &h_row,
+                                                       CopyRow &&copy_row,
+                                                       const acc_t<T> (*row_means)[2]) {
     using A = acc_t<T>;
     using P = typename WeightRow::Value;
     cooperative_groups::this_grid().sync();
@@ -238,8 +240,8 @@ DeferArgs defer_plan(const fo_norm_backward_params &a, int cluster, int64_t grou
     DeferArgs d;
     const int64_t chunks = chunks_per_row(a.cols);
     const bool park_room = a.dx || (a.dresidual && a.h_dtype == a.dtype);
-    if (!park_room || !(a.dweight || a.dbias) ||
-        a.cols % kChunk != 0 || chunks % (2 * cluster) != 0 || groups < 1)
+    if (!park_room || !(a.dweight || a.dbias) || a.cols % kChunk != 0 ||
+        chunks % (2 * cluster) != 0 || groups < 1)
         return d;
     const int64_t here = chunks / cluster, kinds = (a.dweight ? 1 : 0) + (a.dbias ? 1 : 0);
     const int64_t owned = (kinds * here + groups - 1) / groups;

@@ -54,8 +54,7 @@ __global__ void __launch_bounds__(kMaxRowThreads) norm_forward_kernel(fo_norm_fo
             A h[kChunk];
             load_chunk<T, VEC>(h, x + r * a.x_row_stride + col, n);
             if (residual) {
-                if (a.dropout_p > 0)
-                    apply_dropout(h, r, col, cols, a.dropout_p, a.seed, a.offset);
+                if (a.dropout_p > 0) apply_dropout(h, r, col, cols, a.dropout_p, a.seed, a.offset);
                 acc_t<R> res[kChunk];
                 load_chunk<R, VEC>(res, residual + r * a.residual_row_stride + col, n);
                 acc_t<R> stored[kChunk];
@@ -125,7 +124,8 @@ __global__ void __launch_bounds__(kMaxRowThreads) norm_forward_kernel(fo_norm_fo
 
 // T: dy, dx; H: h, dresidual_out, dresidual (T or float); P: weight.
 template <typename T, typename H, typename P, bool VEC>
-__global__ void __launch_bounds__(kMaxRowThreads) norm_backward_rows_kernel(fo_norm_backward_params a) {
+__global__ void __launch_bounds__(kMaxRowThreads)
+    norm_backward_rows_kernel(fo_norm_backward_params a) {
     using A = acc_t<T>;
     const T *dy = static_cast<const T *>(a.dy);
     const H *h = static_cast<const H *>(a.h);
@@ -186,11 +186,11 @@ __global__ void __launch_bounds__(kMaxRowThreads) norm_backward_rows_kernel(fo_n
                 acc_t<H> out[kChunk];
 #pragma unroll
                 for (int i = 0; i < kChunk; i++) out[i] = acc_t<H>(dh[i]);
-                store_chunk<H, VEC, kBackwardHints>(static_cast<H *>(a.dresidual) + r * cols + col, out, n);
+                store_chunk<H, VEC, kBackwardHints>(static_cast<H *>(a.dresidual) + r * cols + col,
+                                                    out, n);
             }
             if (a.dx) {
-                if (a.dropout_p > 0)
-                    apply_dropout(dh, r, col, cols, a.dropout_p, a.seed, a.offset);
+                if (a.dropout_p > 0) apply_dropout(dh, r, col, cols, a.dropout_p, a.seed, a.offset);
                 store_chunk<T, VEC, kBackwardHints>(static_cast<T *>(a.dx) + r * cols + col, dh, n);
             }
         }
@@ -223,8 +223,8 @@ __global__ void norm_backward_columns_kernel(fo_norm_backward_params a,
         // a time, ncu found this kernel waiting on memory at 62% of its
         // bandwidth); added up in row order all the same
         const int64_t stride = int64_t(gridDim.y) * blockDim.y;
-        for (int64_t r0 = blockIdx.y * int64_t(blockDim.y) + threadIdx.y;
-             active && r0 < a.rows; r0 += kColumnBatch * stride) {
+        for (int64_t r0 = blockIdx.y * int64_t(blockDim.y) + threadIdx.y; active && r0 < a.rows;
+             r0 += kColumnBatch * stride) {
             A g[kColumnBatch][kChunk], m[kColumnBatch], s[kColumnBatch];
             acc_t<H> hv[kColumnBatch][kChunk];
 #pragma unroll

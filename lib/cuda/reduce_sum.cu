@@ -41,8 +41,8 @@ inline int64_t sum_blocks(int64_t numel) {
 // 16-byte load in flight a thread). Out: acc_t<T> for the partials, T where
 // one block writes the result.
 template <typename T, typename Out, bool VEC, bool EVICT_FIRST>
-__global__ void __launch_bounds__(kThreads) partial_sum_kernel(Out *__restrict__ sums,
-                                                              const T *__restrict__ x, int64_t numel) {
+__global__ void __launch_bounds__(kThreads)
+    partial_sum_kernel(Out *__restrict__ sums, const T *__restrict__ x, int64_t numel) {
     using A = acc_t<T>;
     constexpr int kStep = kStepChunks<T>;
     const int64_t chunks = chunks_per_row(numel), whole_chunks = numel / kChunk;
@@ -74,9 +74,8 @@ __global__ void __launch_bounds__(kThreads) partial_sum_kernel(Out *__restrict__
 // Thread t adds partials t, t + kThreads, ... in order; the four loads are
 // issued together (count <= kMaxBlocks = 4 kThreads).
 template <typename T>
-__global__ void __launch_bounds__(kThreads) final_sum_kernel(T *__restrict__ out,
-                                                            const acc_t<T> *__restrict__ partials,
-                                                            int64_t count) {
+__global__ void __launch_bounds__(kThreads)
+    final_sum_kernel(T *__restrict__ out, const acc_t<T> *__restrict__ partials, int64_t count) {
     using A = acc_t<T>;
     A v[4];
 #pragma unroll
@@ -93,14 +92,12 @@ __global__ void __launch_bounds__(kThreads) final_sum_kernel(T *__restrict__ out
 
 using namespace fo;
 
-extern "C" int64_t fo_cuda_reduce_sum_workspace_bytes(int64_t numel,
-                                                      int dtype) {
+extern "C" int64_t fo_cuda_reduce_sum_workspace_bytes(int64_t numel, int dtype) {
     const int64_t blocks = sum_blocks(numel);
     return blocks == 1 ? 0 : blocks * (dtype == FO_DTYPE_F64 ? 8 : 4);
 }
 
-extern "C" int fo_cuda_reduce_sum(int device_index, uintptr_t stream,
-                                  const fo_reduce_sum_args *a) {
+extern "C" int fo_cuda_reduce_sum(int device_index, uintptr_t stream, const fo_reduce_sum_args *a) {
     return launch_on("fo_reduce_sum", device_index, [&] {
         dispatch_dtype(a->dtype, [&](auto tag) {
             using T = decltype(tag);
@@ -122,8 +119,8 @@ extern "C" int fo_cuda_reduce_sum(int device_index, uintptr_t stream,
             }
             A *partials = static_cast<A *>(a->workspace);
             launch(partials);
-            final_sum_kernel<T><<<1, kThreads, 0, cudaStream_t(stream)>>>(
-                static_cast<T *>(a->out), partials, blocks);
+            final_sum_kernel<T><<<1, kThreads, 0, cudaStream_t(stream)>>>(static_cast<T *>(a->out),
+                                                                          partials, blocks);
         });
     });
 }

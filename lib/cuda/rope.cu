@@ -55,7 +55,8 @@ __device__ __forceinline__ void rotate_heads(const fo_rope_tensor &x, int64_t b,
         load_chunk<T, false>(hi, in + h * x.in_head_stride + half, n);
 #pragma unroll
         for (int e = 0; e < kChunk; e++)
-            rotate_pair<A, BACKWARD>(lo[e], hi[e], c_lo[e], c_hi[e], s_lo[e], s_hi[e], out_lo[e], out_hi[e]);
+            rotate_pair<A, BACKWARD>(lo[e], hi[e], c_lo[e], c_hi[e], s_lo[e], s_hi[e], out_lo[e],
+                                     out_hi[e]);
         store_chunk<T, false>(out + h * x.out_head_stride, out_lo, n);
         store_chunk<T, false>(out + h * x.out_head_stride + half, out_hi, n);
     }
@@ -83,16 +84,19 @@ __device__ __forceinline__ RawChunk<T> load_raw(const T *p) {
 }
 
 template <typename T, typename A, bool BACKWARD>
-__device__ __forceinline__ void rotate_store(const RawChunk<T> &lo_raw, const RawChunk<T> &hi_raw, T *out,
-                                             int64_t half, const A (&c_lo)[kChunk], const A (&c_hi)[kChunk],
-                                             const A (&s_lo)[kChunk], const A (&s_hi)[kChunk]) {
-    const T *lo = reinterpret_cast<const T *>(lo_raw.v), *hi = reinterpret_cast<const T *>(hi_raw.v);
+__device__ __forceinline__ void rotate_store(const RawChunk<T> &lo_raw, const RawChunk<T> &hi_raw,
+                                             T *out, int64_t half, const A (&c_lo)[kChunk],
+                                             const A (&c_hi)[kChunk], const A (&s_lo)[kChunk],
+                                             const A (&s_hi)[kChunk]) {
+    const T *lo = reinterpret_cast<const T *>(lo_raw.v),
+            *hi = reinterpret_cast<const T *>(hi_raw.v);
     RawChunk<T> out_lo, out_hi;
     T *ol = reinterpret_cast<T *>(out_lo.v), *oh = reinterpret_cast<T *>(out_hi.v);
 #pragma unroll
     for (int e = 0; e < kChunk; e++) {
         A l, h;
-        rotate_pair<A, BACKWARD>(to_acc(lo[e]), to_acc(hi[e]), c_lo[e], c_hi[e], s_lo[e], s_hi[e], l, h);
+        rotate_pair<A, BACKWARD>(to_acc(lo[e]), to_acc(hi[e]), c_lo[e], c_hi[e], s_lo[e], s_hi[e],
+                                 l, h);
         ol[e] = from_acc<T>(l);
         oh[e] = from_acc<T>(h);
     }
@@ -122,7 +126,8 @@ __device__ __forceinline__ void rotate_grouped(const fo_rope_params &a, int64_t 
             const int64_t h = h0 + int64_t(g) * slices;
             if (h < heads) {
                 const fo_rope_tensor &x = h < q_heads ? a.q : a.k;
-                const T *in = static_cast<const T *>(x.in) + b * x.in_batch_stride + t * x.in_token_stride +
+                const T *in = static_cast<const T *>(x.in) + b * x.in_batch_stride +
+                              t * x.in_token_stride +
                               (h < q_heads ? h : h - q_heads) * x.in_head_stride + i;
                 lo[g] = load_raw(in);
                 hi[g] = load_raw(in + half);
@@ -176,11 +181,14 @@ __device__ __forceinline__ void store_interleaved(T *p, const acc_t<T> (&lo)[kCh
 
 // rotate_heads for interleaved pairs: pair i is (x[2 i], x[2 i + 1])
 template <typename T, typename A, bool VEC, bool BACKWARD>
-__device__ __forceinline__ void rotate_heads_interleaved(const fo_rope_tensor &x, int64_t b, int64_t t, int s,
-                                                         int slices, int64_t i, int n,
-                                                         const A (&c_lo)[kChunk], const A (&c_hi)[kChunk],
-                                                         const A (&s_lo)[kChunk], const A (&s_hi)[kChunk]) {
-    const T *in = static_cast<const T *>(x.in) + b * x.in_batch_stride + t * x.in_token_stride + 2 * i;
+__device__ __forceinline__ void rotate_heads_interleaved(const fo_rope_tensor &x, int64_t b,
+                                                         int64_t t, int s, int slices, int64_t i,
+                                                         int n, const A (&c_lo)[kChunk],
+                                                         const A (&c_hi)[kChunk],
+                                                         const A (&s_lo)[kChunk],
+                                                         const A (&s_hi)[kChunk]) {
+    const T *in =
+        static_cast<const T *>(x.in) + b * x.in_batch_stride + t * x.in_token_stride + 2 * i;
     T *out = static_cast<T *>(x.out) + b * x.out_batch_stride + t * x.out_token_stride + 2 * i;
 #pragma unroll 2
     for (int64_t h = s; h < x.heads; h += slices) {
@@ -188,7 +196,8 @@ __device__ __forceinline__ void rotate_heads_interleaved(const fo_rope_tensor &x
         load_interleaved<T, VEC>(lo, hi, in + h * x.in_head_stride, n);
 #pragma unroll
         for (int e = 0; e < kChunk; e++)
-            rotate_pair<A, BACKWARD>(lo[e], hi[e], c_lo[e], c_hi[e], s_lo[e], s_hi[e], out_lo[e], out_hi[e]);
+            rotate_pair<A, BACKWARD>(lo[e], hi[e], c_lo[e], c_hi[e], s_lo[e], s_hi[e], out_lo[e],
+                                     out_hi[e]);
         store_interleaved<T, VEC>(out + h * x.out_head_stride, out_lo, out_hi, n);
     }
 }
@@ -237,11 +246,11 @@ __global__ void __launch_bounds__(kThreads)
                 load_interleaved<C, VEC>(c_lo, c_hi, cos + 2 * i, n);
                 load_interleaved<C, VEC>(s_lo, s_hi, sin + 2 * i, n);
                 if (a.q.out)
-                    rotate_heads_interleaved<T, A, VEC, BACKWARD>(a.q, b, t, int(s), slices, i, n, c_lo, c_hi,
-                                                                  s_lo, s_hi);
+                    rotate_heads_interleaved<T, A, VEC, BACKWARD>(a.q, b, t, int(s), slices, i, n,
+                                                                  c_lo, c_hi, s_lo, s_hi);
                 if (a.k.out)
-                    rotate_heads_interleaved<T, A, VEC, BACKWARD>(a.k, b, t, int(s), slices, i, n, c_lo, c_hi,
-                                                                  s_lo, s_hi);
+                    rotate_heads_interleaved<T, A, VEC, BACKWARD>(a.k, b, t, int(s), slices, i, n,
+                                                                  c_lo, c_hi, s_lo, s_hi);
                 continue;
             }
             cos += i, sin += i;
@@ -250,14 +259,15 @@ __global__ void __launch_bounds__(kThreads)
             load_chunk<C, VEC>(s_lo, sin, n);
             load_chunk<C, VEC>(s_hi, sin + half, n);
             if constexpr (VEC) {
-                rotate_grouped<T, A, BACKWARD>(a, b, t, int(s), slices, i, half, c_lo, c_hi, s_lo, s_hi);
+                rotate_grouped<T, A, BACKWARD>(a, b, t, int(s), slices, i, half, c_lo, c_hi, s_lo,
+                                               s_hi);
             } else {
                 if (a.q.out)
-                    rotate_heads<T, A, BACKWARD>(a.q, b, t, int(s), slices, i, half, n, c_lo, c_hi, s_lo,
-                                                 s_hi);
+                    rotate_heads<T, A, BACKWARD>(a.q, b, t, int(s), slices, i, half, n, c_lo, c_hi,
+                                                 s_lo, s_hi);
                 if (a.k.out)
-                    rotate_heads<T, A, BACKWARD>(a.k, b, t, int(s), slices, i, half, n, c_lo, c_hi, s_lo,
-                                                 s_hi);
+                    rotate_heads<T, A, BACKWARD>(a.k, b, t, int(s), slices, i, half, n, c_lo, c_hi,
+                                                 s_lo, s_hi);
             }
         } else {
             const int64_t j = a.rotary_dim + (int64_t(c) - walk.rotation_chunks) * kChunk;
@@ -272,13 +282,13 @@ __global__ void __launch_bounds__(kThreads)
 // dimension has more than one entry).
 template <typename T>
 bool tensor_aligned16(const fo_rope_tensor &x, int64_t batch, int64_t tokens) {
-    return !x.out || (aligned16(x.in) && aligned16(x.out) &&
-                      stride_aligned16<T>(x.in_batch_stride, batch) &&
-                      stride_aligned16<T>(x.in_head_stride, x.heads) &&
-                      stride_aligned16<T>(x.in_token_stride, tokens) &&
-                      stride_aligned16<T>(x.out_batch_stride, batch) &&
-                      stride_aligned16<T>(x.out_head_stride, x.heads) &&
-                      stride_aligned16<T>(x.out_token_stride, tokens));
+    return !x.out ||
+           (aligned16(x.in) && aligned16(x.out) && stride_aligned16<T>(x.in_batch_stride, batch) &&
+            stride_aligned16<T>(x.in_head_stride, x.heads) &&
+            stride_aligned16<T>(x.in_token_stride, tokens) &&
+            stride_aligned16<T>(x.out_batch_stride, batch) &&
+            stride_aligned16<T>(x.out_head_stride, x.heads) &&
+            stride_aligned16<T>(x.out_token_stride, tokens));
 }
 
 }  // namespace
@@ -304,13 +314,15 @@ extern "C" int fo_cuda_rope(int device_index, uintptr_t stream, const fo_rope_pa
             const int64_t slice_items = a.batch * a.tokens * chunks;
             int64_t slices = std::min<int64_t>(16, std::max<int64_t>(1, heads / 4));
             const int64_t one_group = std::min<int64_t>(16, (heads + 3) / 4);
-            const int64_t wave = kRopeBlocksPerSM * int64_t(device_info(device_index).multiprocessors);
+            const int64_t wave =
+                kRopeBlocksPerSM * int64_t(device_info(device_index).multiprocessors);
             if (one_group > slices && (slice_items * one_group + kThreads - 1) / kThreads <= wave)
                 slices = one_group;
             const int64_t items = slice_items * slices;
             walk.chunks = FastDivmod(uint32_t(chunks));
             walk.slices = FastDivmod(uint32_t(slices));
-            walk.tokens = FastDivmod(uint32_t(std::min<int64_t>(a.tokens, INT32_MAX)));  // (32-bit items)
+            walk.tokens =
+                FastDivmod(uint32_t(std::min<int64_t>(a.tokens, INT32_MAX)));  // (32-bit items)
             int64_t blocks = (items + kThreads - 1) / kThreads;
             if (blocks > kMaxColBlocks) blocks = kMaxColBlocks;
             // 16-byte accesses: whole chunks on both sides of rotary_dim
@@ -320,12 +332,11 @@ extern "C" int fo_cuda_rope(int device_index, uintptr_t stream, const fo_rope_pa
                 using C = decltype(cos_tag);
                 const bool vec = whole && tensor_aligned16<T>(a.q, a.batch, a.tokens) &&
                                  tensor_aligned16<T>(a.k, a.batch, a.tokens) &&
-                                 (half == 0 ||
-                                  (aligned16(a.cos) && aligned16(a.sin) &&
-                                   stride_aligned16<C>(a.cos_batch_stride, a.batch) &&
-                                   stride_aligned16<C>(a.cos_token_stride, a.tokens) &&
-                                   stride_aligned16<C>(a.sin_batch_stride, a.batch) &&
-                                   stride_aligned16<C>(a.sin_token_stride, a.tokens)));
+                                 (half == 0 || (aligned16(a.cos) && aligned16(a.sin) &&
+                                                stride_aligned16<C>(a.cos_batch_stride, a.batch) &&
+                                                stride_aligned16<C>(a.cos_token_stride, a.tokens) &&
+                                                stride_aligned16<C>(a.sin_batch_stride, a.batch) &&
+                                                stride_aligned16<C>(a.sin_token_stride, a.tokens)));
                 auto launch = [&](auto kernel, auto count) {
                     kernel<<<unsigned(blocks), kThreads, 0, cudaStream_t(stream)>>>(a, walk, count);
                 };
@@ -336,22 +347,30 @@ extern "C" int fo_cuda_rope(int device_index, uintptr_t stream, const fo_rope_pa
                     // 32-bit index arithmetic where the items allow it (a
                     // 64-bit division costs several times a 32-bit one)
                     if (items <= INT32_MAX)
-                        launch(rope_kernel<T, C, kVec, kBackward, kInterleaved, uint32_t>, uint32_t(items));
+                        launch(rope_kernel<T, C, kVec, kBackward, kInterleaved, uint32_t>,
+                               uint32_t(items));
                     else
-                        launch(rope_kernel<T, C, kVec, kBackward, kInterleaved, uint64_t>, uint64_t(items));
+                        launch(rope_kernel<T, C, kVec, kBackward, kInterleaved, uint64_t>,
+                               uint64_t(items));
                 };
                 auto with_pairs = [&](auto is_vec, auto is_backward) {
-                    if (a.interleaved) with_index(is_vec, is_backward, std::true_type{});
-                    else with_index(is_vec, is_backward, std::false_type{});
+                    if (a.interleaved)
+                        with_index(is_vec, is_backward, std::true_type{});
+                    else
+                        with_index(is_vec, is_backward, std::false_type{});
                 };
                 using yes = std::true_type;
                 using no = std::false_type;
                 if (vec) {
-                    if (a.backward) with_pairs(yes{}, yes{});
-                    else with_pairs(yes{}, no{});
+                    if (a.backward)
+                        with_pairs(yes{}, yes{});
+                    else
+                        with_pairs(yes{}, no{});
                 } else {
-                    if (a.backward) with_pairs(no{}, yes{});
-                    else with_pairs(no{}, no{});
+                    if (a.backward)
+                        with_pairs(no{}, yes{});
+                    else
+                        with_pairs(no{}, no{});
                 }
             });
         });

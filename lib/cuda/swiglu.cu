@@ -46,11 +46,9 @@ __global__ void swiglu_kernel(fo_swiglu_args a) {
 
 using namespace fo;
 
-extern "C" int fo_cuda_swiglu(int device_index, uintptr_t stream,
-                              const fo_swiglu_args *in) {
+extern "C" int fo_cuda_swiglu(int device_index, uintptr_t stream, const fo_swiglu_args *in) {
     const bool backward = in->dy != nullptr;
-    return launch_on(backward ? "fo_swiglu_backward" : "fo_swiglu_forward",
-                     device_index, [&] {
+    return launch_on(backward ? "fo_swiglu_backward" : "fo_swiglu_forward", device_index, [&] {
         fo_swiglu_args a = *in;
         // dense operands are one long row: the whole grid spreads over it
         if (a.rows > 1 && a.gate_row_stride == a.cols && a.up_row_stride == a.cols &&
@@ -61,9 +59,9 @@ extern "C" int fo_cuda_swiglu(int device_index, uintptr_t stream,
         }
         dispatch_dtype(a.dtype, [&](auto tag) {
             using T = decltype(tag);
-            const bool vec = a.cols % kChunk == 0 && aligned16(a.y_or_dgate) &&
-                             aligned16(a.dup) && aligned16(a.dy) && aligned16(a.gate) &&
-                             aligned16(a.up) && stride_aligned16<T>(a.gate_row_stride, a.rows) &&
+            const bool vec = a.cols % kChunk == 0 && aligned16(a.y_or_dgate) && aligned16(a.dup) &&
+                             aligned16(a.dy) && aligned16(a.gate) && aligned16(a.up) &&
+                             stride_aligned16<T>(a.gate_row_stride, a.rows) &&
                              stride_aligned16<T>(a.up_row_stride, a.rows) &&
                              stride_aligned16<T>(a.dy_row_stride, a.rows);
             const bool dense = dense_walk(a.rows, a.cols);
