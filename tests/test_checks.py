@@ -13,7 +13,7 @@ import fused_ops_py as fo
 from fused_ops_py.ops import bias_scale_relu as relu_op
 from fused_ops_py.ops import cross_entropy as cross_entropy_op
 from fused_ops_py.ops import geglu as geglu_op
-from fused_ops_py.ops import norm as norm_op
+from fused_ops_py.ops import norm_calls as norm_op
 from fused_ops_py.ops import swiglu as swiglu_op
 
 SAMPLES = 3000

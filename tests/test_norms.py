@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from conftest import TOLERANCES, assert_close, random
 
 import fused_ops_py as fo
-from fused_ops_py.ops import norm as norm_module
+from fused_ops_py.ops import norm_calls as norm_module
 
 # (x shape, normalized_shape): empty, one row, N=1, odd and prime N, N above
 # 65536, 3-d input, a multi-dimensional normalized_shape, vector-path sizes
