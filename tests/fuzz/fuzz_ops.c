@@ -2,7 +2,7 @@
  * the CPU backend: "never crash, never corrupt". Built and run by
  * tests/fuzz/run.sh (clang, -fsanitize=fuzzer,address,undefined).
  *
- * Each input decodes into one call: an op (the thirteen entry points, or one
+ * Each input decodes into one call: an op (the fifteen entry points, or one
  * of the three *_workspace_bytes queries), its dtypes (invalid codes too), its
  * shape (0, negative, huge), the struct_size of an argument struct (or a
  * NULL struct), the row strides of its inputs (dense, padded,
@@ -327,6 +327,8 @@ enum op {
     GEGLU_BACKWARD,
     ROPE_FORWARD,
     ROPE_BACKWARD,
+    CLAMPED_FORWARD,
+    CLAMPED_BACKWARD,
     OP_COUNT
 };
 static const char *const op_names[] = {
@@ -334,7 +336,8 @@ static const char *const op_names[] = {
     "fo_square_backward",         "fo_reduce_sum",               "fo_norm_forward",
     "fo_norm_backward",           "*_workspace_bytes",           "fo_swiglu_forward",
     "fo_swiglu_backward",         "fo_geglu_forward",            "fo_geglu_backward",
-    "fo_rope_forward",            "fo_rope_backward",
+    "fo_rope_forward",            "fo_rope_backward",            "fo_clamped_swiglu_forward",
+    "fo_clamped_swiglu_backward",
 };
 
 /* Operand slots of each op, in the order of its arguments. */
@@ -348,6 +351,7 @@ enum { NB_DX, NB_DRES, NB_DW, NB_DB, NB_WS, NB_DY, NB_DROUT, NB_H, NB_MEAN, NB_R
 enum { GF_Y, GF_GATE, GF_UP };
 enum { GB_DGATE, GB_DUP, GB_DY, GB_GATE, GB_UP }; /* GeGLU's too */
 enum { RO_QOUT, RO_KOUT, RO_Q, RO_K, RO_COS, RO_SIN };
+enum { CS_OUT, CS_DY, CS_GATE_UP }; /* out: y (forward) or dgate_up */
 #define MAX_OPERANDS 11
 
 typedef struct call {
@@ -365,6 +369,10 @@ typedef struct call {
     /* RoPE: sizes, layout, the tables' dtype, the pairs */
     int64_t batch, tokens, q_heads, k_heads, head_dim, rotary_dim;
     int layout, cos_dtype, pairs;
+    /* clamped SwiGLU */
+    int glu_layout;
+    double alpha, limit;
+    int64_t grad_at_limit;
     int64_t struct_size; /* of the op's argument struct; 0 for the others */
     int null_args;       /* pass NULL for the argument struct */
     operand o[MAX_OPERANDS];
@@ -489,6 +497,14 @@ static int enter_geglu_backward(const void *a, int64_t *bytes) {
     (void)bytes;
     return fo_geglu_backward(a);
 }
+static int enter_clamped_forward(const void *a, int64_t *bytes) {
+    (void)bytes;
+    return fo_clamped_swiglu_forward(a);
+}
+static int enter_clamped_backward(const void *a, int64_t *bytes) {
+    (void)bytes;
+    return fo_clamped_swiglu_backward(a);
+}
 static int enter_rope_forward(const void *a, int64_t *bytes) {
     (void)bytes;
     return fo_rope_forward(a);
@@ -518,6 +534,20 @@ static fo_geglu_backward_args geglu_backward_struct(const call *c) {
         .gate = o[GB_GATE].address, .gate_row_stride = o[GB_GATE].stride,
         .up = o[GB_UP].address, .up_row_stride = o[GB_UP].stride, .rows = c->rows,
         .cols = c->cols, .dtype = c->dtype, .approximate = c->approximate};
+    return a;
+}
+
+static fo_clamped_swiglu_args clamped_struct(const call *c) {
+    const operand *o = c->o;
+    const int backward = c->op == CLAMPED_BACKWARD;
+    fo_clamped_swiglu_args a = {
+        .struct_size = sizeof a, .device_type = c->device_type, .device_index = c->device_index,
+        .stream = c->stream, .y = backward ? 0 : o[CS_OUT].address,
+        .dgate_up = backward ? o[CS_OUT].address : 0, .dy = backward ? o[CS_DY].address : 0,
+        .dy_row_stride = backward ? o[CS_DY].stride : 0, .gate_up = o[CS_GATE_UP].address,
+        .gate_up_row_stride = o[CS_GATE_UP].stride, .rows = c->rows, .cols = c->cols,
+        .dtype = c->dtype, .layout = c->glu_layout, .alpha = c->alpha, .limit = c->limit,
+        .grad_at_limit = c->grad_at_limit};
     return a;
 }
 
@@ -871,6 +901,42 @@ static void decode_geglu(call *c, input *in, int backward) {
                                      : sizeof(fo_geglu_forward_args));
 }
 
+/* Clamped SwiGLU: gate_up is rows x 2 cols, in pairs or halves; the
+ * backward's dgate_up likewise, dense. alpha must be finite, limit
+ * positive (+inf clamps nothing). */
+static void decode_clamped(call *c, input *in, int backward) {
+    static const double alphas[] = {1.702, 1.0, 0.5, -2.0, 0.0, 1e300};
+    static const double limits[] = {7.0, 1.0, 0.5, 1e-300, INFINITY, 3.0};
+    static const double bad_alphas[] = {INFINITY, -INFINITY, NAN};
+    static const double bad_limits[] = {0.0, -0.0, -1.0, NAN, -INFINITY};
+    c->dtype = take_dtype(in);
+    c->rows = take_extent(in, 17);
+    c->cols = take_extent(in, 150);
+    uint8_t b = u8(in);
+    c->glu_layout = b < 240 ? b & 1 : (b & 1 ? 2 : -1);
+    if (c->glu_layout != FO_GLU_HALVES && c->glu_layout != FO_GLU_INTERLEAVED)
+        must_fail(&c->v, "layout %d", c->glu_layout);
+    b = u8(in);
+    c->alpha = b < 232 ? alphas[b % COUNT(alphas)] : bad_alphas[b % COUNT(bad_alphas)];
+    if (!isfinite(c->alpha)) must_fail(&c->v, "alpha %g", c->alpha);
+    b = u8(in);
+    c->limit = b < 232 ? limits[b % COUNT(limits)] : bad_limits[b % COUNT(bad_limits)];
+    if (!(c->limit > 0)) must_fail(&c->v, "limit %g", c->limit);
+    b = u8(in);
+    c->grad_at_limit = b < 128 ? 0 : b < 250 ? 1 : -7; /* any nonzero: closed */
+    /* 2 cols only where cols itself is in range (otherwise the call fails) */
+    const int64_t pairs = c->cols >= 0 && c->cols <= INT64_MAX / 16 ? 2 * c->cols : c->cols;
+    if (backward) {
+        add(c, CS_OUT, "dgate_up", OUT, c->dtype, c->rows, pairs, 1, 1, in);
+        add(c, CS_DY, "dy", IN, c->dtype, c->rows, c->cols, 1, 1, in);
+    } else {
+        add(c, CS_OUT, "y", OUT, c->dtype, c->rows, c->cols, 1, 1, in);
+    }
+    add(c, CS_GATE_UP, "gate_up", IN, c->dtype, c->rows, pairs, 1, 1, in);
+    judge_common(c);
+    take_struct_size(c, in, sizeof(fo_clamped_swiglu_args));
+}
+
 /* a * b where a, b and a * b are in [0, INT64_MAX / 16] (the library's
  * bound of byte offsets: a size past it is refused even beside a 0), else
  * -1. */
@@ -1190,6 +1256,13 @@ static int invoke(const call *c) {
         const fo_geglu_backward_args a = geglu_backward_struct(c);
         return call_with_struct(c, &a, sizeof a, enter_geglu_backward, NULL);
     }
+    case CLAMPED_FORWARD:
+    case CLAMPED_BACKWARD: {
+        const fo_clamped_swiglu_args a = clamped_struct(c);
+        return call_with_struct(c, &a, sizeof a,
+                                c->op == CLAMPED_FORWARD ? enter_clamped_forward : enter_clamped_backward,
+                                NULL);
+    }
     case ROPE_FORWARD:
     case ROPE_BACKWARD: {
         const fo_rope_args a = rope_struct(c);
@@ -1341,6 +1414,9 @@ static void describe(const call *c) {
            c->v.level == FAIL ? c->v.why : "");
     if (c->op == GEGLU_FORWARD || c->op == GEGLU_BACKWARD)
         append(&used, "\n    approximate %d", c->approximate);
+    if (c->op == CLAMPED_FORWARD || c->op == CLAMPED_BACKWARD)
+        append(&used, "\n    layout %d alpha %a limit %a grad_at_limit %" PRId64, c->glu_layout, c->alpha,
+               c->limit, c->grad_at_limit);
     if (c->op == ROPE_FORWARD || c->op == ROPE_BACKWARD)
         append(&used,
                "\n    batch %" PRId64 " tokens %" PRId64 " q_heads %" PRId64 " k_heads %" PRId64
@@ -1756,6 +1832,43 @@ static void check_geglu(const call *c, int backward) {
         }
 }
 
+/* The header's formulas for gpt-oss's clamped SwiGLU, element by element
+ * (the comparisons keep a NaN gate or up NaN; NaN wants are not checked). */
+static void check_clamped(const call *c, int backward) {
+    const operand *gu = &c->o[CS_GATE_UP], *out = &c->o[CS_OUT], *dy = &c->o[CS_DY];
+    const double alpha = c->alpha, limit = c->limit;
+    for (int64_t r = 0; r < c->rows; r++)
+        for (int64_t col = 0; col < c->cols; col++) {
+            const int pairs = c->glu_layout == FO_GLU_INTERLEAVED;
+            const int64_t gi = pairs ? 2 * col : col, ui = pairs ? 2 * col + 1 : c->cols + col;
+            const double gate = at(gu, r * gu->stride + gi, c->dtype);
+            const double up = at(gu, r * gu->stride + ui, c->dtype);
+            const double g = gate > limit ? limit : gate;
+            const double u = up > limit ? limit : up < -limit ? -limit : up;
+            const double s = 1.0 / (1.0 + exp(-alpha * g));
+            const double terms = 8.0 * (1.0 + fabs(alpha * g));
+            if (!backward) {
+                const double want = (u + 1.0) * (g * s);
+                expect("y", r * c->cols + col, at(out, r * c->cols + col, c->dtype), want,
+                       SLACK * fabs(want) * terms + UNDERFLOW * (1.0 + fabs(u + 1.0)), c->dtype);
+                continue;
+            }
+            const double d = at(dy, r * dy->stride + col, c->dtype);
+            const int closed = c->grad_at_limit != 0;
+            const int gate_passes = closed ? gate <= limit : gate < limit;
+            const int up_passes = closed ? up >= -limit && up <= limit : up > -limit && up < limit;
+            const double dgate = gate_passes ? d * (u + 1.0) * s * (1.0 + alpha * g * (1.0 - s)) : 0.0;
+            const double dup = up_passes ? d * (g * s) : 0.0;
+            const int64_t row = r * 2 * c->cols;
+            /* a product among the subnormals is off by up to UNDERFLOW, times what multiplies it after */
+            const double underflow = UNDERFLOW * (2.0 + fabs(d) + fabs(d * (u + 1.0)));
+            expect("dgate", row + gi, at(out, row + gi, c->dtype), dgate,
+                   SLACK * fabs(d * (u + 1.0) * s) * terms + underflow, c->dtype);
+            expect("dup", row + ui, at(out, row + ui, c->dtype), dup, SLACK * fabs(dup) * terms + underflow,
+                   c->dtype);
+        }
+}
+
 /* The header's formulas, element by element; the dimensions past
  * rotary_dim are copied: the same value (NaN for NaN). */
 static void check_rope(const call *c) {
@@ -1821,6 +1934,8 @@ static void check_values(const call *c) {
     case SWIGLU_BACKWARD: check_swiglu(c, 1); break;
     case GEGLU_FORWARD: check_geglu(c, 0); break;
     case GEGLU_BACKWARD: check_geglu(c, 1); break;
+    case CLAMPED_FORWARD: check_clamped(c, 0); break;
+    case CLAMPED_BACKWARD: check_clamped(c, 1); break;
     case ROPE_FORWARD:
     case ROPE_BACKWARD: check_rope(c); break;
     default: abort();
@@ -2051,6 +2166,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     case SWIGLU_BACKWARD: decode_swiglu(&c, &in, 1); break;
     case GEGLU_FORWARD: decode_geglu(&c, &in, 0); break;
     case GEGLU_BACKWARD: decode_geglu(&c, &in, 1); break;
+    case CLAMPED_FORWARD: decode_clamped(&c, &in, 0); break;
+    case CLAMPED_BACKWARD: decode_clamped(&c, &in, 1); break;
     case ROPE_FORWARD:
     case ROPE_BACKWARD: decode_rope(&c, &in); break;
     default: run_query(&c, &in); return 0;
