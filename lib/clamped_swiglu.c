@@ -31,7 +31,8 @@ static int check_inputs(const char *op, const fo_clamped_swiglu_args *c) {
 
 static int run(const fo_clamped_swiglu_args *c) {
     if (c->rows == 0 || c->cols == 0) return FO_OK;
-    if (c->device_type == FO_DEVICE_CUDA) return fo_cuda_clamped_swiglu(c);
+    if (c->device_type == FO_DEVICE_CUDA)
+        return fo_cuda_clamped_swiglu(c->device_index, c->stream, c);
     fo_cpu()->clamped_swiglu(c);
     return FO_OK;
 }

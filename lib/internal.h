@@ -208,23 +208,32 @@ static inline int fo_stats_dtype(int dtype) {
 static inline int64_t fo_mask_row_bytes(int64_t cols) { return (cols + 7) / 8; }
 
 /* CUDA side (lib/cuda). Declared always; defined only in a CUDA build. */
-int fo_cuda_bias_scale_relu_forward(int device_index, uintptr_t stream,
-                                    const fo_bias_scale_relu_forward_params *a);
-int fo_cuda_bias_scale_relu_backward(int device_index, uintptr_t stream,
-                                     const fo_bias_scale_relu_backward_params *a);
+/* Every CUDA launcher, X(name, argument type):
+ * int fo_cuda_<name>(int device_index, uintptr_t stream, const type *a).
+ * An op's launchers take one line each here; a CPU-only build gets a stub
+ * for each (cuda_stubs.c). */
+#define FO_CUDA_LAUNCHERS(X)                                        \
+    X(bias_scale_relu_forward, fo_bias_scale_relu_forward_params)   \
+    X(bias_scale_relu_backward, fo_bias_scale_relu_backward_params) \
+    X(square, fo_square_args)                                       \
+    X(reduce_sum, fo_reduce_sum_args)                               \
+    X(norm_forward, fo_norm_forward_params)                         \
+    X(norm_backward, fo_norm_backward_params)                       \
+    X(swiglu, fo_swiglu_args)                                       \
+    X(geglu, fo_geglu_params)                                       \
+    X(clamped_swiglu, fo_clamped_swiglu_args)                       \
+    X(rope, fo_rope_params)                                         \
+    X(cross_entropy, fo_cross_entropy_params)                       \
+    X(scale_rows, fo_scale_rows_params)
+
+#define FO_CUDA_DECLARE(name, type) \
+    int fo_cuda_##name(int device_index, uintptr_t stream, const type *a);
+FO_CUDA_LAUNCHERS(FO_CUDA_DECLARE)
+
+/* Workspace sizes, beside their launchers. */
 int64_t fo_cuda_bias_scale_relu_workspace_bytes(int64_t rows, int64_t cols, int dtype);
-int fo_cuda_square(int device_index, uintptr_t stream, const fo_square_args *a);
-int fo_cuda_reduce_sum(int device_index, uintptr_t stream, const fo_reduce_sum_args *a);
 int64_t fo_cuda_reduce_sum_workspace_bytes(int64_t numel, int dtype);
-int fo_cuda_norm_forward(int device_index, uintptr_t stream, const fo_norm_forward_params *a);
-int fo_cuda_norm_backward(int device_index, uintptr_t stream, const fo_norm_backward_params *a);
 int64_t fo_cuda_norm_workspace_bytes(const fo_norm_backward_params *a, int device_index);
-int fo_cuda_swiglu(int device_index, uintptr_t stream, const fo_swiglu_args *a);
-int fo_cuda_geglu(int device_index, uintptr_t stream, const fo_geglu_params *a);
-int fo_cuda_clamped_swiglu(const fo_clamped_swiglu_args *a); /* dy == 0: forward */
-int fo_cuda_rope(int device_index, uintptr_t stream, const fo_rope_params *a);
-int fo_cuda_cross_entropy(int device_index, uintptr_t stream, const fo_cross_entropy_params *a);
-int fo_cuda_scale_rows(int device_index, uintptr_t stream, const fo_scale_rows_params *a);
 int fo_cuda_runtime_version_built(void);
 
 #ifdef __cplusplus

@@ -20,46 +20,35 @@
 #define FO_CPU_NAME(name, isa) FO_CPU_JOIN(name, isa)
 #define FO_CPU(name) FO_CPU_NAME(name, FO_CPU_ISA)
 
+/* Every CPU kernel, X(name, argument type, isa): an op's kernels take one
+ * line each here (their FO_CPU(name) definitions are in lib/cpu/<op>.c). */
+#define FO_CPU_KERNELS(X, isa)                                           \
+    X(bias_scale_relu_forward, fo_bias_scale_relu_forward_params, isa)   \
+    X(bias_scale_relu_backward, fo_bias_scale_relu_backward_params, isa) \
+    X(square, fo_square_args, isa)                                       \
+    X(reduce_sum, fo_reduce_sum_args, isa)                               \
+    X(norm_forward, fo_norm_forward_params, isa)                         \
+    X(norm_backward, fo_norm_backward_params, isa)                       \
+    X(swiglu, fo_swiglu_args, isa)                                       \
+    X(geglu, fo_geglu_params, isa)                                       \
+    X(clamped_swiglu, fo_clamped_swiglu_args, isa)                       \
+    X(rope, fo_rope_params, isa)                                         \
+    X(cross_entropy, fo_cross_entropy_params, isa)                       \
+    X(scale_rows, fo_scale_rows_params, isa)
+
+#define FO_CPU_FIELD(name, type, isa) void (*name)(const type *a);
+#define FO_CPU_DECLARE(name, type, isa) void FO_CPU_NAME(name, isa)(const type *);
+#define FO_CPU_ENTRY(name, type, isa) FO_CPU_NAME(name, isa),
+
 typedef struct fo_cpu_kernels {
     const char *isa;
-    void (*bias_scale_relu_forward)(const fo_bias_scale_relu_forward_params *a);
-    void (*bias_scale_relu_backward)(const fo_bias_scale_relu_backward_params *a);
-    void (*square)(const fo_square_args *a);
-    void (*reduce_sum)(const fo_reduce_sum_args *a);
-    void (*norm_forward)(const fo_norm_forward_params *a);
-    void (*norm_backward)(const fo_norm_backward_params *a);
-    void (*swiglu)(const fo_swiglu_args *a);
-    void (*geglu)(const fo_geglu_params *a);
-    void (*clamped_swiglu)(const fo_clamped_swiglu_args *a);
-    void (*rope)(const fo_rope_params *a);
-    void (*cross_entropy)(const fo_cross_entropy_params *a);
-    void (*scale_rows)(const fo_scale_rows_params *a);
+    FO_CPU_KERNELS(FO_CPU_FIELD, unused)
 } fo_cpu_kernels;
 
 /* Every instruction set's table, declared for the one that picks. */
-#define FO_CPU_DECLARE_TABLE(isa)                                                                \
-    void FO_CPU_NAME(bias_scale_relu_forward, isa)(const fo_bias_scale_relu_forward_params *);   \
-    void FO_CPU_NAME(bias_scale_relu_backward, isa)(const fo_bias_scale_relu_backward_params *); \
-    void FO_CPU_NAME(square, isa)(const fo_square_args *);                                       \
-    void FO_CPU_NAME(reduce_sum, isa)(const fo_reduce_sum_args *);                               \
-    void FO_CPU_NAME(norm_forward, isa)(const fo_norm_forward_params *);                         \
-    void FO_CPU_NAME(norm_backward, isa)(const fo_norm_backward_params *);                       \
-    void FO_CPU_NAME(swiglu, isa)(const fo_swiglu_args *);                                       \
-    void FO_CPU_NAME(geglu, isa)(const fo_geglu_params *);                                       \
-    void FO_CPU_NAME(clamped_swiglu, isa)(const fo_clamped_swiglu_args *);                       \
-    void FO_CPU_NAME(rope, isa)(const fo_rope_params *);                                         \
-    void FO_CPU_NAME(cross_entropy, isa)(const fo_cross_entropy_params *);                       \
-    void FO_CPU_NAME(scale_rows, isa)(const fo_scale_rows_params *);
-
-#define FO_CPU_TABLE(isa)                                                                       \
-    {                                                                                           \
-#isa, FO_CPU_NAME(bias_scale_relu_forward, isa),                                        \
-            FO_CPU_NAME(bias_scale_relu_backward, isa), FO_CPU_NAME(square, isa),               \
-            FO_CPU_NAME(reduce_sum, isa), FO_CPU_NAME(norm_forward, isa),                       \
-            FO_CPU_NAME(norm_backward, isa), FO_CPU_NAME(swiglu, isa), FO_CPU_NAME(geglu, isa), \
-            FO_CPU_NAME(clamped_swiglu, isa), FO_CPU_NAME(rope, isa),                           \
-            FO_CPU_NAME(cross_entropy, isa), FO_CPU_NAME(scale_rows, isa)                       \
-    }
+#define FO_CPU_DECLARE_TABLE(isa) FO_CPU_KERNELS(FO_CPU_DECLARE, isa)
+#define FO_CPU_TABLE(isa) \
+    { #isa, FO_CPU_KERNELS(FO_CPU_ENTRY, isa) }
 
 /* The kernels of the instruction set in use (chosen on the first call). */
 const fo_cpu_kernels *fo_cpu(void);

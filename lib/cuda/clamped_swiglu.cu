@@ -97,11 +97,11 @@ __global__ void clamped_swiglu_kernel(fo_clamped_swiglu_args a) {
 
 using namespace fo;
 
-extern "C" int fo_cuda_clamped_swiglu(const fo_clamped_swiglu_args *in) {
+extern "C" int fo_cuda_clamped_swiglu(int device_index, uintptr_t stream,
+                                      const fo_clamped_swiglu_args *in) {
     const bool backward = in->dy != 0;
     return launch_on(
-        backward ? "fo_clamped_swiglu_backward" : "fo_clamped_swiglu_forward", in->device_index,
-        [&] {
+        backward ? "fo_clamped_swiglu_backward" : "fo_clamped_swiglu_forward", device_index, [&] {
             fo_clamped_swiglu_args a = *in;
             const bool interleaved = a.layout == FO_GLU_INTERLEAVED;
             // dense pairs rows are one long row: the whole grid spreads over it
@@ -128,7 +128,7 @@ extern "C" int fo_cuda_clamped_swiglu(const fo_clamped_swiglu_args *in) {
                     clamped_swiglu_kernel<T, decltype(access)::value, decltype(is_backward)::value,
                                           decltype(is_dense)::value,
                                           decltype(is_interleaved)::value>
-                        <<<g.grid, g.block, 0, cudaStream_t(a.stream)>>>(a);
+                        <<<g.grid, g.block, 0, cudaStream_t(stream)>>>(a);
                 };
                 using yes = std::true_type;
                 using no = std::false_type;
