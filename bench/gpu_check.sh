@@ -56,7 +56,10 @@ if [ "$stage" = test ]; then
 
     # sanitizers see torch's caching allocator as one big buffer; turn it off
     export PYTORCH_NO_CUDA_MEMORY_CACHING=1
-    subset=(tests/test_cuda.py tests/test_bias_scale_relu.py tests/test_square.py tests/test_reduce_sum.py tests/test_norms.py tests/test_swiglu.py tests/test_clamped_swiglu.py tests/test_rope.py)
+    subset=(tests/test_cuda.py tests/test_norms.py)  # and each op's tests/test_<op>.py
+    for op in fused_ops_py/ops/*.py; do
+        [ -f "tests/test_$(basename "$op")" ] && subset+=("tests/test_$(basename "$op")")
+    done
     filter="cuda and not gradcheck and not 2_to_the_31"
     for tool in ${SANITIZERS:-memcheck racecheck initcheck synccheck}; do
         echo "== compute-sanitizer --tool $tool"

@@ -93,7 +93,7 @@ static int check_backward(const char *op, const fo_bias_scale_relu_backward_args
 /* The workspace a checked call needs: the CUDA bias gradient's partials. */
 static int64_t backward_workspace(const fo_bias_scale_relu_backward_args *c) {
     if (!c->dbias || c->device_type != FO_DEVICE_CUDA) return 0;
-    return fo_cuda_bias_scale_relu_workspace_bytes(c->rows, c->cols, c->dtype);
+    return fo_cuda_bias_scale_relu_backward_workspace_bytes(c->device_index, c);
 }
 
 int fo_bias_scale_relu_backward_workspace_bytes(const fo_bias_scale_relu_backward_args *args,

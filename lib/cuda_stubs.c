@@ -14,18 +14,15 @@ static int not_built(void) {
     }
 FO_CUDA_LAUNCHERS(FO_CUDA_STUB)
 
-int64_t fo_cuda_bias_scale_relu_workspace_bytes(int64_t rows, int64_t cols, int dtype) {
-    (void)rows, (void)cols, (void)dtype;
-    return 0;
-}
+#define FO_CUDA_WORKSPACE_STUB(name, type)                                      \
+    int64_t fo_cuda_##name##_workspace_bytes(int device_index, const type *a) { \
+        (void)device_index, (void)a;                                            \
+        return 0;                                                               \
+    }
+FO_CUDA_WORKSPACES(FO_CUDA_WORKSPACE_STUB)
 
 int64_t fo_cuda_reduce_sum_workspace_bytes(int64_t numel, int dtype) {
     (void)numel, (void)dtype;
-    return 0;
-}
-
-int64_t fo_cuda_norm_workspace_bytes(const fo_norm_backward_params *a, int device_index) {
-    (void)a, (void)device_index;
     return 0;
 }
 

@@ -230,10 +230,18 @@ static inline int64_t fo_mask_row_bytes(int64_t cols) { return (cols + 7) / 8; }
     int fo_cuda_##name(int device_index, uintptr_t stream, const type *a);
 FO_CUDA_LAUNCHERS(FO_CUDA_DECLARE)
 
-/* Workspace sizes, beside their launchers. */
-int64_t fo_cuda_bias_scale_relu_workspace_bytes(int64_t rows, int64_t cols, int dtype);
+/* Every CUDA workspace query, X(name, argument type):
+ * int64_t fo_cuda_<name>_workspace_bytes(int device_index, const type *a),
+ * the bytes the launcher fo_cuda_<name> needs (0 in a CPU-only build). */
+#define FO_CUDA_WORKSPACES(X)                                     \
+    X(bias_scale_relu_backward, fo_bias_scale_relu_backward_args) \
+    X(norm_backward, fo_norm_backward_params)
+
+#define FO_CUDA_DECLARE_WORKSPACE(name, type) \
+    int64_t fo_cuda_##name##_workspace_bytes(int device_index, const type *a);
+FO_CUDA_WORKSPACES(FO_CUDA_DECLARE_WORKSPACE)
+
 int64_t fo_cuda_reduce_sum_workspace_bytes(int64_t numel, int dtype);
-int64_t fo_cuda_norm_workspace_bytes(const fo_norm_backward_params *a, int device_index);
 int fo_cuda_runtime_version_built(void);
 
 #ifdef __cplusplus

@@ -198,7 +198,7 @@ static fo_norm_backward_params backward_params(const fo_norm_backward_args *c) {
 static int64_t backward_workspace(int device_type, int device_index,
                                   const fo_norm_backward_params *a) {
     if (device_type != FO_DEVICE_CUDA || (!a->dweight && !a->dbias)) return 0;
-    return fo_cuda_norm_workspace_bytes(a, device_index);
+    return fo_cuda_norm_backward_workspace_bytes(device_index, a);
 }
 
 int fo_norm_backward_workspace_bytes(const fo_norm_backward_args *args, int64_t *bytes) {

@@ -100,9 +100,11 @@ FUSED_OPS_PY_LIBRARY="$PWD/build/cpu/libfused_ops.so" pytest -q tests
 
 # The wheel carries the CPU kernels for three instruction sets and picks the
 # best this CPU runs: the others run here through FUSED_OPS_PY_CPU_ISA.
-cpu_kernel_tests=(tests/test_norms.py tests/test_variants.py tests/test_bias_scale_relu.py tests/test_square.py
-    tests/test_reduce_sum.py tests/test_swiglu.py tests/test_geglu.py tests/test_clamped_swiglu.py tests/test_rope.py
-    tests/test_cross_entropy.py tests/test_cpu_threads.py)
+# Each op's tests are tests/test_<op>.py, beside fused_ops_py/ops/<op>.py.
+cpu_kernel_tests=(tests/test_norms.py tests/test_variants.py tests/test_cpu_threads.py)
+for op in fused_ops_py/ops/*.py; do
+    [ -f "tests/test_$(basename "$op")" ] && cpu_kernel_tests+=("tests/test_$(basename "$op")")
+done
 for isa in avx2 baseline; do
     echo "== pytest, the CPU kernels' tests on the $isa kernels (FUSED_OPS_PY_CPU_ISA=$isa)"
     FUSED_OPS_PY_CPU_ISA=$isa pytest -q "${cpu_kernel_tests[@]}" -k "not cuda"

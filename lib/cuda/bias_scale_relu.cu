@@ -172,29 +172,16 @@ inline bool flattenable(int64_t rows, int64_t cols, int64_t row_stride) {
     return rows > 1 && row_stride == cols && cols % kChunk == 0;
 }
 
-// The forward has no partials, so its grid need not be row_geometry's (at
-// most kMaxRowBlocks row blocks, for the bias gradient): a block a row of
-// each thread, short blocks that balance themselves over the SMs. On the
-// H100 (bf16, fp32) that ran 4-26% faster than row_geometry's grid-stride
-// walk down the rows (65536 x 1024 bf16: 2088 -> 2625 GB/s), which kept too
-// few loads in flight; loading 2 or 4 rows a thread before using any was
-// 1-11% slower than 1 in this grid.
-inline RowGeometry forward_geometry(int64_t rows, int64_t cols) {
-    RowGeometry g = row_geometry(rows, cols);
-    int64_t gy = (rows + g.block.y - 1) / g.block.y;
-    if (gy > kMaxGridY) gy = kMaxGridY;  // the loop does the rest
-    g.grid.y = unsigned(gy < 1 ? 1 : gy);
-    return g;
-}
-
 }  // namespace
 }  // namespace fo
 
 using namespace fo;
 
-extern "C" int64_t fo_cuda_bias_scale_relu_workspace_bytes(int64_t rows, int64_t cols, int dtype) {
-    int64_t acc_bytes = dtype == FO_DTYPE_F64 ? 8 : 4;
-    return int64_t(row_geometry(rows, cols).grid.y) * cols * acc_bytes;
+extern "C" int64_t fo_cuda_bias_scale_relu_backward_workspace_bytes(
+    int device_index, const fo_bias_scale_relu_backward_args *a) {
+    (void)device_index;  // the grid depends on the shape alone
+    int64_t acc_bytes = a->dtype == FO_DTYPE_F64 ? 8 : 4;
+    return int64_t(row_geometry(a->rows, a->cols).grid.y) * a->cols * acc_bytes;
 }
 
 extern "C" int fo_cuda_bias_scale_relu_forward(int device_index, uintptr_t stream,

@@ -169,8 +169,8 @@ void launch_backward(const fo_norm_backward_params &a, const BackwardPlan &plan,
 
 using namespace fo;
 
-extern "C" int64_t fo_cuda_norm_workspace_bytes(const fo_norm_backward_params *a,
-                                                int device_index) {
+extern "C" int64_t fo_cuda_norm_backward_workspace_bytes(int device_index,
+                                                         const fo_norm_backward_params *a) {
     if (!a->dweight && !a->dbias) return 0;
     // on the call's device, as the launch will be: the plan's kernel
     // queries are the current device's (without one, nothing is asked, and
