@@ -59,6 +59,7 @@ OPS = {  # the directions each op is timed in
     "geglu": ("fwd", "bwd", "fwdbwd"),
     "rope": ("fwd", "bwd", "fwdbwd"),
     "rope_interleaved": ("fwd", "bwd", "fwdbwd"),
+    "dyt": ("fwd", "bwd", "fwdbwd"),
 }
 ROPES = ("rope", "rope_interleaved")
 NORMS = ("layer_norm", "rms_norm", "add_rms_norm")
@@ -72,6 +73,10 @@ try:  # Liger-Kernel: Triton norms, a peer where it has the op
 except ImportError:
     LigerLayerNormFunction = LigerRMSNormFunction = LigerSiLUMulFunction = None
     LigerGELUMulFunction = LigerRopeFunction = None
+try:
+    from liger_kernel.ops.dyt import LigerDyTFunction
+except ImportError:  # Liger before its DyT
+    LigerDyTFunction = None
 PROVIDERS = ("fused", "eager", "compile") + (("liger",) if LigerLayerNormFunction else ())
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 # The LLM shapes: rows M x hidden N, where one tensor of the dtype stays
@@ -148,6 +153,10 @@ def eager_geglu(gate, up):
     return torch.nn.functional.gelu(gate, approximate="tanh") * up
 
 
+def eager_dyt(x, alpha, w, b):
+    return w * torch.tanh(alpha * x) + b
+
+
 def rotate_half(x):
     x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2 :]
     return torch.cat((-x2, x1), dim=-1)
@@ -181,6 +190,7 @@ EAGER = {
     "layer_norm": eager_layer_norm,
     "rms_norm": eager_rms_norm,
     "add_rms_norm": eager_add_rms_norm,
+    "dyt": eager_dyt,
 }
 FUSED = {
     "swiglu": fo.fused_swiglu,
@@ -194,6 +204,7 @@ FUSED = {
     "layer_norm": lambda x, w, b: fo.fused_layer_norm(x, w, b, EPS),
     "rms_norm": lambda x, w: fo.fused_rms_norm(x, w, EPS),
     "add_rms_norm": lambda x, r, w: fo.fused_add_rms_norm(x, r, w, EPS)[0],
+    "dyt": fo.fused_dyt,
 }
 LIGER = {}
 if LigerLayerNormFunction:
@@ -208,6 +219,8 @@ if LigerLayerNormFunction:
         # write over gate and up: check_providers checks Liger last
         "rope": LigerRopeFunction.apply,
     }
+    if LigerDyTFunction:
+        LIGER["dyt"] = LigerDyTFunction.apply
 _compiled = {}
 
 
@@ -260,6 +273,9 @@ def min_bytes(op, direction, rows, cols, itemsize):
         fwd = 2 * streams * e + params + stats
         bwd = 3 * e + params + stats
         return {"fwd": fwd, "bwd": bwd, "fwdbwd": fwd + bwd}[direction]
+    if op == "dyt":  # x in, y out, weight and bias; bwd: dy and x in, dx and the three gradients out
+        params = 2 * cols * itemsize
+        return {"fwd": 2 * e + params, "bwd": 3 * e + 2 * params, "fwdbwd": 5 * e + 3 * params}[direction]
     bias = cols * itemsize if op == "bias_scale_relu" else 0
     fwd = e + itemsize if op == "reduce_sum" else 2 * e + bias
     bwd = 3 * e + bias
@@ -409,6 +425,11 @@ def tolerance_scales(ref, op, inputs, dy):
             else rms
             for i in range(2, len(ref))
         ]
+    elif op == "dyt":  # dx elementwise; dalpha a sum over all, dweight and dbias over rows
+        x, alpha, w, _ = (t.detach().float() for t in inputs)
+        slope = 1 - torch.tanh(alpha * x) ** 2
+        column = dy.abs().float().sum(0)
+        scales += [ref[1].abs().float(), (dy.float() * w * x * slope).abs().sum().reshape(1), column, column]
     elif len(ref) > 1:
         scales.append(ref[1].abs().float())
         if op == "bias_scale_relu":
@@ -483,6 +504,10 @@ def make_inputs(op, m, n, dtype, device):
     if op in ("swiglu", "geglu"):
         up = torch.randn(m, n, dtype=dtype, device=device, generator=gen).requires_grad_()
         return (x, up), dy
+    if op == "dyt":  # alpha [1] as LigerDyT's; weight near 1
+        alpha = torch.full((1,), 0.5, dtype=dtype, device=device).requires_grad_()
+        w = (1 + 0.1 * torch.randn(n, dtype=dtype, device=device, generator=gen)).requires_grad_()
+        return (x, alpha, w, b), dy
     if op in NORMS:
         w = (1 + 0.1 * torch.randn(n, dtype=dtype, device=device, generator=gen)).requires_grad_()
         if op == "layer_norm":

@@ -7,6 +7,7 @@ from . import _ffi
 from .modules import (
     FusedBiasScaleReLU,
     FusedCrossEntropyLoss,
+    FusedDyT,
     FusedLayerNorm,
     FusedLinearCrossEntropyLoss,
     FusedRMSNorm,
@@ -14,6 +15,7 @@ from .modules import (
 from .ops.bias_scale_relu import fused_bias_scale_relu, relu
 from .ops.clamped_swiglu import fused_clamped_swiglu
 from .ops.cross_entropy import fused_cross_entropy
+from .ops.dyt import fused_dyt
 from .ops.geglu import fused_geglu
 from .ops.linear_cross_entropy import fused_linear_cross_entropy
 from .ops.norm import fused_add_layer_norm, fused_add_rms_norm, fused_layer_norm, fused_rms_norm
@@ -38,6 +40,7 @@ def library_path():
 __all__ = [
     "FusedBiasScaleReLU",
     "FusedCrossEntropyLoss",
+    "FusedDyT",
     "FusedLayerNorm",
     "FusedLinearCrossEntropyLoss",
     "FusedRMSNorm",
@@ -47,6 +50,7 @@ __all__ = [
     "fused_bias_scale_relu",
     "fused_clamped_swiglu",
     "fused_cross_entropy",
+    "fused_dyt",
     "fused_geglu",
     "fused_layer_norm",
     "fused_linear_cross_entropy",

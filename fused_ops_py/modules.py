@@ -5,6 +5,7 @@ from torch import nn
 
 from .ops.bias_scale_relu import fused_bias_scale_relu
 from .ops.cross_entropy import fused_cross_entropy
+from .ops.dyt import fused_dyt
 from .ops.linear_cross_entropy import fused_linear_cross_entropy
 from .ops.norm import fused_layer_norm, fused_rms_norm
 
@@ -24,6 +25,29 @@ class FusedBiasScaleReLU(nn.Module):
 
     def extra_repr(self):
         return f"features={self.features}, scale={self.scale}"
+
+
+class FusedDyT(nn.Module):
+    """DyT, Dynamic Tanh ("Transformers without Normalization"), a drop-in for
+    a norm: weight * tanh(alpha * x) + bias over the last dimension, with a
+    learned scalar alpha (init_alpha), weight (ones) and bias (zeros, or
+    None without one)."""
+
+    def __init__(self, normalized_shape, init_alpha=0.5, bias=True, device=None, dtype=None):
+        super().__init__()
+        if not isinstance(normalized_shape, int):
+            (normalized_shape,) = normalized_shape  # one dimension, as the weight's
+        self.normalized_shape = normalized_shape
+        self.init_alpha = float(init_alpha)
+        self.alpha = nn.Parameter(torch.full((1,), self.init_alpha, device=device, dtype=dtype))
+        self.weight = nn.Parameter(torch.ones(normalized_shape, device=device, dtype=dtype))
+        self.bias = nn.Parameter(torch.zeros(normalized_shape, device=device, dtype=dtype)) if bias else None
+
+    def forward(self, x):
+        return fused_dyt(x, self.alpha, self.weight, self.bias)
+
+    def extra_repr(self):
+        return f"{self.normalized_shape}, init_alpha={self.init_alpha}, bias={self.bias is not None}"
 
 
 class FusedLayerNorm(nn.LayerNorm):

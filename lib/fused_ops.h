@@ -600,6 +600,51 @@ typedef struct fo_rope_args {
 FO_API int fo_rope_forward(const fo_rope_args *args);
 FO_API int fo_rope_backward(const fo_rope_args *args);
 
+/*
+ * DyT, Dynamic Tanh ("Transformers without Normalization"), over each row:
+ *   y[r, c] = weight[c] * tanh(alpha * x[r, c]) + bias[c]
+ * and its gradients, with t = tanh(alpha * x):
+ *   dx      = dy * weight * alpha * (1 - t^2)
+ *   dalpha  = sum over all elements of dy * weight * x * (1 - t^2)
+ *   dweight = sum over rows of dy * t
+ *   dbias   = sum over rows of dy
+ * Arithmetic is fp32 (fp64 for fp64); every sum is taken in a fixed order,
+ * so the gradients have the same bits on every run.
+ *   x:      rows x cols with its row stride, `dtype`.
+ *   alpha:  one element; weight: cols elements; bias: cols elements or 0
+ *           (none); all of param_dtype: `dtype`, or float32 beside
+ *           float16/bfloat16 x.
+ *   y:      fo_dyt_forward's output, rows x cols, dense, `dtype`.
+ *   dy:     fo_dyt_backward's input, rows x cols with its row stride.
+ *   dx:     dense, `dtype`; dalpha (one element), dweight and dbias (cols
+ *           each): param_dtype. Each optional (0 = not wanted).
+ *   workspace: what fo_dyt_backward_workspace_bytes asks for: the
+ *           gradients' partial sums, on the call's device.
+ * An entry point reads only its own fields (forward: y; backward: the rest).
+ */
+typedef struct fo_dyt_args {
+    int64_t struct_size; /* sizeof(fo_dyt_args) */
+    int32_t device_type, device_index;
+    uintptr_t stream;
+    uintptr_t y;
+    uintptr_t dx, dalpha, dweight, dbias;
+    uintptr_t workspace;
+    int64_t workspace_bytes;
+    uintptr_t dy;
+    int64_t dy_row_stride; /* elements */
+    uintptr_t x;
+    int64_t x_row_stride; /* elements */
+    uintptr_t alpha, weight, bias;
+    int64_t rows, cols;
+    int32_t dtype, param_dtype;
+} fo_dyt_args;
+
+FO_API int fo_dyt_forward(const fo_dyt_args *args);
+/* Bytes of workspace the backward with these arguments needs (workspace
+ * fields not read); the arguments are checked as the call checks them. */
+FO_API int fo_dyt_backward_workspace_bytes(const fo_dyt_args *args, int64_t *bytes);
+FO_API int fo_dyt_backward(const fo_dyt_args *args);
+
 /* FO_CDEF_END */
 
 #ifdef __cplusplus

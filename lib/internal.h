@@ -224,7 +224,9 @@ static inline int64_t fo_mask_row_bytes(int64_t cols) { return (cols + 7) / 8; }
     X(clamped_swiglu, fo_clamped_swiglu_args)                       \
     X(rope, fo_rope_params)                                         \
     X(cross_entropy, fo_cross_entropy_params)                       \
-    X(scale_rows, fo_scale_rows_params)
+    X(scale_rows, fo_scale_rows_params)                             \
+    X(dyt_forward, fo_dyt_args)                                     \
+    X(dyt_backward, fo_dyt_args)
 
 #define FO_CUDA_DECLARE(name, type) \
     int fo_cuda_##name(int device_index, uintptr_t stream, const type *a);
@@ -235,7 +237,8 @@ FO_CUDA_LAUNCHERS(FO_CUDA_DECLARE)
  * the bytes the launcher fo_cuda_<name> needs (0 in a CPU-only build). */
 #define FO_CUDA_WORKSPACES(X)                                     \
     X(bias_scale_relu_backward, fo_bias_scale_relu_backward_args) \
-    X(norm_backward, fo_norm_backward_params)
+    X(norm_backward, fo_norm_backward_params)                     \
+    X(dyt_backward, fo_dyt_args)
 
 #define FO_CUDA_DECLARE_WORKSPACE(name, type) \
     int64_t fo_cuda_##name##_workspace_bytes(int device_index, const type *a);

@@ -34,7 +34,9 @@
     X(clamped_swiglu, fo_clamped_swiglu_args, isa)                       \
     X(rope, fo_rope_params, isa)                                         \
     X(cross_entropy, fo_cross_entropy_params, isa)                       \
-    X(scale_rows, fo_scale_rows_params, isa)
+    X(scale_rows, fo_scale_rows_params, isa)                             \
+    X(dyt_forward, fo_dyt_args, isa)                                     \
+    X(dyt_backward, fo_dyt_args, isa)
 
 #define FO_CPU_FIELD(name, type, isa) void (*name)(const type *a);
 #define FO_CPU_DECLARE(name, type, isa) void FO_CPU_NAME(name, isa)(const type *);

@@ -1,0 +1,217 @@
+// dyt.cu: DyT, y = weight * tanh(alpha * x) + bias, and its gradients on CUDA.
+//
+// Each thread owns one 8-element chunk of columns and walks down the rows,
+// so its weight and bias chunks are loaded once, and in backward its weight
+// and bias gradient partials stay in registers, as in bias_scale_relu.cu.
+// Backward writes the column partials of dweight and dbias, and a dalpha
+// partial a block, to the workspace; one finishing kernel sums each in a
+// fixed order.
+#include "common.cuh"
+
+namespace fo {
+namespace {
+
+__device__ __forceinline__ float tanh_of(float v) { return tanhf(v); }
+__device__ __forceinline__ double tanh_of(double v) { return tanh(v); }
+
+// A parameter chunk (weight or bias) of chunk c, element by element: it is
+// small and stays in L2, and P may differ from T (fp32 beside bf16 x).
+template <typename T, typename P, Access ACCESS>
+__device__ __forceinline__ void load_param_chunk(acc_t<T> (&out)[kChunk], const P *__restrict__ p,
+                                                 int64_t c, int64_t cols) {
+    if constexpr (ACCESS == kScalar) {
+        const int64_t col = c * kChunk;
+#pragma unroll
+        for (int i = 0; i < kChunk; i++)
+            out[i] = p && col + i < cols ? acc_t<T>(to_acc(p[col + i])) : acc_t<T>(0);
+    } else {
+#pragma unroll
+        for (int i = 0; i < kChunk; i++)
+            out[i] = p ? acc_t<T>(to_acc(p[element_offset<T, ACCESS>(c, i)])) : acc_t<T>(0);
+    }
+}
+
+template <typename T, typename P, Access ACCESS>
+__global__ void dyt_forward_kernel(T *__restrict__ y, const T *__restrict__ x, int64_t x_row_stride,
+                                   const P *__restrict__ alpha, const P *__restrict__ weight,
+                                   const P *__restrict__ bias, int64_t rows, int64_t cols) {
+    using A = acc_t<T>;
+    const A scale = A(to_acc(*alpha));
+    const int64_t chunks = chunks_per_row(cols);
+    for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < chunks;
+         c += int64_t(gridDim.x) * blockDim.x) {
+        A w[kChunk], b[kChunk];
+        load_param_chunk<T, P, ACCESS>(w, weight, c, cols);
+        load_param_chunk<T, P, ACCESS>(b, bias, c, cols);
+        for (int64_t r = blockIdx.y * int64_t(blockDim.y) + threadIdx.y; r < rows;
+             r += int64_t(gridDim.y) * blockDim.y) {
+            A v[kChunk];
+            load_row_chunk<T, ACCESS>(v, x + r * x_row_stride, c, cols);
+#pragma unroll
+            for (int i = 0; i < kChunk; i++) v[i] = w[i] * tanh_of(scale * v[i]) + b[i];
+            store_row_chunk<T, ACCESS>(y + r * cols, v, c, cols);
+        }
+    }
+}
+
+// dx = dy * weight * alpha * (1 - t^2); the per-column sums of dy * t
+// (dweight) and dy (dbias) go to partials[0 or 1][blockIdx.y][col], summed
+// over the block's threads in ty order, and the block's sum of
+// dy * weight * x * (1 - t^2) (dalpha) to alpha_partials[block]. Without
+// partials (no parameter gradient wanted) it writes dx alone.
+template <typename T, typename P, Access ACCESS>
+__global__ void dyt_backward_kernel(T *__restrict__ dx, acc_t<T> *__restrict__ partials,
+                                    acc_t<T> *__restrict__ alpha_partials, const T *__restrict__ dy,
+                                    int64_t dy_row_stride, const T *__restrict__ x,
+                                    int64_t x_row_stride, const P *__restrict__ alpha,
+                                    const P *__restrict__ weight, int64_t rows, int64_t cols) {
+    using A = acc_t<T>;
+    __shared__ A column_sums[kThreads * kChunk];
+    const A scale = A(to_acc(*alpha));
+    const int64_t chunks = chunks_per_row(cols);
+    const int thread = int(threadIdx.y * blockDim.x + threadIdx.x);
+    A alpha_sum = 0;
+    // the chunk loop is uniform across the block (it holds __syncthreads)
+    for (int64_t base = blockIdx.x * int64_t(blockDim.x); base < chunks;
+         base += int64_t(gridDim.x) * blockDim.x) {
+        const int64_t c = base + threadIdx.x;
+        const bool active = c < chunks;
+        A w[kChunk], weight_sum[kChunk] = {}, bias_sum[kChunk] = {};
+        if (active) load_param_chunk<T, P, ACCESS>(w, weight, c, cols);
+        for (int64_t r = blockIdx.y * int64_t(blockDim.y) + threadIdx.y; active && r < rows;
+             r += int64_t(gridDim.y) * blockDim.y) {
+            A g[kChunk], v[kChunk];
+            load_row_chunk<T, ACCESS>(g, dy + r * dy_row_stride, c, cols);
+            load_row_chunk<T, ACCESS>(v, x + r * x_row_stride, c, cols);
+#pragma unroll
+            for (int i = 0; i < kChunk; i++) {
+                const A t = tanh_of(scale * v[i]), slope = A(1) - t * t, gw = g[i] * w[i];
+                weight_sum[i] += g[i] * t;
+                bias_sum[i] += g[i];
+                alpha_sum += gw * v[i] * slope;
+                g[i] = gw * scale * slope;
+            }
+            if (dx) store_row_chunk<T, ACCESS>(dx + r * cols, g, c, cols);
+        }
+        if (!partials) continue;
+            // each sum over the TY threads of a column, in ty order
+#pragma unroll
+        for (int which = 0; which < 2; which++) {
+            A(&sum)[kChunk] = which == 0 ? weight_sum : bias_sum;
+#pragma unroll
+            for (int i = 0; i < kChunk; i++) column_sums[thread * kChunk + i] = sum[i];
+            __syncthreads();
+            if (threadIdx.y == 0 && active) {
+                for (unsigned t = 1; t < blockDim.y; t++)
+#pragma unroll
+                    for (int i = 0; i < kChunk; i++)
+                        sum[i] += column_sums[(t * blockDim.x + threadIdx.x) * kChunk + i];
+                A *out = partials + (which * int64_t(gridDim.y) + blockIdx.y) * cols;
+                if constexpr (ACCESS == kScalar) {
+#pragma unroll
+                    for (int i = 0; i < kChunk; i++)
+                        if (c * kChunk + i < cols) out[c * kChunk + i] = sum[i];
+                } else {
+                    store_row_chunk<A, ACCESS == kSpread ? kSpread : kVector>(out, sum, c, cols);
+                }
+            }
+            __syncthreads();
+        }
+    }
+    if (!alpha_partials) return;
+    // the block's dalpha partial: warps (whole rows of the block: blockDim.x
+    // is a multiple of 32) by shuffles, then the warps in order
+    __shared__ A warp_sums[kThreads / 32];
+    for (int offset = 16; offset > 0; offset /= 2)
+        alpha_sum += __shfl_down_sync(0xffffffffu, alpha_sum, offset);
+    if (thread % 32 == 0) warp_sums[thread / 32] = alpha_sum;
+    __syncthreads();
+    if (thread == 0) {
+        A sum = 0;
+        for (int w = 0; w < kThreads / 32; w++) sum += warp_sums[w];
+        alpha_partials[blockIdx.y * gridDim.x + blockIdx.x] = sum;
+    }
+}
+
+// The backward's workspace, in accumulation-type elements: the two column
+// partials (row_geometry's grid.y groups of cols), then a dalpha partial a
+// block.
+inline int64_t backward_partials(int64_t rows, int64_t cols) {
+    const RowGeometry g = row_geometry(rows, cols);
+    return 2 * int64_t(g.grid.y) * cols + int64_t(g.grid.x) * g.grid.y;
+}
+
+}  // namespace
+}  // namespace fo
+
+using namespace fo;
+
+extern "C" int64_t fo_cuda_dyt_backward_workspace_bytes(int device_index, const fo_dyt_args *a) {
+    (void)device_index;  // the grid depends on the shape alone
+    if (a->cols == 0) return 0;
+    return backward_partials(a->rows, a->cols) * (a->dtype == FO_DTYPE_F64 ? 8 : 4);
+}
+
+extern "C" int fo_cuda_dyt_forward(int device_index, uintptr_t stream, const fo_dyt_args *a) {
+    return launch_on("fo_dyt_forward", device_index, [&] {
+        dispatch_dtype(a->dtype, [&](auto tag) {
+            using T = decltype(tag);
+            const T *x = reinterpret_cast<const T *>(a->x);
+            T *y = reinterpret_cast<T *>(a->y);
+            const bool vec = a->cols % kChunk == 0 && aligned16(x) && aligned16(y) &&
+                             stride_aligned16<T>(a->x_row_stride, a->rows);
+            const RowGeometry g = forward_geometry(a->rows, a->cols);
+            dispatch_companion<T>(a->param_dtype, [&](auto param_tag) {
+                using P = decltype(param_tag);
+                dispatch_access<T>(vec, chunks_per_row(a->cols), [&](auto access) {
+                    dyt_forward_kernel<T, P, access.value>
+                        <<<g.grid, g.block, 0, cudaStream_t(stream)>>>(
+                            y, x, a->x_row_stride, reinterpret_cast<const P *>(a->alpha),
+                            reinterpret_cast<const P *>(a->weight),
+                            reinterpret_cast<const P *>(a->bias), a->rows, a->cols);
+                });
+            });
+        });
+    });
+}
+
+extern "C" int fo_cuda_dyt_backward(int device_index, uintptr_t stream, const fo_dyt_args *a) {
+    return launch_on("fo_dyt_backward", device_index, [&] {
+        dispatch_dtype(a->dtype, [&](auto tag) {
+            using T = decltype(tag);
+            using A = acc_t<T>;
+            dispatch_companion<T>(a->param_dtype, [&](auto param_tag) {
+                using P = decltype(param_tag);
+                if (a->cols == 0) {  // no elements: dalpha is an empty sum
+                    if (a->dalpha)
+                        cudaMemsetAsync(reinterpret_cast<void *>(a->dalpha), 0, sizeof(P),
+                                        cudaStream_t(stream));
+                    return;
+                }
+                const T *x = reinterpret_cast<const T *>(a->x);
+                const T *dy = reinterpret_cast<const T *>(a->dy);
+                T *dx = reinterpret_cast<T *>(a->dx);
+                const bool vec = a->cols % kChunk == 0 && aligned16(x) && aligned16(dy) &&
+                                 (!dx || aligned16(dx)) &&
+                                 stride_aligned16<T>(a->x_row_stride, a->rows) &&
+                                 stride_aligned16<T>(a->dy_row_stride, a->rows);
+                const RowGeometry g = row_geometry(a->rows, a->cols);
+                const bool sums = a->dalpha || a->dweight || a->dbias;
+                A *partials = sums ? reinterpret_cast<A *>(a->workspace) : nullptr;
+                A *alpha_partials = sums ? partials + 2 * int64_t(g.grid.y) * a->cols : nullptr;
+                dispatch_access<T>(vec, chunks_per_row(a->cols), [&](auto access) {
+                    dyt_backward_kernel<T, P, access.value>
+                        <<<g.grid, g.block, 0, cudaStream_t(stream)>>>(
+                            dx, partials, alpha_partials, dy, a->dy_row_stride, x, a->x_row_stride,
+                            reinterpret_cast<const P *>(a->alpha),
+                            reinterpret_cast<const P *>(a->weight), a->rows, a->cols);
+                });
+                if (!sums) return;
+                finish_column_partials(reinterpret_cast<P *>(a->dweight),
+                                       reinterpret_cast<P *>(a->dbias), partials, g.grid.y, a->cols,
+                                       cudaStream_t(stream), reinterpret_cast<P *>(a->dalpha),
+                                       alpha_partials, int64_t(g.grid.x) * g.grid.y);
+            });
+        });
+    });
+}
