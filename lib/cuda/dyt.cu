@@ -14,20 +14,41 @@ namespace {
 __device__ __forceinline__ float tanh_of(float v) { return tanhf(v); }
 __device__ __forceinline__ double tanh_of(double v) { return tanh(v); }
 
-// A parameter chunk (weight or bias) of chunk c, element by element: it is
-// small and stays in L2, and P may differ from T (fp32 beside bf16 x).
+// The forward's tanh: for fp16 and bf16 outputs the hardware's (MUFU.TANH,
+// relative error under 2^-10.9, below their rounding), as tanhf's
+// instructions made the bf16 forward compute-bound at 60-69% of the copy
+// ceiling; fp32 and fp64 keep tanhf's and tanh's accuracy.
+template <typename T>
+__device__ __forceinline__ acc_t<T> forward_tanh(acc_t<T> v) {
+    if constexpr (sizeof(T) == 2) {
+        float t;
+        asm("tanh.approx.f32 %0, %1;" : "=f"(t) : "f"(v));
+        return t;
+    } else {
+        return tanh_of(v);
+    }
+}
+
+// A parameter chunk (weight or bias; 0: zeros) of chunk c: 16-byte loads
+// where x's are (the launcher checked the parameters' alignment). P may
+// differ from T (fp32 beside bf16 x: then a chunk is two vectors side by
+// side, kVector, the only layout a half T takes).
 template <typename T, typename P, Access ACCESS>
 __device__ __forceinline__ void load_param_chunk(acc_t<T> (&out)[kChunk], const P *__restrict__ p,
                                                  int64_t c, int64_t cols) {
-    if constexpr (ACCESS == kScalar) {
+    if (!p) {
+#pragma unroll
+        for (int i = 0; i < kChunk; i++) out[i] = acc_t<T>(0);
+    } else if constexpr (ACCESS == kScalar) {
         const int64_t col = c * kChunk;
 #pragma unroll
         for (int i = 0; i < kChunk; i++)
-            out[i] = p && col + i < cols ? acc_t<T>(to_acc(p[col + i])) : acc_t<T>(0);
+            out[i] = col + i < cols ? acc_t<T>(to_acc(p[col + i])) : acc_t<T>(0);
     } else {
+        acc_t<P> raw[kChunk];
+        load_row_chunk<P, ACCESS>(raw, p, c, cols);
 #pragma unroll
-        for (int i = 0; i < kChunk; i++)
-            out[i] = p ? acc_t<T>(to_acc(p[element_offset<T, ACCESS>(c, i)])) : acc_t<T>(0);
+        for (int i = 0; i < kChunk; i++) out[i] = acc_t<T>(raw[i]);
     }
 }
 
@@ -48,7 +69,7 @@ __global__ void dyt_forward_kernel(T *__restrict__ y, const T *__restrict__ x, i
             A v[kChunk];
             load_row_chunk<T, ACCESS>(v, x + r * x_row_stride, c, cols);
 #pragma unroll
-            for (int i = 0; i < kChunk; i++) v[i] = w[i] * tanh_of(scale * v[i]) + b[i];
+            for (int i = 0; i < kChunk; i++) v[i] = w[i] * forward_tanh<T>(scale * v[i]) + b[i];
             store_row_chunk<T, ACCESS>(y + r * cols, v, c, cols);
         }
     }
@@ -159,6 +180,8 @@ extern "C" int fo_cuda_dyt_forward(int device_index, uintptr_t stream, const fo_
             const T *x = reinterpret_cast<const T *>(a->x);
             T *y = reinterpret_cast<T *>(a->y);
             const bool vec = a->cols % kChunk == 0 && aligned16(x) && aligned16(y) &&
+                             aligned16(reinterpret_cast<const void *>(a->weight)) &&
+                             aligned16(reinterpret_cast<const void *>(a->bias)) &&
                              stride_aligned16<T>(a->x_row_stride, a->rows);
             const RowGeometry g = forward_geometry(a->rows, a->cols);
             dispatch_companion<T>(a->param_dtype, [&](auto param_tag) {
@@ -193,6 +216,7 @@ extern "C" int fo_cuda_dyt_backward(int device_index, uintptr_t stream, const fo
                 T *dx = reinterpret_cast<T *>(a->dx);
                 const bool vec = a->cols % kChunk == 0 && aligned16(x) && aligned16(dy) &&
                                  (!dx || aligned16(dx)) &&
+                                 aligned16(reinterpret_cast<const void *>(a->weight)) &&
                                  stride_aligned16<T>(a->x_row_stride, a->rows) &&
                                  stride_aligned16<T>(a->dy_row_stride, a->rows);
                 const RowGeometry g = row_geometry(a->rows, a->cols);
