@@ -131,6 +131,12 @@ int fo_read_args(const char *op, const char *type, void *local, size_t local_siz
     return FO_OK;
 }
 
+int fo_check_reserved(const char *op, int32_t reserved) {
+    if (reserved != 0)
+        return fo_fail(FO_ERR_INVALID_ARGUMENT, "%s: reserved=%d must be 0", op, reserved);
+    return FO_OK;
+}
+
 int fo_check_bytes_pointer(const char *op, const int64_t *bytes) {
     if (!bytes) return fo_fail(FO_ERR_INVALID_ARGUMENT, "%s: bytes is a null pointer", op);
     return FO_OK;

@@ -65,12 +65,6 @@ static int check_reduction(const char *op, const fo_cross_entropy_args *c) {
     return FO_OK;
 }
 
-static int check_reserved(const char *op, int32_t reserved) {
-    if (reserved != 0)
-        return fo_fail(FO_ERR_INVALID_ARGUMENT, "%s: reserved=%d must be 0", op, reserved);
-    return FO_OK;
-}
-
 #define CROSS_ENTROPY_ARGS_FIRST FO_ARGS_END(fo_cross_entropy_args, softcap)
 #define SCALE_ROWS_ARGS_FIRST FO_ARGS_END(fo_scale_rows_args, reserved)
 
@@ -147,7 +141,7 @@ int fo_scale_rows(const fo_scale_rows_args *args) {
         (status = fo_check_shape(op, c.rows, c.cols)) ||
         (status = fo_check_dtype(op, "dtype", c.dtype)) ||
         (status = fo_check_dtype(op, "scale_dtype", c.scale_dtype)) ||
-        (status = check_reserved(op, c.reserved)))
+        (status = fo_check_reserved(op, c.reserved)))
         return status;
     if (c.per_row != 0 && c.per_row != 1)
         return fo_fail(FO_ERR_INVALID_ARGUMENT, "%s: per_row=%d must be 0 or 1", op, c.per_row);

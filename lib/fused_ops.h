@@ -10,10 +10,9 @@
  *  - The return value is an fo_status (0 = FO_OK). On error,
  *    fo_last_error() describes it (op name and offending values); the message
  *    is thread-local and stays until the next failing call on that thread.
- *  - The norm, bias/relu, loss, GeGLU and RoPE entry points take one
- *    argument struct (see "Argument structs" below), which carries
- *    device_type, device_index and stream as fields; the other ops take
- *    them as their first parameters.
+ *  - Every op entry point takes one argument struct (see "Argument
+ *    structs" below), which carries device_type, device_index and stream
+ *    as fields.
  *  - device_type is FO_DEVICE_CPU or FO_DEVICE_CUDA; device_index is the CUDA
  *    ordinal (ignored on the CPU). The CUDA path switches the current device
  *    only if it differs, and restores it before returning.
@@ -53,7 +52,7 @@
 #define FO_VERSION_MINOR 2
 #define FO_VERSION_PATCH 0
 /* Bumped on any change that breaks a caller built against an older header. */
-#define FO_ABI_VERSION 4
+#define FO_ABI_VERSION 5
 
 #ifdef __cplusplus
 extern "C" {
@@ -128,12 +127,13 @@ FO_API const char *fo_cpu_isa(void);
  * the value 0), so a caller built against an older header keeps working.
  * A struct_size under the first version's size, or over the library's own, is
  * FO_ERR_INVALID_ARGUMENT, as is a NULL struct pointer (every struct below
- * is in its first version, FO_ABI_VERSION 4, but fo_rope_args, whose first
- * version ends at `pairs`, and fo_cross_entropy_args, at `softcap`). The
- * library reads the struct during the call only. Each struct carries the
- * call's device: device_type (FO_DEVICE_CPU or FO_DEVICE_CUDA), device_index
- * (the CUDA ordinal; ignored on the CPU) and stream (a cudaStream_t as an
- * integer, 0 = legacy default; ignored on the CPU).
+ * is in its first version, FO_ABI_VERSION 4 (those of square, reduce_sum and
+ * swiglu: 5), but fo_rope_args, whose first version ends at `pairs`, and
+ * fo_cross_entropy_args, at `softcap`). The library reads the struct during
+ * the call only. Each struct carries the call's device: device_type
+ * (FO_DEVICE_CPU or FO_DEVICE_CUDA), device_index (the CUDA ordinal; ignored
+ * on the CPU) and stream (a cudaStream_t as an integer, 0 = legacy default;
+ * ignored on the CPU).
  */
 
 /*
@@ -198,28 +198,75 @@ FO_API int fo_bias_scale_relu_backward_workspace_bytes(const fo_bias_scale_relu_
 
 FO_API int fo_bias_scale_relu_backward(const fo_bias_scale_relu_backward_args *args);
 
-/* y = x * x, elementwise. y dense; x with row stride x_row_stride. */
-FO_API int fo_square_forward(int device_type, int device_index, uintptr_t stream, uintptr_t y,
-                             uintptr_t x, int64_t x_row_stride, int64_t rows, int64_t cols,
-                             int dtype);
+/*
+ * y = x * x, elementwise.
+ *   y: output, rows x cols, dense, `dtype`.
+ *   x: rows x cols with row stride x_row_stride, `dtype`.
+ */
+typedef struct fo_square_forward_args {
+    int64_t struct_size; /* sizeof(fo_square_forward_args) */
+    int32_t device_type, device_index;
+    uintptr_t stream;
+    uintptr_t y;
+    uintptr_t x;
+    int64_t x_row_stride; /* elements */
+    int64_t rows, cols;
+    int32_t dtype;
+    int32_t reserved; /* 0 */
+} fo_square_forward_args;
 
-/* dx = 2 * x * dy, elementwise. dx dense; dy and x with their row strides. */
-FO_API int fo_square_backward(int device_type, int device_index, uintptr_t stream, uintptr_t dx,
-                              uintptr_t dy, int64_t dy_row_stride, uintptr_t x,
-                              int64_t x_row_stride, int64_t rows, int64_t cols, int dtype);
+FO_API int fo_square_forward(const fo_square_forward_args *args);
 
-/* Bytes of workspace fo_reduce_sum needs for `numel` elements of `dtype` on
- * `device_type` (0 when none is needed). @return FO_OK or an error status. */
-FO_API int fo_reduce_sum_workspace_bytes(int device_type, int64_t numel, int dtype, int64_t *bytes);
+/*
+ * dx = 2 * x * dy, elementwise.
+ *   dx:    output, rows x cols, dense, `dtype`.
+ *   dy, x: rows x cols with their row strides, `dtype`.
+ */
+typedef struct fo_square_backward_args {
+    int64_t struct_size; /* sizeof(fo_square_backward_args) */
+    int32_t device_type, device_index;
+    uintptr_t stream;
+    uintptr_t dx;
+    uintptr_t dy;
+    int64_t dy_row_stride; /* elements */
+    uintptr_t x;
+    int64_t x_row_stride; /* elements */
+    int64_t rows, cols;
+    int32_t dtype;
+    int32_t reserved; /* 0 */
+} fo_square_backward_args;
+
+FO_API int fo_square_backward(const fo_square_backward_args *args);
 
 /*
  * out[0] = sum of the numel contiguous elements of x, accumulated in fp32
- * (fp64 for fp64) in a fixed order: the same bits on every run. out has
- * dtype `dtype`; numel = 0 gives 0. workspace as for the other ops.
+ * (fp64 for fp64) in a fixed order: the same bits on every run; numel = 0
+ * gives 0. It needs `workspace` of workspace_bytes >= the size
+ * fo_reduce_sum_workspace_bytes gives for the same arguments (device memory
+ * on CUDA; 0 and 0 where that size is 0).
+ *   out: output, one element of `dtype` (never optional, even for numel 0).
+ *   x:   numel contiguous elements of `dtype`.
  */
-FO_API int fo_reduce_sum(int device_type, int device_index, uintptr_t stream, uintptr_t out,
-                         uintptr_t workspace, int64_t workspace_bytes, uintptr_t x, int64_t numel,
-                         int dtype);
+typedef struct fo_reduce_sum_args {
+    int64_t struct_size; /* sizeof(fo_reduce_sum_args) */
+    int32_t device_type, device_index;
+    uintptr_t stream;
+    uintptr_t out;
+    uintptr_t workspace;
+    int64_t workspace_bytes;
+    uintptr_t x;
+    int64_t numel;
+    int32_t dtype;
+    int32_t reserved; /* 0 */
+} fo_reduce_sum_args;
+
+/* Bytes of workspace fo_reduce_sum needs for these arguments (the workspace
+ * fields are not read): it depends on device_type, numel and dtype alone, 0
+ * on the CPU. @return FO_OK and *bytes, or an error status (the arguments
+ * are checked as the call itself checks them). */
+FO_API int fo_reduce_sum_workspace_bytes(const fo_reduce_sum_args *args, int64_t *bytes);
+
+FO_API int fo_reduce_sum(const fo_reduce_sum_args *args);
 
 /* Normalizations. */
 enum fo_norm_kind {
@@ -333,24 +380,51 @@ FO_API int fo_norm_backward(const fo_norm_backward_args *args);
 
 /*
  * SwiGLU: y = silu(gate) * up = gate / (1 + exp(-gate)) * up, elementwise.
- *   y: dense; gate and up: rows x cols with their row strides; one dtype.
+ *   y:        output, rows x cols, dense, `dtype`.
+ *   gate, up: rows x cols with their row strides, `dtype`.
  */
-FO_API int fo_swiglu_forward(int device_type, int device_index, uintptr_t stream, uintptr_t y,
-                             uintptr_t gate, int64_t gate_row_stride, uintptr_t up,
-                             int64_t up_row_stride, int64_t rows, int64_t cols, int dtype);
+typedef struct fo_swiglu_forward_args {
+    int64_t struct_size; /* sizeof(fo_swiglu_forward_args) */
+    int32_t device_type, device_index;
+    uintptr_t stream;
+    uintptr_t y;
+    uintptr_t gate;
+    int64_t gate_row_stride; /* elements */
+    uintptr_t up;
+    int64_t up_row_stride; /* elements */
+    int64_t rows, cols;
+    int32_t dtype;
+    int32_t reserved; /* 0 */
+} fo_swiglu_forward_args;
+
+FO_API int fo_swiglu_forward(const fo_swiglu_forward_args *args);
 
 /*
  * Gradients of fo_swiglu_forward from its inputs (saved by the caller):
  *   dgate = dy * up * s * (1 + gate * (1 - s)) with s = sigmoid(gate)
  *   dup   = dy * silu(gate)
- * dgate and dup are dense and each optional (0 = not wanted). Unlike other
- * outputs they may be gate and up themselves (dense, the same addresses):
- * each element is read before its gradient is written over it.
+ * dgate and dup are rows x cols, dense, `dtype`, each optional (0 = not
+ * wanted). Unlike other outputs they may be gate and up themselves (dense,
+ * the same addresses): each element is read before its gradient is written
+ * over it. dy, gate and up are rows x cols with their row strides.
  */
-FO_API int fo_swiglu_backward(int device_type, int device_index, uintptr_t stream, uintptr_t dgate,
-                              uintptr_t dup, uintptr_t dy, int64_t dy_row_stride, uintptr_t gate,
-                              int64_t gate_row_stride, uintptr_t up, int64_t up_row_stride,
-                              int64_t rows, int64_t cols, int dtype);
+typedef struct fo_swiglu_backward_args {
+    int64_t struct_size; /* sizeof(fo_swiglu_backward_args) */
+    int32_t device_type, device_index;
+    uintptr_t stream;
+    uintptr_t dgate, dup;
+    uintptr_t dy;
+    int64_t dy_row_stride; /* elements */
+    uintptr_t gate;
+    int64_t gate_row_stride;
+    uintptr_t up;
+    int64_t up_row_stride;
+    int64_t rows, cols;
+    int32_t dtype;
+    int32_t reserved; /* 0 */
+} fo_swiglu_backward_args;
+
+FO_API int fo_swiglu_backward(const fo_swiglu_backward_args *args);
 
 /*
  * Cross-entropy of each row of logits against its target class, with its

@@ -47,6 +47,10 @@ int fo_read_args(const char *op, const char *type, void *local, size_t local_siz
  * far ends on an 8-byte field, so no padding follows it). */
 #define FO_ARGS_END(type, field) (offsetof(type, field) + sizeof(((type *)0)->field))
 
+/* Fails with FO_ERR_INVALID_ARGUMENT unless an argument struct's `reserved`
+ * field is 0 (kept 0 so that a later version may give it a meaning). */
+int fo_check_reserved(const char *op, int32_t reserved);
+
 /* Fails with FO_ERR_INVALID_ARGUMENT when the `bytes` out-pointer of a
  * workspace query is NULL. */
 int fo_check_bytes_pointer(const char *op, const int64_t *bytes);
@@ -78,7 +82,7 @@ typedef struct fo_bias_scale_relu_backward_params {
     double scale;
 } fo_bias_scale_relu_backward_params;
 
-typedef struct fo_square_args {
+typedef struct fo_square_params {
     void *out; /* y (forward) or dx (backward) */
     const void *x;
     int64_t x_row_stride;
@@ -86,15 +90,15 @@ typedef struct fo_square_args {
     int64_t dy_row_stride;
     int64_t rows, cols;
     int dtype;
-} fo_square_args;
+} fo_square_params;
 
-typedef struct fo_reduce_sum_args {
+typedef struct fo_reduce_sum_params {
     void *out;
     void *workspace;
     const void *x;
     int64_t numel;
     int dtype;
-} fo_reduce_sum_args;
+} fo_reduce_sum_params;
 
 typedef struct fo_norm_forward_params {
     void *y;
@@ -132,7 +136,7 @@ typedef struct fo_norm_backward_params {
     uint64_t seed, offset;
 } fo_norm_backward_params;
 
-typedef struct fo_swiglu_args {
+typedef struct fo_swiglu_params {
     void *y_or_dgate; /* y (forward) or dgate (backward, optional) */
     void *dup; /* backward only, optional */
     const void *dy; /* 0 for the forward pass */
@@ -143,7 +147,7 @@ typedef struct fo_swiglu_args {
     int64_t up_row_stride;
     int64_t rows, cols;
     int dtype;
-} fo_swiglu_args;
+} fo_swiglu_params;
 
 typedef struct fo_cross_entropy_params {
     void *loss; /* rows, loss dtype */
@@ -215,11 +219,11 @@ static inline int64_t fo_mask_row_bytes(int64_t cols) { return (cols + 7) / 8; }
 #define FO_CUDA_LAUNCHERS(X)                                        \
     X(bias_scale_relu_forward, fo_bias_scale_relu_forward_params)   \
     X(bias_scale_relu_backward, fo_bias_scale_relu_backward_params) \
-    X(square, fo_square_args)                                       \
-    X(reduce_sum, fo_reduce_sum_args)                               \
+    X(square, fo_square_params)                                     \
+    X(reduce_sum, fo_reduce_sum_params)                             \
     X(norm_forward, fo_norm_forward_params)                         \
     X(norm_backward, fo_norm_backward_params)                       \
-    X(swiglu, fo_swiglu_args)                                       \
+    X(swiglu, fo_swiglu_params)                                     \
     X(geglu, fo_geglu_params)                                       \
     X(clamped_swiglu, fo_clamped_swiglu_args)                       \
     X(rope, fo_rope_params)                                         \

@@ -21,33 +21,48 @@ static int check_numel(const char *op, int64_t numel) {
     return FO_OK;
 }
 
-int fo_reduce_sum_workspace_bytes(int device_type, int64_t numel, int dtype, int64_t *bytes) {
-    static const char op[] = "fo_reduce_sum_workspace_bytes";
+/* Checks shared by the call and its workspace query. */
+static int check_args(const char *op, const fo_reduce_sum_args *c) {
     int status;
-    if (!bytes) return fo_fail(FO_ERR_INVALID_ARGUMENT, "%s: bytes is a null pointer", op);
-    if ((status = fo_check_device(op, device_type, 0)) || (status = check_numel(op, numel)) ||
-        (status = fo_check_dtype(op, "dtype", dtype)))
+    if ((status = fo_check_device(op, c->device_type, c->device_index)) ||
+        (status = check_numel(op, c->numel)) || (status = fo_check_dtype(op, "dtype", c->dtype)) ||
+        (status = fo_check_operand(op, "out", c->out, 1, 1, 1, c->dtype, 0)) ||
+        (status = fo_check_operand(op, "x", c->x, c->numel, 1, c->numel, c->dtype, 0)) ||
+        (status = fo_check_reserved(op, c->reserved)))
         return status;
-    *bytes = device_type == FO_DEVICE_CUDA ? fo_cuda_reduce_sum_workspace_bytes(numel, dtype) : 0;
     return FO_OK;
 }
 
-int fo_reduce_sum(int device_type, int device_index, uintptr_t stream, uintptr_t out,
-                  uintptr_t workspace, int64_t workspace_bytes, uintptr_t x, int64_t numel,
-                  int dtype) {
-    static const char op[] = "fo_reduce_sum";
+/* The workspace a checked call needs: the CUDA blocks' partial sums. */
+static int64_t workspace_needed(const fo_reduce_sum_args *c) {
+    if (c->device_type != FO_DEVICE_CUDA) return 0;
+    return fo_cuda_reduce_sum_workspace_bytes(c->numel, c->dtype);
+}
+
+#define ARGS_FIRST FO_ARGS_END(fo_reduce_sum_args, reserved)
+
+int fo_reduce_sum_workspace_bytes(const fo_reduce_sum_args *args, int64_t *bytes) {
+    static const char op[] = "fo_reduce_sum_workspace_bytes";
+    fo_reduce_sum_args c;
     int status;
-    if ((status = fo_check_device(op, device_type, device_index)) ||
-        (status = check_numel(op, numel)) || (status = fo_check_dtype(op, "dtype", dtype)) ||
-        (status = fo_check_operand(op, "out", out, 1, 1, 1, dtype, 0)) ||
-        (status = fo_check_operand(op, "x", x, numel, 1, numel, dtype, 0)))
+    if ((status = fo_read_args(op, "fo_reduce_sum_args", &c, sizeof c, ARGS_FIRST, args)) ||
+        (status = fo_check_bytes_pointer(op, bytes)) || (status = check_args(op, &c)))
         return status;
-    if ((status = fo_check_workspace(
-             op, workspace, workspace_bytes,
-             device_type == FO_DEVICE_CUDA ? fo_cuda_reduce_sum_workspace_bytes(numel, dtype) : 0)))
+    *bytes = workspace_needed(&c);
+    return FO_OK;
+}
+
+int fo_reduce_sum(const fo_reduce_sum_args *args) {
+    static const char op[] = "fo_reduce_sum";
+    fo_reduce_sum_args c;
+    int status;
+    if ((status = fo_read_args(op, "fo_reduce_sum_args", &c, sizeof c, ARGS_FIRST, args)) ||
+        (status = check_args(op, &c)) ||
+        (status = fo_check_workspace(op, c.workspace, c.workspace_bytes, workspace_needed(&c))))
         return status;
-    fo_reduce_sum_args a = {(void *)out, (void *)workspace, (const void *)x, numel, dtype};
-    if (device_type == FO_DEVICE_CUDA) return fo_cuda_reduce_sum(device_index, stream, &a);
+    fo_reduce_sum_params a = {(void *)c.out, (void *)c.workspace, (const void *)c.x, c.numel,
+                              c.dtype};
+    if (c.device_type == FO_DEVICE_CUDA) return fo_cuda_reduce_sum(c.device_index, c.stream, &a);
     fo_cpu()->reduce_sum(&a);
     return FO_OK;
 }

@@ -21,51 +21,66 @@ static int check_inputs(const char *op, int device_type, int device_index, uintp
     return FO_OK;
 }
 
-static int run(int device_type, int device_index, uintptr_t stream, const fo_swiglu_args *a) {
+static int run(int device_type, int device_index, uintptr_t stream, const fo_swiglu_params *a) {
     if (a->rows == 0 || a->cols == 0) return FO_OK;
     if (device_type == FO_DEVICE_CUDA) return fo_cuda_swiglu(device_index, stream, a);
     fo_cpu()->swiglu(a);
     return FO_OK;
 }
 
-int fo_swiglu_forward(int device_type, int device_index, uintptr_t stream, uintptr_t y,
-                      uintptr_t gate, int64_t gate_row_stride, uintptr_t up, int64_t up_row_stride,
-                      int64_t rows, int64_t cols, int dtype) {
+/* The sizes of the argument structs' first versions. */
+#define FORWARD_ARGS_FIRST FO_ARGS_END(fo_swiglu_forward_args, reserved)
+#define BACKWARD_ARGS_FIRST FO_ARGS_END(fo_swiglu_backward_args, reserved)
+
+int fo_swiglu_forward(const fo_swiglu_forward_args *args) {
     static const char op[] = "fo_swiglu_forward";
+    fo_swiglu_forward_args c;
     int status;
-    if ((status = check_inputs(op, device_type, device_index, gate, gate_row_stride, up,
-                               up_row_stride, rows, cols, dtype)) ||
-        (status = fo_check_operand(op, "y", y, cols, rows, cols, dtype, 0)))
+    if ((status =
+             fo_read_args(op, "fo_swiglu_forward_args", &c, sizeof c, FORWARD_ARGS_FIRST, args)) ||
+        (status = check_inputs(op, c.device_type, c.device_index, c.gate, c.gate_row_stride, c.up,
+                               c.up_row_stride, c.rows, c.cols, c.dtype)) ||
+        (status = fo_check_operand(op, "y", c.y, c.cols, c.rows, c.cols, c.dtype, 0)) ||
+        (status = fo_check_reserved(op, c.reserved)))
         return status;
-    fo_swiglu_args a = {
-        (void *)y,     0,    0,    0,    (const void *)gate, gate_row_stride, (const void *)up,
-        up_row_stride, rows, cols, dtype};
-    return run(device_type, device_index, stream, &a);
+    fo_swiglu_params a = {(void *)c.y,
+                          0,
+                          0,
+                          0,
+                          (const void *)c.gate,
+                          c.gate_row_stride,
+                          (const void *)c.up,
+                          c.up_row_stride,
+                          c.rows,
+                          c.cols,
+                          c.dtype};
+    return run(c.device_type, c.device_index, c.stream, &a);
 }
 
-int fo_swiglu_backward(int device_type, int device_index, uintptr_t stream, uintptr_t dgate,
-                       uintptr_t dup, uintptr_t dy, int64_t dy_row_stride, uintptr_t gate,
-                       int64_t gate_row_stride, uintptr_t up, int64_t up_row_stride, int64_t rows,
-                       int64_t cols, int dtype) {
+int fo_swiglu_backward(const fo_swiglu_backward_args *args) {
     static const char op[] = "fo_swiglu_backward";
+    fo_swiglu_backward_args c;
     int status;
-    if ((status = check_inputs(op, device_type, device_index, gate, gate_row_stride, up,
-                               up_row_stride, rows, cols, dtype)) ||
-        (status = fo_check_operand(op, "dgate", dgate, cols, rows, cols, dtype, 1)) ||
-        (status = fo_check_operand(op, "dup", dup, cols, rows, cols, dtype, 1)) ||
-        (status = fo_check_operand(op, "dy", dy, dy_row_stride, rows, cols, dtype, 0)))
+    if ((status = fo_read_args(op, "fo_swiglu_backward_args", &c, sizeof c, BACKWARD_ARGS_FIRST,
+                               args)) ||
+        (status = check_inputs(op, c.device_type, c.device_index, c.gate, c.gate_row_stride, c.up,
+                               c.up_row_stride, c.rows, c.cols, c.dtype)) ||
+        (status = fo_check_operand(op, "dgate", c.dgate, c.cols, c.rows, c.cols, c.dtype, 1)) ||
+        (status = fo_check_operand(op, "dup", c.dup, c.cols, c.rows, c.cols, c.dtype, 1)) ||
+        (status = fo_check_operand(op, "dy", c.dy, c.dy_row_stride, c.rows, c.cols, c.dtype, 0)) ||
+        (status = fo_check_reserved(op, c.reserved)))
         return status;
-    if (!dgate && !dup) return FO_OK;
-    fo_swiglu_args a = {(void *)dgate,
-                        (void *)dup,
-                        (const void *)dy,
-                        dy_row_stride,
-                        (const void *)gate,
-                        gate_row_stride,
-                        (const void *)up,
-                        up_row_stride,
-                        rows,
-                        cols,
-                        dtype};
-    return run(device_type, device_index, stream, &a);
+    if (!c.dgate && !c.dup) return FO_OK;
+    fo_swiglu_params a = {(void *)c.dgate,
+                          (void *)c.dup,
+                          (const void *)c.dy,
+                          c.dy_row_stride,
+                          (const void *)c.gate,
+                          c.gate_row_stride,
+                          (const void *)c.up,
+                          c.up_row_stride,
+                          c.rows,
+                          c.cols,
+                          c.dtype};
+    return run(c.device_type, c.device_index, c.stream, &a);
 }

@@ -1,5 +1,5 @@
-"""The norms, relu(x * scale + bias), GeGLU, SwiGLU and cross-entropy
-remember what they worked out for a call's signature (its checks passed, a
+"""The norms, relu(x * scale + bias), square, reduce_sum, GeGLU, SwiGLU and
+cross-entropy remember what they worked out for a call's signature (its checks passed, a
 template struct); a call that hits that memory must be answered exactly as
 a fresh one: over good calls with some arguments swapped for bad or unusual
 ones, each call gives the same result (values, or the exception and its
@@ -14,6 +14,8 @@ from fused_ops_py.ops import bias_scale_relu as relu_op
 from fused_ops_py.ops import cross_entropy as cross_entropy_op
 from fused_ops_py.ops import geglu as geglu_op
 from fused_ops_py.ops import norm_calls as norm_op
+from fused_ops_py.ops import reduce_sum as reduce_sum_op
+from fused_ops_py.ops import square as square_op
 from fused_ops_py.ops import swiglu as swiglu_op
 
 SAMPLES = 3000
@@ -176,6 +178,15 @@ def test_bias_scale_relu_remembers_as_fresh_calls(device):
         relu_op._bias_scale_relu_forward_plans,
         ((args, lambda args=args: fo.fused_bias_scale_relu(*args)) for args in relu_samples(device, SAMPLES)),
     )
+
+
+def test_square_and_reduce_sum_remember_as_fresh_calls(device):
+    rng = stdlib_random.Random(4)
+    x = torch.randn(4, 8, device=device)
+    goods = [[x], [x.bfloat16()], [x.t()], [x.double()[:, ::2]]]
+    for plans, op in ((square_op._square_plans, fo.square), (reduce_sum_op._reduce_sum_plans, fo.reduce_sum)):
+        calls = swapped(rng, goods, [tensors(device)], SAMPLES, 1)
+        answers_as_fresh(plans, ((args, lambda args=args, op=op: op(*args)) for args in calls))
 
 
 def test_gated_units_remember_as_fresh_calls(device):

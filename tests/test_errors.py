@@ -117,21 +117,24 @@ def relu_args(**fields):
     return args
 
 
+def square_args(**fields):
+    """A CPU fo_square_forward_args of one row and one column, fp32."""
+    args = ffi.new("fo_square_forward_args *")
+    args.struct_size = ffi.sizeof("fo_square_forward_args")
+    args.device_type, args.rows, args.cols, args.x_row_stride = lib.FO_DEVICE_CPU, 1, 1, 1
+    for name, value in fields.items():
+        setattr(args, name, value)
+    return args
+
+
 @pytest.mark.parametrize(
     "call, exception, words",
     [
-        (
-            lambda: lib.fo_square_forward(lib.FO_DEVICE_CPU, 0, 0, 0, 0, 1, 1, 1, 99),
-            TypeError,
-            ["fo_square_forward", "dtype=99"],
-        ),
-        (lambda: lib.fo_square_forward(5, 0, 0, 0, 0, 1, 1, 1, 0), ValueError, ["fo_square_forward", "device_type=5"]),
-        (lambda: lib.fo_square_forward(lib.FO_DEVICE_CPU, 0, 0, 0, 0, 1, -1, 1, 0), ValueError, ["rows=-1"]),
-        (
-            lambda: lib.fo_square_forward(lib.FO_DEVICE_CPU, 0, 0, 16, 0, 1, 1, 1, 0),
-            ValueError,
-            ["x is a null address"],
-        ),
+        (lambda: lib.fo_square_forward(square_args(dtype=99)), TypeError, ["fo_square_forward", "dtype=99"]),
+        (lambda: lib.fo_square_forward(square_args(device_type=5)), ValueError, ["fo_square_forward", "device_type=5"]),
+        (lambda: lib.fo_square_forward(square_args(rows=-1)), ValueError, ["rows=-1"]),
+        (lambda: lib.fo_square_forward(square_args(y=16)), ValueError, ["x is a null address"]),
+        (lambda: lib.fo_square_forward(square_args(y=16, x=16, reserved=1)), ValueError, ["reserved=1"]),
         (
             lambda: lib.fo_bias_scale_relu_forward(relu_args(y=16, x=16, bias=16, dtype=3, bias_dtype=0)),
             TypeError,

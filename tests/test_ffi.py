@@ -55,6 +55,15 @@ def test_cdef_declares_every_function_of_the_header():
     assert "FO_API" not in _ffi.cdef_from_header(header)
 
 
+def test_no_entry_point_takes_more_than_eight_arguments():
+    """Many arguments go in an argument struct, which can grow without
+    breaking the ABI; a long positional list cannot."""
+    header = _ffi._header_path().read_text()
+    declared = set(re.findall(r"FO_API\s+[\w\s\*]+?\b(fo_\w+)\s*\(", header))
+    counts = {name: len(_ffi.ffi.typeof(getattr(_ffi.lib, name)).args) for name in declared}
+    assert max(counts.values()) <= 8, {name: n for name, n in counts.items() if n > 8}
+
+
 def test_shipped_header_is_the_source_header():
     if not REPO_HEADER.exists():
         pytest.skip("not run from a source checkout")

@@ -122,16 +122,20 @@ class _nothing:
 def test_error_messages_stay_in_their_thread():
     """The library's last-error text is thread-local: each thread's
     exception carries its own bad value, never another thread's."""
-    from fused_ops_py._ffi import check, lib
+    from fused_ops_py._ffi import check, ffi, lib
 
     barrier = threading.Barrier(8)
     seen = {}
 
     def work(index):
+        args = ffi.new("fo_square_forward_args *")
+        args.struct_size = ffi.sizeof("fo_square_forward_args")
+        args.rows = args.cols = args.x_row_stride = 1
+        args.dtype = 100 + index
         barrier.wait()
         for _ in range(200):
             with pytest.raises(TypeError) as info:
-                check(lib.fo_square_forward(lib.FO_DEVICE_CPU, 0, 0, 0, 0, 1, 1, 1, 100 + index))
+                check(lib.fo_square_forward(args))
             seen.setdefault(index, set()).add(str(info.value))
 
     run_threads(work)

@@ -4,40 +4,56 @@ import torch
 from torch import Tensor
 
 from .. import _args
-from .._args import DTYPE_CODES, device_args
-from .._core import AVAILABLE, BYTES, address, compiling, custom_op, eager_apply, records_grad, remember
+from .._args import DTYPE_CODES
+from .._core import (
+    AVAILABLE,
+    call_struct,
+    compiling,
+    cuda_index,
+    custom_op,
+    eager_apply,
+    new_struct,
+    prepared,
+    records_grad,
+    scratch,
+)
 from .._ffi import SYNC, ffi, finish, lib
 
 # the raw calls -------------------------------------------------------------------------
 
 
+_REDUCE_SUM = ffi.typeof("fo_reduce_sum_args *")
+
+
+def _reduce_sum_plan(x):
+    """(template struct, CUDA index, free structs) for a signature."""
+    template = new_struct(
+        _REDUCE_SUM,
+        (lib.FO_DEVICE_CUDA if x.is_cuda else lib.FO_DEVICE_CPU, max(x.get_device(), 0)),
+        numel=x.numel(),
+        dtype=DTYPE_CODES[x.dtype],
+    )
+    return template, cuda_index(x), []
+
+
+_reduce_sum_plans = {}
+# the workspace depends on the device, numel and dtype alone: asked once a plan
 _reduce_sum_workspaces = {}
 
 
-def _reduce_sum_workspace_bytes(device, numel, code):
-    """The library's answer for (device type, numel, dtype), which is all it
-    depends on: asked once a signature."""
-    key = (device[0], numel, code)
-    nbytes = _reduce_sum_workspaces.get(key)
-    if nbytes is None:
-        answer = ffi.new(BYTES)
-        status = lib.fo_reduce_sum_workspace_bytes(device[0], numel, code, answer)
-        if status:
-            finish(lib.fo_reduce_sum_workspace_bytes, status, device)
-        nbytes = remember(_reduce_sum_workspaces, key, answer[0])
-    return nbytes
-
-
 def reduce_sum_forward(x):
+    template, cuda_index, free = prepared(_reduce_sum_plans, (x.numel(), x.dtype, x.device), _reduce_sum_plan, x)
+    a = call_struct(_REDUCE_SUM, template, cuda_index, free)
     dense = x.contiguous()
     out = x.new_empty(())
-    device = device_args(x)
-    code, numel = DTYPE_CODES[x.dtype], x.numel()
-    nbytes = _reduce_sum_workspace_bytes(device, numel, code)
-    workspace = x.new_empty(nbytes, dtype=torch.uint8) if nbytes else None
-    status = lib.fo_reduce_sum(*device, out.data_ptr(), address(workspace), nbytes, dense.data_ptr(), numel, code)
+    a.out, a.x = out.data_ptr(), dense.data_ptr()
+    workspace = scratch(_reduce_sum_workspaces, template, lib.fo_reduce_sum_workspace_bytes, a, x)
+    if workspace is not None:
+        a.workspace, a.workspace_bytes = workspace.data_ptr(), workspace.numel()
+    status = lib.fo_reduce_sum(a)
     if status or SYNC:
-        finish(lib.fo_reduce_sum, status, device)
+        finish(lib.fo_reduce_sum, status, (a.device_type, a.device_index))
+    free.append(a)
     return out
 
 

@@ -4,44 +4,99 @@ import torch
 from torch import Tensor
 
 from .. import _args
-from .._args import DTYPE_CODES, as_rows, dense_like, device_args
-from .._core import AVAILABLE, compiling, custom_op, eager_apply, records_grad
-from .._ffi import SYNC, finish, lib
+from .._args import DTYPE_CODES, as_rows, dense_like
+from .._core import (
+    AVAILABLE,
+    call_struct,
+    compiling,
+    cuda_index,
+    custom_op,
+    eager_apply,
+    new_struct,
+    prepared,
+    records_grad,
+)
+from .._ffi import SYNC, ffi, finish, lib
 
 # the raw calls -------------------------------------------------------------------------
 
 
 # square: backward needs x (dx = 2 x dy), so forward saves x itself
 
+_SQUARE_FORWARD = ffi.typeof("fo_square_forward_args *")
+_SQUARE_BACKWARD = ffi.typeof("fo_square_backward_args *")
+
+
+def _square_plan(x):
+    """(forward template, x is used as it is, CUDA index, free forward
+    structs) for a signature."""
+    _, rows, cols, x_stride = as_rows(x)
+    template = new_struct(
+        _SQUARE_FORWARD,
+        (lib.FO_DEVICE_CUDA if x.is_cuda else lib.FO_DEVICE_CPU, max(x.get_device(), 0)),
+        x_row_stride=x_stride,
+        rows=rows,
+        cols=cols,
+        dtype=DTYPE_CODES[x.dtype],
+    )
+    return template, x.is_contiguous(), cuda_index(x), []
+
+
+_square_plans = {}
+
 
 def square_forward(x):
-    x_view, rows, cols, x_stride = as_rows(x)
+    template, dense, cuda_index, free = prepared(
+        _square_plans, (x.shape, x.stride(), x.dtype, x.device), _square_plan, x
+    )
+    a = call_struct(_SQUARE_FORWARD, template, cuda_index, free)
     y = dense_like(x)
-    device = device_args(x)
-    status = lib.fo_square_forward(*device, y.data_ptr(), x_view.data_ptr(), x_stride, rows, cols, DTYPE_CODES[x.dtype])
+    if not dense:  # a view, or a copy where no view has dense rows: kept alive until the call returns
+        x = as_rows(x)[0]
+    a.y, a.x = y.data_ptr(), x.data_ptr()
+    status = lib.fo_square_forward(a)
     if status or SYNC:
-        finish(lib.fo_square_forward, status, device)
+        finish(lib.fo_square_forward, status, (a.device_type, a.device_index))
+    free.append(a)
     return y
 
 
-def square_backward(dy, x):
-    x_view, rows, cols, x_stride = as_rows(x)
-    dy_view, _, _, dy_stride = as_rows(dy)
-    dx = dense_like(x)
-    device = device_args(x)
-    status = lib.fo_square_backward(
-        *device,
-        dx.data_ptr(),
-        dy_view.data_ptr(),
-        dy_stride,
-        x_view.data_ptr(),
-        x_stride,
-        rows,
-        cols,
-        DTYPE_CODES[x.dtype],
+def _square_backward_plan(dy, x):
+    """(backward template, dy and x are used as they are, CUDA index, free
+    backward structs) for a signature."""
+    _, rows, cols, x_stride = as_rows(x)
+    template = new_struct(
+        _SQUARE_BACKWARD,
+        (lib.FO_DEVICE_CUDA if x.is_cuda else lib.FO_DEVICE_CPU, max(x.get_device(), 0)),
+        dy_row_stride=as_rows(dy)[3],
+        x_row_stride=x_stride,
+        rows=rows,
+        cols=cols,
+        dtype=DTYPE_CODES[x.dtype],
     )
+    return template, dy.is_contiguous() and x.is_contiguous(), cuda_index(x), []
+
+
+_square_backward_plans = {}
+
+
+def square_backward(dy, x):
+    template, dense, cuda_index, free = prepared(
+        _square_backward_plans,
+        (dy.shape, dy.stride(), x.shape, x.stride(), x.dtype, x.device),
+        _square_backward_plan,
+        dy,
+        x,
+    )
+    a = call_struct(_SQUARE_BACKWARD, template, cuda_index, free)
+    dx = dense_like(x)
+    if not dense:  # views, or copies where no view has dense rows: kept alive until the call returns
+        dy, x = as_rows(dy)[0], as_rows(x)[0]
+    a.dx, a.dy, a.x = dx.data_ptr(), dy.data_ptr(), x.data_ptr()
+    status = lib.fo_square_backward(a)
     if status or SYNC:
-        finish(lib.fo_square_backward, status, device)
+        finish(lib.fo_square_backward, status, (a.device_type, a.device_index))
+    free.append(a)
     return dx
 
 

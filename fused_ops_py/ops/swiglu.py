@@ -6,26 +6,31 @@ import torch
 from torch import Tensor
 
 from .. import _args
-from .._args import DTYPE_CODES, as_rows, dense_like, device_args
+from .._args import DTYPE_CODES, as_rows, dense_like
 from .._core import (
     AVAILABLE,
     address,
+    call_struct,
     compiling,
     cuda_index,
     custom_op,
     eager_apply,
     empty,
+    new_struct,
     or_empty,
     prepared,
     records_grad,
 )
-from .._ffi import SYNC, finish, lib
+from .._ffi import SYNC, ffi, finish, lib
 
 # the raw calls -------------------------------------------------------------------------
 
 
 # swiglu: backward needs gate and up, so forward saves those (the caller's own
 # tensors: no extra memory) and not its output
+
+_SWIGLU_FORWARD = ffi.typeof("fo_swiglu_forward_args *")
+_SWIGLU_BACKWARD = ffi.typeof("fo_swiglu_backward_args *")
 
 
 def check_swiglu(fn, gate, up):
@@ -37,19 +42,20 @@ def check_swiglu(fn, gate, up):
 
 
 def _swiglu_plan(fn, gate, up):
-    """(rows, cols, gate's and up's row strides, dtype code, gate and up are
-    used as they are, CUDA index) for a signature."""
+    """(forward template, gate and up are used as they are, CUDA index, free
+    forward structs) for a signature."""
     check_swiglu(fn, gate, up)
     _, rows, cols, gate_stride = as_rows(gate)
-    return (
-        rows,
-        cols,
-        gate_stride,
-        as_rows(up)[3],
-        DTYPE_CODES[gate.dtype],
-        gate.is_contiguous() and up.is_contiguous(),
-        cuda_index(gate),
+    template = new_struct(
+        _SWIGLU_FORWARD,
+        (lib.FO_DEVICE_CUDA if gate.is_cuda else lib.FO_DEVICE_CPU, max(gate.get_device(), 0)),
+        gate_row_stride=gate_stride,
+        up_row_stride=as_rows(up)[3],
+        rows=rows,
+        cols=cols,
+        dtype=DTYPE_CODES[gate.dtype],
     )
+    return template, gate.is_contiguous() and up.is_contiguous(), cuda_index(gate), []
 
 
 _swiglu_plans = {}
@@ -60,52 +66,57 @@ def swiglu_forward(fn, gate, up):
         key = (gate.shape, gate.stride(), gate.dtype, gate.device, up.shape, up.stride(), up.dtype, up.device)
     except AttributeError:  # not tensors: the checks name what is wrong
         key = None
-    rows, cols, gate_stride, up_stride, code, dense, cuda_index = prepared(
-        _swiglu_plans, key, _swiglu_plan, fn, gate, up
-    )
+    template, dense, cuda_index, free = prepared(_swiglu_plans, key, _swiglu_plan, fn, gate, up)
+    a = call_struct(_SWIGLU_FORWARD, template, cuda_index, free)
     y = dense_like(gate)
     if not dense:  # views, or copies where no view has dense rows: kept alive until the call returns
         gate, up = as_rows(gate)[0], as_rows(up)[0]
-    if cuda_index is None:
-        _args.sync_cpu_threads()
-        device = (lib.FO_DEVICE_CPU, 0, 0)
-    else:
-        device = (lib.FO_DEVICE_CUDA, cuda_index, _args.cuda_stream(cuda_index))
-    status = lib.fo_swiglu_forward(
-        *device, y.data_ptr(), gate.data_ptr(), gate_stride, up.data_ptr(), up_stride, rows, cols, code
-    )
+    a.y, a.gate, a.up = y.data_ptr(), gate.data_ptr(), up.data_ptr()
+    status = lib.fo_swiglu_forward(a)
     if status or SYNC:
-        finish(lib.fo_swiglu_forward, status, device)
+        finish(lib.fo_swiglu_forward, status, (a.device_type, a.device_index))
+    free.append(a)
     return y
+
+
+def _swiglu_backward_plan(dy, gate, up):
+    """(backward template, dy, gate and up are used as they are, CUDA index,
+    free backward structs) for a signature."""
+    _, rows, cols, gate_stride = as_rows(gate)
+    template = new_struct(
+        _SWIGLU_BACKWARD,
+        (lib.FO_DEVICE_CUDA if gate.is_cuda else lib.FO_DEVICE_CPU, max(gate.get_device(), 0)),
+        dy_row_stride=as_rows(dy)[3],
+        gate_row_stride=gate_stride,
+        up_row_stride=as_rows(up)[3],
+        rows=rows,
+        cols=cols,
+        dtype=DTYPE_CODES[gate.dtype],
+    )
+    dense = dy.is_contiguous() and gate.is_contiguous() and up.is_contiguous()
+    return template, dense, cuda_index(gate), []
+
+
+_swiglu_backward_plans = {}
 
 
 def swiglu_backward(dy, gate, up, want_gate, want_up, over_inputs=False):
     """(dgate or None, dup or None). over_inputs: the gradients are written
     over gate and up where they are dense (the library allows it), for a
     caller that owns them and needs them no more: no new memory."""
-    gate_view, rows, cols, gate_stride = as_rows(gate)
-    up_view, _, _, up_stride = as_rows(up)
-    dy_view, _, _, dy_stride = as_rows(dy)
+    key = (dy.shape, dy.stride(), gate.shape, gate.stride(), up.shape, up.stride(), gate.dtype, gate.device)
+    template, dense, cuda_index, free = prepared(_swiglu_backward_plans, key, _swiglu_backward_plan, dy, gate, up)
+    b = call_struct(_SWIGLU_BACKWARD, template, cuda_index, free)
     over_inputs = over_inputs and gate.is_contiguous() and up.is_contiguous()
     dgate = (gate if over_inputs else dense_like(gate)) if want_gate else None
     dup = (up if over_inputs else dense_like(gate)) if want_up else None
-    device = device_args(gate)
-    status = lib.fo_swiglu_backward(
-        *device,
-        address(dgate),
-        address(dup),
-        dy_view.data_ptr(),
-        dy_stride,
-        gate_view.data_ptr(),
-        gate_stride,
-        up_view.data_ptr(),
-        up_stride,
-        rows,
-        cols,
-        DTYPE_CODES[gate.dtype],
-    )
+    if not dense:  # views, or copies where no view has dense rows: kept alive until the call returns
+        dy, gate, up = as_rows(dy)[0], as_rows(gate)[0], as_rows(up)[0]
+    b.dgate, b.dup, b.dy, b.gate, b.up = address(dgate), address(dup), dy.data_ptr(), gate.data_ptr(), up.data_ptr()
+    status = lib.fo_swiglu_backward(b)
     if status or SYNC:
-        finish(lib.fo_swiglu_backward, status, device)
+        finish(lib.fo_swiglu_backward, status, (b.device_type, b.device_index))
+    free.append(b)
     return dgate, dup
 
 

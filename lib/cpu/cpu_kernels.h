@@ -25,11 +25,11 @@
 #define FO_CPU_KERNELS(X, isa)                                           \
     X(bias_scale_relu_forward, fo_bias_scale_relu_forward_params, isa)   \
     X(bias_scale_relu_backward, fo_bias_scale_relu_backward_params, isa) \
-    X(square, fo_square_args, isa)                                       \
-    X(reduce_sum, fo_reduce_sum_args, isa)                               \
+    X(square, fo_square_params, isa)                                     \
+    X(reduce_sum, fo_reduce_sum_params, isa)                             \
     X(norm_forward, fo_norm_forward_params, isa)                         \
     X(norm_backward, fo_norm_backward_params, isa)                       \
-    X(swiglu, fo_swiglu_args, isa)                                       \
+    X(swiglu, fo_swiglu_params, isa)                                     \
     X(geglu, fo_geglu_params, isa)                                       \
     X(clamped_swiglu, fo_clamped_swiglu_args, isa)                       \
     X(rope, fo_rope_params, isa)                                         \

@@ -14,11 +14,11 @@
 #define SUM_BLOCK ((int64_t)1 << 16)
 
 typedef struct {
-    const fo_reduce_sum_args *a;
+    const fo_reduce_sum_params *a;
     double *totals; /* one a block */
 } sum_work;
 
-static double block_total(const fo_reduce_sum_args *a, int64_t block) {
+static double block_total(const fo_reduce_sum_params *a, int64_t block) {
     double x[CPU_CHUNK];
     fo_lanes lanes = fo_lanes_zero();
     const int64_t end =
@@ -40,7 +40,7 @@ static void block_totals(const void *ctx, int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; b++) work->totals[b] = block_total(work->a, b);
 }
 
-void FO_CPU(reduce_sum)(const fo_reduce_sum_args *a) {
+void FO_CPU(reduce_sum)(const fo_reduce_sum_params *a) {
     const int64_t blocks = (a->numel + SUM_BLOCK - 1) / SUM_BLOCK;
     double total = 0.0;
     sum_work work = {a, NULL};

@@ -9,7 +9,7 @@
  * exact product rounded once); 2 * x * dy is exact in double and rounded
  * once (in float, x * dy may round among the subnormals, and 2 * x may
  * overflow where the product does not). */
-static void square_piece_float(const fo_square_args *a, int64_t r, int64_t c0, int64_t n) {
+static void square_piece_float(const fo_square_params *a, int64_t r, int64_t c0, int64_t n) {
     float x_buf[CPU_CHUNK], dy_buf[CPU_CHUNK], out_buf[CPU_CHUNK];
     const float *restrict x = fo_float_in(x_buf, a->x, r * a->x_row_stride + c0, n, a->dtype);
     const int64_t at = r * a->cols + c0;
@@ -27,7 +27,7 @@ static void square_piece_float(const fo_square_args *a, int64_t r, int64_t c0, i
 /* Pieces [k0, k1) of the rows x fo_cpu_chunks(cols) pieces (each
  * independent); one loop for both passes: dy == 0 means forward. */
 static void square_pieces(const void *ctx, int64_t k0, int64_t k1) {
-    const fo_square_args *a = ctx;
+    const fo_square_params *a = ctx;
     double x[CPU_CHUNK], dy[CPU_CHUNK], out[CPU_CHUNK];
     const int64_t chunks = fo_cpu_chunks(a->cols);
     for (int64_t k = k0; k < k1; k++) {
@@ -48,6 +48,6 @@ static void square_pieces(const void *ctx, int64_t k0, int64_t k1) {
     }
 }
 
-void FO_CPU(square)(const fo_square_args *a) {
+void FO_CPU(square)(const fo_square_params *a) {
     fo_cpu_parallel(a->rows * fo_cpu_chunks(a->cols), CPU_CHUNK, square_pieces, a);
 }

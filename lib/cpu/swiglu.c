@@ -8,7 +8,7 @@
 
 /* A float32 piece straight from and to memory: the generic path's double
  * arithmetic, term for term (the same bits), without its buffers. */
-static void swiglu_piece_f32(const fo_swiglu_args *a, int64_t r, int64_t c0, int64_t n) {
+static void swiglu_piece_f32(const fo_swiglu_params *a, int64_t r, int64_t c0, int64_t n) {
     const float *restrict gate = (const float *)a->gate + r * a->gate_row_stride + c0;
     const float *restrict up = (const float *)a->up + r * a->up_row_stride + c0;
     float *restrict first = a->y_or_dgate ? (float *)a->y_or_dgate + r * a->cols + c0 : NULL;
@@ -31,7 +31,7 @@ static void swiglu_piece_f32(const fo_swiglu_args *a, int64_t r, int64_t c0, int
 /* Pieces [k0, k1) of the rows x fo_cpu_chunks(cols) pieces (each
  * independent); one loop for both passes: dy == 0 means forward. */
 static void swiglu_pieces(const void *ctx, int64_t k0, int64_t k1) {
-    const fo_swiglu_args *a = ctx;
+    const fo_swiglu_params *a = ctx;
     double gate[CPU_CHUNK], up[CPU_CHUNK], dy[CPU_CHUNK];
     double first[CPU_CHUNK], second[CPU_CHUNK];
     const int64_t chunks = fo_cpu_chunks(a->cols);
@@ -60,6 +60,6 @@ static void swiglu_pieces(const void *ctx, int64_t k0, int64_t k1) {
     }
 }
 
-void FO_CPU(swiglu)(const fo_swiglu_args *a) {
+void FO_CPU(swiglu)(const fo_swiglu_params *a) {
     fo_cpu_parallel(a->rows * fo_cpu_chunks(a->cols), CPU_CHUNK, swiglu_pieces, a);
 }

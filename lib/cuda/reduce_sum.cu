@@ -97,7 +97,8 @@ extern "C" int64_t fo_cuda_reduce_sum_workspace_bytes(int64_t numel, int dtype) 
     return blocks == 1 ? 0 : blocks * (dtype == FO_DTYPE_F64 ? 8 : 4);
 }
 
-extern "C" int fo_cuda_reduce_sum(int device_index, uintptr_t stream, const fo_reduce_sum_args *a) {
+extern "C" int fo_cuda_reduce_sum(int device_index, uintptr_t stream,
+                                  const fo_reduce_sum_params *a) {
     return launch_on("fo_reduce_sum", device_index, [&] {
         dispatch_dtype(a->dtype, [&](auto tag) {
             using T = decltype(tag);

@@ -30,7 +30,7 @@ __global__ void square_kernel(T *__restrict__ out, const T *__restrict__ x, int6
 
 using namespace fo;
 
-extern "C" int fo_cuda_square(int device_index, uintptr_t stream, const fo_square_args *a) {
+extern "C" int fo_cuda_square(int device_index, uintptr_t stream, const fo_square_params *a) {
     const bool backward = a->dy != nullptr;
     const char *op = backward ? "fo_square_backward" : "fo_square_forward";
     return launch_on(op, device_index, [&] {

@@ -11,7 +11,7 @@ __device__ __forceinline__ A sigmoid(A v) {
 }
 
 template <typename T, Access ACCESS, bool BACKWARD, bool DENSE>
-__global__ void swiglu_kernel(fo_swiglu_args a) {
+__global__ void swiglu_kernel(fo_swiglu_params a) {
     using A = acc_t<T>;
     const T *gate = static_cast<const T *>(a.gate);
     const T *up = static_cast<const T *>(a.up);
@@ -46,10 +46,10 @@ __global__ void swiglu_kernel(fo_swiglu_args a) {
 
 using namespace fo;
 
-extern "C" int fo_cuda_swiglu(int device_index, uintptr_t stream, const fo_swiglu_args *in) {
+extern "C" int fo_cuda_swiglu(int device_index, uintptr_t stream, const fo_swiglu_params *in) {
     const bool backward = in->dy != nullptr;
     return launch_on(backward ? "fo_swiglu_backward" : "fo_swiglu_forward", device_index, [&] {
-        fo_swiglu_args a = *in;
+        fo_swiglu_params a = *in;
         // dense operands are one long row: the whole grid spreads over it
         if (a.rows > 1 && a.gate_row_stride == a.cols && a.up_row_stride == a.cols &&
             (!backward || a.dy_row_stride == a.cols)) {

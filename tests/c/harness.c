@@ -375,6 +375,50 @@ int relu_backward_call(int device_type, int device_index, uintptr_t stream,
     return fo_bias_scale_relu_backward(&a);
 }
 
+int square_forward_call(int device_type, int device_index, uintptr_t stream,
+                        uintptr_t y, uintptr_t x, int64_t x_row_stride,
+                        int64_t rows, int64_t cols, int dtype) {
+    const fo_square_forward_args a = {
+        .struct_size = sizeof a, .device_type = device_type,
+        .device_index = device_index, .stream = stream, .y = y, .x = x,
+        .x_row_stride = x_row_stride, .rows = rows, .cols = cols,
+        .dtype = dtype};
+    return fo_square_forward(&a);
+}
+
+int square_backward_call(int device_type, int device_index, uintptr_t stream,
+                         uintptr_t dx, uintptr_t dy, int64_t dy_row_stride,
+                         uintptr_t x, int64_t x_row_stride, int64_t rows,
+                         int64_t cols, int dtype) {
+    const fo_square_backward_args a = {
+        .struct_size = sizeof a, .device_type = device_type,
+        .device_index = device_index, .stream = stream, .dx = dx, .dy = dy,
+        .dy_row_stride = dy_row_stride, .x = x, .x_row_stride = x_row_stride,
+        .rows = rows, .cols = cols, .dtype = dtype};
+    return fo_square_backward(&a);
+}
+
+fo_reduce_sum_args reduce_sum_args(int device_type, int device_index,
+                                   uintptr_t stream, uintptr_t out,
+                                   uintptr_t workspace, int64_t workspace_bytes,
+                                   uintptr_t x, int64_t numel, int dtype) {
+    const fo_reduce_sum_args a = {
+        .struct_size = sizeof a, .device_type = device_type,
+        .device_index = device_index, .stream = stream, .out = out,
+        .workspace = workspace, .workspace_bytes = workspace_bytes, .x = x,
+        .numel = numel, .dtype = dtype};
+    return a;
+}
+
+int reduce_sum_call(int device_type, int device_index, uintptr_t stream,
+                    uintptr_t out, uintptr_t workspace, int64_t workspace_bytes,
+                    uintptr_t x, int64_t numel, int dtype) {
+    const fo_reduce_sum_args a =
+        reduce_sum_args(device_type, device_index, stream, out, workspace,
+                        workspace_bytes, x, numel, dtype);
+    return fo_reduce_sum(&a);
+}
+
 int norm_forward_call(int device_type, int device_index, uintptr_t stream,
                       uintptr_t y, uintptr_t residual_out, uintptr_t mean,
                       uintptr_t rstd, uintptr_t x, int64_t x_row_stride,

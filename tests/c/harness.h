@@ -89,8 +89,8 @@ int check_output(const char *what, const guarded *out, const double *want,
                  const double *tol, int64_t n, int dtype);
 
 /* ---- the struct entry points with their fields as parameters --------------
- * The norm and bias/relu entry points take one argument struct; these fill
- * it (struct_size = its sizeof, every field from the parameter of the same
+ * The norm, bias/relu, square and reduce_sum entry points take one argument
+ * struct; these fill it (struct_size = its sizeof, every field from the parameter of the same
  * name, in the struct's order) and make the call, so a test's table lists a
  * call on one line. The struct_size rules are tested on the structs
  * themselves (test_api.c). */
@@ -108,6 +108,20 @@ int relu_backward_call(int device_type, int device_index, uintptr_t stream,
                        int64_t workspace_bytes, uintptr_t dy,
                        int64_t dy_row_stride, uintptr_t mask, int64_t rows,
                        int64_t cols, int dtype, int bias_dtype, double scale);
+int square_forward_call(int device_type, int device_index, uintptr_t stream,
+                        uintptr_t y, uintptr_t x, int64_t x_row_stride,
+                        int64_t rows, int64_t cols, int dtype);
+int square_backward_call(int device_type, int device_index, uintptr_t stream,
+                         uintptr_t dx, uintptr_t dy, int64_t dy_row_stride,
+                         uintptr_t x, int64_t x_row_stride, int64_t rows,
+                         int64_t cols, int dtype);
+fo_reduce_sum_args reduce_sum_args(int device_type, int device_index,
+                                   uintptr_t stream, uintptr_t out,
+                                   uintptr_t workspace, int64_t workspace_bytes,
+                                   uintptr_t x, int64_t numel, int dtype);
+int reduce_sum_call(int device_type, int device_index, uintptr_t stream,
+                    uintptr_t out, uintptr_t workspace, int64_t workspace_bytes,
+                    uintptr_t x, int64_t numel, int dtype);
 int norm_forward_call(int device_type, int device_index, uintptr_t stream,
                       uintptr_t y, uintptr_t residual_out, uintptr_t mean,
                       uintptr_t rstd, uintptr_t x, int64_t x_row_stride,

@@ -159,7 +159,7 @@ static void test_status_strings(void) {
 /* A call that fails on any thread: fo_square_forward with a bad device_type.
  * The message then says "device_type=<value>". */
 static int fail_with_device_type(int device_type) {
-    return fo_square_forward(device_type, 0, 0, 0, 0, 0, 1, 1, F32);
+    return square_forward_call(device_type, 0, 0, 0, 0, 0, 1, 1, F32);
 }
 
 static void test_last_error(void) {
@@ -171,25 +171,25 @@ static void test_last_error(void) {
           msg ? msg : "(null)");
 
     float x = 1.5f, y = 0.0f;
-    int status = fo_square_forward(CPU, 0, 0, (uintptr_t)&y, (uintptr_t)&x, 1, 1, 1, F32);
+    int status = square_forward_call(CPU, 0, 0, (uintptr_t)&y, (uintptr_t)&x, 1, 1, 1, F32);
     CHECK(status == OK && y == 2.25f, "square of 1.5: status %d, y %g", status, (double)y);
     CHECK(fo_last_error()[0] == '\0', "a successful call set fo_last_error() to \"%s\"",
           fo_last_error());
 
     /* A failure names the op and the offending value. */
-    status = fo_square_forward(CPU, 0, 0, (uintptr_t)&y, (uintptr_t)&x, 1, 1, 1, 42);
+    status = square_forward_call(CPU, 0, 0, (uintptr_t)&y, (uintptr_t)&x, 1, 1, 1, 42);
     msg = fo_last_error();
     CHECK(status == BAD_DTYPE, "dtype 42: status %d, want %d", status, BAD_DTYPE);
     CHECK(strstr(msg, "fo_square_forward") && strstr(msg, "42"),
           "dtype 42: message \"%s\" names neither the op nor the value", msg);
 
     /* It stays through later successful calls ("until the next failing call"). */
-    status = fo_square_forward(CPU, 0, 0, (uintptr_t)&y, (uintptr_t)&x, 1, 1, 1, F32);
+    status = square_forward_call(CPU, 0, 0, (uintptr_t)&y, (uintptr_t)&x, 1, 1, 1, F32);
     CHECK(status == OK && strstr(fo_last_error(), "42"),
           "after a success the last error became \"%s\"", fo_last_error());
 
     /* The next failure replaces it. */
-    status = fo_reduce_sum(CPU, 0, 0, (uintptr_t)&y, 0, 0, (uintptr_t)&x, -9, F32);
+    status = reduce_sum_call(CPU, 0, 0, (uintptr_t)&y, 0, 0, (uintptr_t)&x, -9, F32);
     msg = fo_last_error();
     CHECK(status == INVALID && strstr(msg, "fo_reduce_sum") && strstr(msg, "-9") &&
               !strstr(msg, "fo_square_forward"),
@@ -484,6 +484,7 @@ static void test_errors_reduce_sum_workspace_query(void) {
     section("errors: fo_reduce_sum_workspace_bytes");
     /* *bytes points into E_OUT: a refused query must leave it alone */
     int64_t *BYTES = (int64_t *)(void *)E_OUT.data;
+    const uintptr_t OUT = addr(&E_OUT2), X = addr(&E_IN);
     const workspace_case cases[] = {
         /* why, status, needles, device, numel, dtype, bytes */
         {"bytes null", INVALID, "bytes ", "null", CPU, 4, F32, NULL},
@@ -498,7 +499,9 @@ static void test_errors_reduce_sum_workspace_query(void) {
     for (size_t i = 0; i < COUNT(cases); i++) {
         const workspace_case *c = &cases[i];
         before_case();
-        int got = fo_reduce_sum_workspace_bytes(c->device_type, c->numel, c->dtype, c->bytes);
+        const fo_reduce_sum_args a =
+            reduce_sum_args(c->device_type, -3, 12345, OUT, 0, 0, X, c->numel, c->dtype);
+        int got = fo_reduce_sum_workspace_bytes(&a, c->bytes);
         expect_status(op, c->why, got, c->status, c->needle, c->needle2);
         if (c->status == OK)
             CHECK(got == OK && *BYTES == 0, "%s: the CPU asks for %" PRId64 " bytes",
@@ -549,7 +552,7 @@ static void test_errors_square_forward(void) {
     for (size_t i = 0; i < COUNT(cases); i++) {
         const square_forward_case *c = &cases[i];
         before_case();
-        int got = fo_square_forward(c->device_type, -3, 12345, c->y, c->x,
+        int got = square_forward_call(c->device_type, -3, 12345, c->y, c->x,
                                     c->x_row_stride, c->rows, c->cols, c->dtype);
         expect_status(op, c->why, got, c->status, c->needle, c->needle2);
     }
@@ -599,7 +602,7 @@ static void test_errors_square_backward(void) {
     for (size_t i = 0; i < COUNT(cases); i++) {
         const square_backward_case *c = &cases[i];
         before_case();
-        int got = fo_square_backward(c->device_type, -3, 12345, c->dx, c->dy,
+        int got = square_backward_call(c->device_type, -3, 12345, c->dx, c->dy,
                                      c->dy_row_stride, c->x, c->x_row_stride, c->rows,
                                      c->cols, c->dtype);
         expect_status(op, c->why, got, c->status, c->needle, c->needle2);
@@ -648,7 +651,7 @@ static void test_errors_reduce_sum(void) {
     for (size_t i = 0; i < COUNT(cases); i++) {
         const reduce_sum_case *c = &cases[i];
         before_case();
-        int got = fo_reduce_sum(c->device_type, -3, 12345, c->out, c->workspace,
+        int got = reduce_sum_call(c->device_type, -3, 12345, c->out, c->workspace,
                                 c->workspace_bytes, c->x, c->numel, c->dtype);
         expect_status(op, c->why, got, c->status, c->needle, c->needle2);
     }
@@ -1189,7 +1192,8 @@ static void test_rope_one_tensor(void) {
  * point that takes one. A struct whose struct_size is outside [the first
  * version's size, the library's sizeof] is refused before anything else of
  * it is read; one within is read only up to struct_size (every struct is in
- * its first version, so the two bounds are equal today).
+ * its first version, so the two bounds are equal today). A `reserved` field
+ * that is not 0 is refused too.
  * ======================================================================== */
 
 static int64_t struct_query_bytes;
@@ -1208,6 +1212,14 @@ static int call_geglu_forward(const void *a) { return fo_geglu_forward(a); }
 static int call_geglu_backward(const void *a) { return fo_geglu_backward(a); }
 static int call_rope_forward(const void *a) { return fo_rope_forward(a); }
 static int call_rope_backward(const void *a) { return fo_rope_backward(a); }
+static int call_square_forward(const void *a) { return fo_square_forward(a); }
+static int call_square_backward(const void *a) { return fo_square_backward(a); }
+static int call_reduce_sum(const void *a) { return fo_reduce_sum(a); }
+static int call_reduce_sum_query(const void *a) {
+    return fo_reduce_sum_workspace_bytes(a, &struct_query_bytes);
+}
+static int call_swiglu_forward(const void *a) { return fo_swiglu_forward(a); }
+static int call_swiglu_backward(const void *a) { return fo_swiglu_backward(a); }
 
 /* fo_rope_args before the output strides */
 #define ROPE_FIRST_SIZE (offsetof(fo_rope_args, pairs) + sizeof(int32_t))
@@ -1218,6 +1230,7 @@ typedef struct struct_entry {
     const void *valid; /* a call that succeeds, struct_size = size */
     size_t size;
     size_t first; /* the size of its first version (0: size) */
+    size_t reserved; /* the offset of its int32_t `reserved` (0: none) */
 } struct_entry;
 
 /* A copy of the first `readable` bytes of `valid`, with struct_size set to
@@ -1255,18 +1268,46 @@ static void test_struct_size(void) {
     const fo_geglu_forward_args geglu_fwd = geglu_forward_base();
     const fo_geglu_backward_args geglu_bwd = geglu_backward_base();
     const fo_rope_args rope = rope_base();
+    const fo_square_forward_args square_fwd = {
+        .struct_size = sizeof square_fwd, .device_type = CPU, .y = OUT, .x = IN,
+        .x_row_stride = 4, .rows = 2, .cols = 4, .dtype = F32};
+    const fo_square_backward_args square_bwd = {
+        .struct_size = sizeof square_bwd, .device_type = CPU, .dx = OUT, .dy = IN,
+        .dy_row_stride = 4, .x = IN2, .x_row_stride = 4, .rows = 2, .cols = 4, .dtype = F32};
+    const fo_reduce_sum_args sum =
+        reduce_sum_args(CPU, 0, 0, OUT, 0, 0, IN, 8, F32);
+    const fo_swiglu_forward_args swiglu_fwd = {
+        .struct_size = sizeof swiglu_fwd, .device_type = CPU, .y = OUT, .gate = IN,
+        .gate_row_stride = 4, .up = IN2, .up_row_stride = 4, .rows = 2, .cols = 4,
+        .dtype = F32};
+    const fo_swiglu_backward_args swiglu_bwd = {
+        .struct_size = sizeof swiglu_bwd, .device_type = CPU, .dgate = OUT, .dup = OUT2,
+        .dy = IN, .dy_row_stride = 4, .gate = IN, .gate_row_stride = 4, .up = IN2,
+        .up_row_stride = 4, .rows = 2, .cols = 4, .dtype = F32};
     const struct_entry entries[] = {
-        {"fo_bias_scale_relu_forward", call_relu_forward, &relu_fwd, sizeof relu_fwd, 0},
-        {"fo_bias_scale_relu_backward", call_relu_backward, &relu_bwd, sizeof relu_bwd, 0},
+        {"fo_bias_scale_relu_forward", call_relu_forward, &relu_fwd, sizeof relu_fwd, 0, 0},
+        {"fo_bias_scale_relu_backward", call_relu_backward, &relu_bwd, sizeof relu_bwd, 0, 0},
         {"fo_bias_scale_relu_backward_workspace_bytes", call_relu_query, &relu_bwd,
-         sizeof relu_bwd, 0},
-        {"fo_norm_forward", call_norm_forward, &norm_fwd, sizeof norm_fwd, 0},
-        {"fo_norm_backward", call_norm_backward, &norm_bwd, sizeof norm_bwd, 0},
-        {"fo_norm_backward_workspace_bytes", call_norm_query, &norm_bwd, sizeof norm_bwd, 0},
-        {"fo_geglu_forward", call_geglu_forward, &geglu_fwd, sizeof geglu_fwd, 0},
-        {"fo_geglu_backward", call_geglu_backward, &geglu_bwd, sizeof geglu_bwd, 0},
-        {"fo_rope_forward", call_rope_forward, &rope, sizeof rope, ROPE_FIRST_SIZE},
-        {"fo_rope_backward", call_rope_backward, &rope, sizeof rope, ROPE_FIRST_SIZE},
+         sizeof relu_bwd, 0, 0},
+        {"fo_norm_forward", call_norm_forward, &norm_fwd, sizeof norm_fwd, 0, 0},
+        {"fo_norm_backward", call_norm_backward, &norm_bwd, sizeof norm_bwd, 0, 0},
+        {"fo_norm_backward_workspace_bytes", call_norm_query, &norm_bwd, sizeof norm_bwd, 0, 0},
+        {"fo_geglu_forward", call_geglu_forward, &geglu_fwd, sizeof geglu_fwd, 0, 0},
+        {"fo_geglu_backward", call_geglu_backward, &geglu_bwd, sizeof geglu_bwd, 0, 0},
+        {"fo_rope_forward", call_rope_forward, &rope, sizeof rope, ROPE_FIRST_SIZE, 0},
+        {"fo_rope_backward", call_rope_backward, &rope, sizeof rope, ROPE_FIRST_SIZE, 0},
+        {"fo_square_forward", call_square_forward, &square_fwd, sizeof square_fwd, 0,
+         offsetof(fo_square_forward_args, reserved)},
+        {"fo_square_backward", call_square_backward, &square_bwd, sizeof square_bwd, 0,
+         offsetof(fo_square_backward_args, reserved)},
+        {"fo_reduce_sum", call_reduce_sum, &sum, sizeof sum, 0,
+         offsetof(fo_reduce_sum_args, reserved)},
+        {"fo_reduce_sum_workspace_bytes", call_reduce_sum_query, &sum, sizeof sum, 0,
+         offsetof(fo_reduce_sum_args, reserved)},
+        {"fo_swiglu_forward", call_swiglu_forward, &swiglu_fwd, sizeof swiglu_fwd, 0,
+         offsetof(fo_swiglu_forward_args, reserved)},
+        {"fo_swiglu_backward", call_swiglu_backward, &swiglu_bwd, sizeof swiglu_bwd, 0,
+         offsetof(fo_swiglu_backward_args, reserved)},
     };
     /* two pages, the second unreadable */
     const size_t page = (size_t)sysconf(_SC_PAGESIZE);
@@ -1295,6 +1336,15 @@ static void test_struct_size(void) {
 
         before_case();
         expect_status(e->op, "args NULL", e->call(NULL), INVALID, "args", "null");
+
+        if (e->reserved) {
+            const int32_t one = 1;
+            memcpy(page_end - e->size, e->valid, e->size);
+            memcpy(page_end - e->size + e->reserved, &one, sizeof one);
+            before_case();
+            expect_status(e->op, "reserved 1", e->call(page_end - e->size), INVALID,
+                          "reserved=1", NULL);
+        }
 
         /* refused sizes, each named in the message; nothing written */
         const int64_t refused[] = {0, -1, 8, first - 8, first - 1, size + 1, size + 8,
@@ -1338,9 +1388,9 @@ static void test_empty_operands(void) {
             st = relu_backward_call(CPU, 0, 0, 0, 0, 0, 0, 0, 3, 0, rows, cols,
                                              dt, dt, 1.0f);
             CHECK(st == OK, "relu backward, %s: status %d (%s)", what, st, fo_last_error());
-            st = fo_square_forward(CPU, 0, 0, 0, 0, 3, rows, cols, dt);
+            st = square_forward_call(CPU, 0, 0, 0, 0, 3, rows, cols, dt);
             CHECK(st == OK, "square forward, %s: status %d (%s)", what, st, fo_last_error());
-            st = fo_square_backward(CPU, 0, 0, 0, 0, 3, 0, 3, rows, cols, dt);
+            st = square_backward_call(CPU, 0, 0, 0, 0, 3, 0, 3, rows, cols, dt);
             CHECK(st == OK, "square backward, %s: status %d (%s)", what, st, fo_last_error());
             const fo_geglu_forward_args gf = {.struct_size = sizeof gf, .device_type = CPU,
                                               .gate_row_stride = 3, .up_row_stride = 3,
@@ -1378,7 +1428,7 @@ static void test_empty_operands(void) {
 
         /* ...and reduce_sum of 0 elements writes 0 (x may be null). */
         guarded out = guarded_new(dtype_size(dt), 0);
-        st = fo_reduce_sum(CPU, 0, 0, addr(&out), 0, 0, 0, 0, dt);
+        st = reduce_sum_call(CPU, 0, 0, addr(&out), 0, 0, 0, 0, dt);
         CHECK(st == OK, "%s reduce_sum of nothing: status %d (%s)", dtype_label(dt), st,
               fo_last_error());
         check_output("reduce_sum of nothing", &out, zeros, NULL, 1, dt);
@@ -1417,14 +1467,14 @@ static void test_cuda_device(void) {
         st = relu_backward_call(CUDA, 0, 0, Y, Y2, 0, 0, X, 8, X2, 2, 8, F32, F32, 1);
         expect_status("fo_bias_scale_relu_backward", "CPU-only build", st, NOT_BUILT, NULL, NULL);
         before_case();
-        st = fo_square_forward(CUDA, 0, 0, Y, X, 8, 2, 8, F16);
+        st = square_forward_call(CUDA, 0, 0, Y, X, 8, 2, 8, F16);
         expect_status("fo_square_forward", "CPU-only build", st, NOT_BUILT, NULL, NULL);
         before_case();
-        st = fo_square_backward(CUDA, -1, 0, Y, X, 8, X2, 8, 2, 8, BF16);
+        st = square_backward_call(CUDA, -1, 0, Y, X, 8, X2, 8, 2, 8, BF16);
         expect_status("fo_square_backward", "CPU-only build, device_index -1", st,
                       NOT_BUILT, NULL, NULL);
         before_case();
-        st = fo_reduce_sum(CUDA, 0, 0, Y, 0, 0, X, 16, F64);
+        st = reduce_sum_call(CUDA, 0, 0, Y, 0, 0, X, 16, F64);
         expect_status("fo_reduce_sum", "CPU-only build", st, NOT_BUILT, NULL, NULL);
         fo_geglu_forward_args gf = geglu_forward_base();
         fo_geglu_backward_args gb = geglu_backward_base();
@@ -1449,7 +1499,8 @@ static void test_cuda_device(void) {
         expect_status("fo_bias_scale_relu_backward_workspace_bytes", "CPU-only build",
                       st, NOT_BUILT, NULL, NULL);
         before_case();
-        st = fo_reduce_sum_workspace_bytes(CUDA, 16, F32, &bytes);
+        const fo_reduce_sum_args sum = reduce_sum_args(CUDA, 0, 0, Y, 0, 0, X, 16, F32);
+        st = fo_reduce_sum_workspace_bytes(&sum, &bytes);
         expect_status("fo_reduce_sum_workspace_bytes", "CPU-only build", st, NOT_BUILT,
                       NULL, NULL);
         CHECK(bytes == -77, "a refused workspace query wrote *bytes = %" PRId64, bytes);
@@ -1458,12 +1509,13 @@ static void test_cuda_device(void) {
 
     /* Refused before any CUDA runtime call: safe with or without a GPU. */
     before_case();
-    st = fo_square_forward(CUDA, -1, 0, Y, X, 8, 2, 8, F32);
+    st = square_forward_call(CUDA, -1, 0, Y, X, 8, 2, 8, F32);
     expect_status("fo_square_forward", "device_index -1", st, BAD_DEVICE,
                   "device_index=-1", NULL);
 
     int64_t sum_bytes = -1, relu_bytes = -1;
-    st = fo_reduce_sum_workspace_bytes(CUDA, 1000, F32, &sum_bytes);
+    const fo_reduce_sum_args sum = reduce_sum_args(CUDA, 0, 0, Y, 0, 0, X, 1000, F32);
+    st = fo_reduce_sum_workspace_bytes(&sum, &sum_bytes);
     CHECK(st == OK && sum_bytes >= 0 && (size_t)sum_bytes <= E_IN2.bytes,
           "reduce_sum CUDA workspace query: status %d, %" PRId64 " bytes", st, sum_bytes);
     const fo_bias_scale_relu_backward_args relu =
@@ -1486,17 +1538,17 @@ static void test_cuda_device(void) {
     const uintptr_t WS = X2; /* host memory; only its size is looked at here */
 
     before_case();
-    st = fo_reduce_sum(CUDA, 0, 0, Y, WS, -1, X, 1000, F32);
+    st = reduce_sum_call(CUDA, 0, 0, Y, WS, -1, X, 1000, F32);
     expect_status("fo_reduce_sum", "negative workspace_bytes", st, INVALID,
                   "workspace_bytes=-1", "negative");
     if (sum_bytes > 0) {
         char needle[64];
         snprintf(needle, sizeof needle, "workspace_bytes=%" PRId64, sum_bytes - 1);
         before_case();
-        st = fo_reduce_sum(CUDA, 0, 0, Y, WS, sum_bytes - 1, X, 1000, F32);
+        st = reduce_sum_call(CUDA, 0, 0, Y, WS, sum_bytes - 1, X, 1000, F32);
         expect_status("fo_reduce_sum", "workspace 1 byte short", st, TOO_SMALL, needle, NULL);
         before_case();
-        st = fo_reduce_sum(CUDA, 0, 0, Y, 0, sum_bytes, X, 1000, F32);
+        st = reduce_sum_call(CUDA, 0, 0, Y, 0, sum_bytes, X, 1000, F32);
         expect_status("fo_reduce_sum", "null workspace", st, INVALID, "workspace", "null");
     }
     if (relu_bytes > 0) {
@@ -1526,13 +1578,13 @@ static void test_cuda_device(void) {
                                      BF16, F32, 1);
     expect_status("fo_bias_scale_relu_backward", "no GPU", st, CUDA_RUNTIME, "CUDA", NULL);
     before_case();
-    st = fo_square_forward(CUDA, 0, 0, Y, X, 8, 2, 8, F16);
+    st = square_forward_call(CUDA, 0, 0, Y, X, 8, 2, 8, F16);
     expect_status("fo_square_forward", "no GPU", st, CUDA_RUNTIME, "CUDA", NULL);
     before_case();
-    st = fo_square_backward(CUDA, 0, 0, Y, X, 8, X2, 8, 2, 8, F64);
+    st = square_backward_call(CUDA, 0, 0, Y, X, 8, X2, 8, 2, 8, F64);
     expect_status("fo_square_backward", "no GPU", st, CUDA_RUNTIME, "CUDA", NULL);
     before_case();
-    st = fo_reduce_sum(CUDA, 0, 0, Y, WS, sum_bytes, X, 1000, F32);
+    st = reduce_sum_call(CUDA, 0, 0, Y, WS, sum_bytes, X, 1000, F32);
     expect_status("fo_reduce_sum", "no GPU", st, CUDA_RUNTIME, "CUDA", NULL);
     fo_geglu_forward_args gf = geglu_forward_base();
     fo_rope_args ra = rope_base();
@@ -1828,7 +1880,7 @@ static void run_square(const square_setup *s, uint64_t seed) {
 
     snprintf(what, sizeof what, "square forward %s %" PRId64 " x %" PRId64 " stride %" PRId64,
              dtype_label(s->dtype), s->rows, s->cols, s->x_row_stride);
-    int st = fo_square_forward(CPU, 0, 0, addr(&out), addr(&x), s->x_row_stride, s->rows,
+    int st = square_forward_call(CPU, 0, 0, addr(&out), addr(&x), s->x_row_stride, s->rows,
                                s->cols, s->dtype);
     if (CHECK(st == OK, "%s: status %d (%s)", what, st, fo_last_error())) {
         for (int64_t r = 0; r < s->rows; r++)
@@ -1843,7 +1895,7 @@ static void run_square(const square_setup *s, uint64_t seed) {
     snprintf(what, sizeof what,
              "square backward %s %" PRId64 " x %" PRId64 " strides dy %" PRId64 " x %" PRId64,
              dtype_label(s->dtype), s->rows, s->cols, s->dy_row_stride, s->x_row_stride);
-    st = fo_square_backward(CPU, 0, 0, addr(&out), addr(&dy), s->dy_row_stride, addr(&x),
+    st = square_backward_call(CPU, 0, 0, addr(&out), addr(&dy), s->dy_row_stride, addr(&x),
                             s->x_row_stride, s->rows, s->cols, s->dtype);
     if (CHECK(st == OK, "%s: status %d (%s)", what, st, fo_last_error())) {
         for (int64_t r = 0; r < s->rows; r++)
@@ -1915,9 +1967,9 @@ static void test_square_bits(void) {
         put_bits(x.data, 0, c->dtype, c->x);
         put_bits(dy.data, 0, c->dtype, c->dy);
         guarded_fill(&out, POISON);
-        int st = c->backward ? fo_square_backward(CPU, 0, 0, addr(&out), addr(&dy), 1,
+        int st = c->backward ? square_backward_call(CPU, 0, 0, addr(&out), addr(&dy), 1,
                                                addr(&x), 1, 1, 1, c->dtype)
-                          : fo_square_forward(CPU, 0, 0, addr(&out), addr(&x), 1, 1, 1,
+                          : square_forward_call(CPU, 0, 0, addr(&out), addr(&x), 1, 1, 1,
                                               c->dtype);
         if (!CHECK(st == OK, "%s: status %d (%s)", c->why, st, fo_last_error()))
             continue;
@@ -1969,7 +2021,7 @@ static void test_square_exhaustive(int dtype) {
     static const unsigned char fills[] = {POISON, 0x5A};
     for (size_t f = 0; f < COUNT(fills); f++) {
         guarded_fill(&out, fills[f]);
-        int st = fo_square_backward(CPU, 0, 0, addr(&out), addr(&dy), 256, addr(&x), 256,
+        int st = square_backward_call(CPU, 0, 0, addr(&out), addr(&dy), 256, addr(&x), 256,
                                     256, 256, dtype);
         if (!CHECK(st == OK, "%s backward: status %d (%s)", what, st, fo_last_error()))
             break;
@@ -1986,7 +2038,7 @@ static void test_square_exhaustive(int dtype) {
     }
 
     guarded_fill(&out, POISON);
-    int st = fo_square_forward(CPU, 0, 0, addr(&out), addr(&x), 256, 256, 256, dtype);
+    int st = square_forward_call(CPU, 0, 0, addr(&out), addr(&x), 256, 256, 256, dtype);
     if (CHECK(st == OK, "%s forward: status %d (%s)", what, st, fo_last_error())) {
         bad = 0;
         for (int i = 0; i < N; i++) {
@@ -2036,13 +2088,13 @@ static void test_square_values(void) {
 static void check_reduce_sum(const char *what, const guarded *x, int64_t numel,
                              int dtype, double want, double tol) {
     guarded out = guarded_new(dtype_size(dtype), 0);
-    int st = fo_reduce_sum(CPU, 0, 0, addr(&out), 0, 0, numel ? addr(x) : 0, numel, dtype);
+    int st = reduce_sum_call(CPU, 0, 0, addr(&out), 0, 0, numel ? addr(x) : 0, numel, dtype);
     if (CHECK(st == OK, "%s: status %d (%s)", what, st, fo_last_error())) {
         double tols[1] = {tol};
         check_output(what, &out, &want, tol < 0 ? NULL : tols, 1, dtype);
         uint64_t first = get_bits(out.data, 0, dtype);
         guarded_fill(&out, 0x5A);
-        st = fo_reduce_sum(CPU, 0, 0, addr(&out), 0, 0, numel ? addr(x) : 0, numel, dtype);
+        st = reduce_sum_call(CPU, 0, 0, addr(&out), 0, 0, numel ? addr(x) : 0, numel, dtype);
         CHECK(st == OK && get_bits(out.data, 0, dtype) == first,
               "%s: a second run gave other bits", what);
     }
@@ -2142,7 +2194,7 @@ static int split_outputs(int threads, const guarded *x, const guarded *bias,
         st = relu_backward_call(CPU, 0, 0, (uintptr_t)dx, (uintptr_t)dbias, 0, 0,
                                          addr(dy), SPLIT_COLS, (uintptr_t)mask, SPLIT_ROWS,
                                          SPLIT_COLS, F64, F64, 0.5);
-    if (st == OK) st = fo_reduce_sum(CPU, 0, 0, (uintptr_t)sum, 0, 0, addr(x), n, F64);
+    if (st == OK) st = reduce_sum_call(CPU, 0, 0, (uintptr_t)sum, 0, 0, addr(x), n, F64);
     fo_set_cpu_threads(0);
     return CHECK(st == OK, "%d threads: status %d (%s)", threads, st, fo_last_error());
 }

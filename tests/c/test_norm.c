@@ -147,7 +147,7 @@ static guarded BUF[NBUF];
 static void before_case(void) {
     for (int i = 0; i < NBUF; i++)
         guarded_fill(&BUF[i], POISON);
-    fo_square_forward(STALE_DEVICE_TYPE, 0, 0, 0, 0, 1, 1, 1, F32);
+    square_forward_call(STALE_DEVICE_TYPE, 0, 0, 0, 0, 1, 1, 1, F32);
 }
 
 static int all_untouched(void) {

@@ -444,6 +444,37 @@ static fo_norm_backward_args norm_backward_struct(const call *c) {
     return a;
 }
 
+static fo_square_forward_args square_forward_struct(const call *c) {
+    const operand *o = c->o;
+    fo_square_forward_args a = {
+        .struct_size = sizeof a, .device_type = c->device_type,
+        .device_index = c->device_index, .stream = c->stream, .y = o[SF_Y].address,
+        .x = o[SF_X].address, .x_row_stride = o[SF_X].stride, .rows = c->rows,
+        .cols = c->cols, .dtype = c->dtype};
+    return a;
+}
+
+static fo_square_backward_args square_backward_struct(const call *c) {
+    const operand *o = c->o;
+    fo_square_backward_args a = {
+        .struct_size = sizeof a, .device_type = c->device_type,
+        .device_index = c->device_index, .stream = c->stream, .dx = o[SB_DX].address,
+        .dy = o[SB_DY].address, .dy_row_stride = o[SB_DY].stride, .x = o[SB_X].address,
+        .x_row_stride = o[SB_X].stride, .rows = c->rows, .cols = c->cols, .dtype = c->dtype};
+    return a;
+}
+
+/* numel is c->cols (the call's 1 x numel) */
+static fo_reduce_sum_args reduce_sum_struct(const call *c) {
+    const operand *o = c->o;
+    fo_reduce_sum_args a = {
+        .struct_size = sizeof a, .device_type = c->device_type,
+        .device_index = c->device_index, .stream = c->stream, .out = o[RS_OUT].address,
+        .workspace = o[RS_WS].address, .workspace_bytes = c->workspace_bytes,
+        .x = o[RS_X].address, .numel = c->cols, .dtype = c->dtype};
+    return a;
+}
+
 /* Calls `entry` with a copy of the struct at `args` (`size` bytes) in an
  * allocation of exactly the bytes struct_size says the caller has (at
  * least its first field, at most `size`), with c->struct_size in it, or
@@ -512,6 +543,53 @@ static int enter_rope_forward(const void *a, int64_t *bytes) {
 static int enter_rope_backward(const void *a, int64_t *bytes) {
     (void)bytes;
     return fo_rope_backward(a);
+}
+
+static int enter_square_forward(const void *a, int64_t *bytes) {
+    (void)bytes;
+    return fo_square_forward(a);
+}
+static int enter_square_backward(const void *a, int64_t *bytes) {
+    (void)bytes;
+    return fo_square_backward(a);
+}
+static int enter_reduce_sum(const void *a, int64_t *bytes) {
+    (void)bytes;
+    return fo_reduce_sum(a);
+}
+static int enter_reduce_sum_query(const void *a, int64_t *bytes) {
+    return fo_reduce_sum_workspace_bytes(a, bytes);
+}
+static int enter_swiglu_forward(const void *a, int64_t *bytes) {
+    (void)bytes;
+    return fo_swiglu_forward(a);
+}
+static int enter_swiglu_backward(const void *a, int64_t *bytes) {
+    (void)bytes;
+    return fo_swiglu_backward(a);
+}
+
+static fo_swiglu_forward_args swiglu_forward_struct(const call *c) {
+    const operand *o = c->o;
+    fo_swiglu_forward_args a = {
+        .struct_size = sizeof a, .device_type = c->device_type,
+        .device_index = c->device_index, .stream = c->stream, .y = o[GF_Y].address,
+        .gate = o[GF_GATE].address, .gate_row_stride = o[GF_GATE].stride,
+        .up = o[GF_UP].address, .up_row_stride = o[GF_UP].stride, .rows = c->rows,
+        .cols = c->cols, .dtype = c->dtype};
+    return a;
+}
+
+static fo_swiglu_backward_args swiglu_backward_struct(const call *c) {
+    const operand *o = c->o;
+    fo_swiglu_backward_args a = {
+        .struct_size = sizeof a, .device_type = c->device_type,
+        .device_index = c->device_index, .stream = c->stream, .dgate = o[GB_DGATE].address,
+        .dup = o[GB_DUP].address, .dy = o[GB_DY].address, .dy_row_stride = o[GB_DY].stride,
+        .gate = o[GB_GATE].address, .gate_row_stride = o[GB_GATE].stride,
+        .up = o[GB_UP].address, .up_row_stride = o[GB_UP].stride, .rows = c->rows,
+        .cols = c->cols, .dtype = c->dtype};
+    return a;
 }
 
 static fo_geglu_forward_args geglu_forward_struct(const call *c) {
@@ -853,6 +931,8 @@ static void decode_square(call *c, input *in, int backward) {
         add(c, SF_Y, "y", OUT, c->dtype, c->rows, c->cols, 1, 1, in);
         add(c, SF_X, "x", IN, c->dtype, c->rows, c->cols, 1, 1, in);
     }
+    take_struct_size(c, in, backward ? sizeof(fo_square_backward_args)
+                                     : sizeof(fo_square_forward_args));
     judge_common(c);
 }
 
@@ -860,17 +940,23 @@ static void decode_reduce_sum(call *c, input *in) {
     c->dtype = take_dtype(in);
     c->rows = 1;
     c->cols = take_extent(in, 3000); /* numel */
+    /* the size the query gives, before the operands have addresses (on the
+     * CPU, the only device fuzzed, the addresses do not change it) */
+    fo_reduce_sum_args query = reduce_sum_struct(c);
+    query.out = query.x = PLACEHOLDER;
     int64_t needed = 0;
-    if (fo_reduce_sum_workspace_bytes(c->device_type, c->cols, c->dtype, &needed) != FO_OK)
+    if (fo_reduce_sum_workspace_bytes(&query, &needed) != FO_OK)
         needed = 0;
     add(c, RS_OUT, "out", OUT, c->dtype, 1, 1, 1, 1, in);
     add_workspace(c, RS_WS, needed, 1, in);
     add(c, RS_X, "x", IN, c->dtype, 1, c->cols, 1, 1, in);
     c->o[RS_X].stride = c->cols;
+    take_struct_size(c, in, sizeof(fo_reduce_sum_args));
     judge_common(c);
 }
 
-static void decode_swiglu(call *c, input *in, int backward) {
+/* The operands, shape and dtype of SwiGLU and GeGLU. */
+static void decode_gated(call *c, input *in, int backward) {
     c->dtype = take_dtype(in);
     c->rows = take_extent(in, 17);
     c->cols = take_extent(in, 300);
@@ -890,8 +976,14 @@ static void decode_swiglu(call *c, input *in, int backward) {
     judge_common(c);
 }
 
+static void decode_swiglu(call *c, input *in, int backward) {
+    decode_gated(c, in, backward);
+    take_struct_size(c, in, backward ? sizeof(fo_swiglu_backward_args)
+                                     : sizeof(fo_swiglu_forward_args));
+}
+
 static void decode_geglu(call *c, input *in, int backward) {
-    decode_swiglu(c, in, backward);
+    decode_gated(c, in, backward);
     uint8_t b = u8(in);
     static const int invalid[] = {2, -1, 255, INT_MIN};
     c->approximate = b < 240 ? b & 1 : invalid[b & 3];
@@ -1214,9 +1306,6 @@ static void decode_norm_backward(call *c, input *in) {
 /* ---- calling -------------------------------------------------------------- */
 
 static int invoke(const call *c) {
-    const operand *o = c->o;
-    int dev = c->device_type, idx = c->device_index;
-    uintptr_t s = c->stream;
     switch (c->op) {
     case RELU_FORWARD: {
         const fo_bias_scale_relu_forward_args a = relu_forward_struct(c);
@@ -1226,16 +1315,18 @@ static int invoke(const call *c) {
         const fo_bias_scale_relu_backward_args a = relu_backward_struct(c);
         return call_with_struct(c, &a, sizeof a, enter_relu_backward, NULL);
     }
-    case SQUARE_FORWARD:
-        return fo_square_forward(dev, idx, s, o[SF_Y].address, o[SF_X].address,
-                                 o[SF_X].stride, c->rows, c->cols, c->dtype);
-    case SQUARE_BACKWARD:
-        return fo_square_backward(dev, idx, s, o[SB_DX].address, o[SB_DY].address,
-                                  o[SB_DY].stride, o[SB_X].address, o[SB_X].stride, c->rows,
-                                  c->cols, c->dtype);
-    case REDUCE_SUM:
-        return fo_reduce_sum(dev, idx, s, o[RS_OUT].address, o[RS_WS].address,
-                             c->workspace_bytes, o[RS_X].address, c->cols, c->dtype);
+    case SQUARE_FORWARD: {
+        const fo_square_forward_args a = square_forward_struct(c);
+        return call_with_struct(c, &a, sizeof a, enter_square_forward, NULL);
+    }
+    case SQUARE_BACKWARD: {
+        const fo_square_backward_args a = square_backward_struct(c);
+        return call_with_struct(c, &a, sizeof a, enter_square_backward, NULL);
+    }
+    case REDUCE_SUM: {
+        const fo_reduce_sum_args a = reduce_sum_struct(c);
+        return call_with_struct(c, &a, sizeof a, enter_reduce_sum, NULL);
+    }
     case NORM_FORWARD: {
         const fo_norm_forward_args a = norm_forward_struct(c);
         return call_with_struct(c, &a, sizeof a, enter_norm_forward, NULL);
@@ -1244,10 +1335,10 @@ static int invoke(const call *c) {
         const fo_norm_backward_args a = norm_backward_struct(c);
         return call_with_struct(c, &a, sizeof a, enter_norm_backward, NULL);
     }
-    case SWIGLU_FORWARD:
-        return fo_swiglu_forward(dev, idx, s, o[GF_Y].address, o[GF_GATE].address,
-                                 o[GF_GATE].stride, o[GF_UP].address, o[GF_UP].stride,
-                                 c->rows, c->cols, c->dtype);
+    case SWIGLU_FORWARD: {
+        const fo_swiglu_forward_args a = swiglu_forward_struct(c);
+        return call_with_struct(c, &a, sizeof a, enter_swiglu_forward, NULL);
+    }
     case GEGLU_FORWARD: {
         const fo_geglu_forward_args a = geglu_forward_struct(c);
         return call_with_struct(c, &a, sizeof a, enter_geglu_forward, NULL);
@@ -1270,11 +1361,10 @@ static int invoke(const call *c) {
                                 c->op == ROPE_FORWARD ? enter_rope_forward : enter_rope_backward,
                                 NULL);
     }
-    case SWIGLU_BACKWARD:
-        return fo_swiglu_backward(dev, idx, s, o[GB_DGATE].address, o[GB_DUP].address,
-                                  o[GB_DY].address, o[GB_DY].stride, o[GB_GATE].address,
-                                  o[GB_GATE].stride, o[GB_UP].address, o[GB_UP].stride,
-                                  c->rows, c->cols, c->dtype);
+    case SWIGLU_BACKWARD: {
+        const fo_swiglu_backward_args a = swiglu_backward_struct(c);
+        return call_with_struct(c, &a, sizeof a, enter_swiglu_backward, NULL);
+    }
     default:
         abort();
     }
@@ -2026,20 +2116,18 @@ static void run_call(call *c, input *in) {
 }
 
 /* The three *_workspace_bytes queries: a valid query succeeds with a size
- * >= 0; an invalid one fails and leaves *bytes alone. The two that take the
- * backward's argument struct get one of a valid call but for the fuzzed
- * device, shape, dtype and struct_size (their other checks are the call's,
- * fuzzed with the call). */
+ * >= 0; an invalid one fails and leaves *bytes alone. Each gets the argument
+ * struct of a valid call but for the fuzzed device, shape, dtype and
+ * struct_size (its other checks are the call's, fuzzed with the call). */
 static void run_query(call *c, input *in) {
     int which = u8(in) % 3;
     c->rows = take_extent(in, 17);
     c->cols = which == 1 ? 1 : take_extent(in, 300);
     c->dtype = take_dtype(in);
     int null_bytes = u8(in) >= 240;
-    if (which != 1)
-        take_struct_size(c, in, which == 0 ? sizeof(fo_bias_scale_relu_backward_args)
-                                           : sizeof(fo_norm_backward_args));
-    int64_t numel = c->rows; /* fo_reduce_sum_workspace_bytes takes numel */
+    take_struct_size(c, in, which == 0   ? sizeof(fo_bias_scale_relu_backward_args)
+                            : which == 1 ? sizeof(fo_reduce_sum_args)
+                                         : sizeof(fo_norm_backward_args));
     if (c->device_type != FO_DEVICE_CPU)
         must_fail(&c->v, "device_type %d (a CPU-only build)", c->device_type);
     if (c->rows < 0 || c->cols < 0)
@@ -2083,7 +2171,10 @@ static void run_query(call *c, input *in) {
         a.scale = 1.0;
         status = call_with_struct(c, &a, sizeof a, enter_relu_query, bytes);
     } else if (which == 1) {
-        status = fo_reduce_sum_workspace_bytes(c->device_type, numel, c->dtype, bytes);
+        fo_reduce_sum_args a = reduce_sum_struct(c);
+        a.out = a.x = PLACEHOLDER;
+        a.numel = c->rows; /* the query's rows stand for numel */
+        status = call_with_struct(c, &a, sizeof a, enter_reduce_sum_query, bytes);
     } else {
         fo_norm_backward_args a = norm_backward_struct(c);
         a.dweight = PLACEHOLDER;
