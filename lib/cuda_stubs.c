@@ -21,9 +21,4 @@ FO_CUDA_LAUNCHERS(FO_CUDA_STUB)
     }
 FO_CUDA_WORKSPACES(FO_CUDA_WORKSPACE_STUB)
 
-int64_t fo_cuda_reduce_sum_workspace_bytes(int64_t numel, int dtype) {
-    (void)numel, (void)dtype;
-    return 0;
-}
-
 int fo_cuda_runtime_version_built(void) { return 0; }

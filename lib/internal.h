@@ -240,6 +240,7 @@ FO_CUDA_LAUNCHERS(FO_CUDA_DECLARE)
  * int64_t fo_cuda_<name>_workspace_bytes(int device_index, const type *a),
  * the bytes the launcher fo_cuda_<name> needs (0 in a CPU-only build). */
 #define FO_CUDA_WORKSPACES(X)                                     \
+    X(reduce_sum, fo_reduce_sum_args)                             \
     X(bias_scale_relu_backward, fo_bias_scale_relu_backward_args) \
     X(norm_backward, fo_norm_backward_params)                     \
     X(dyt_backward, fo_dyt_args)
@@ -248,7 +249,6 @@ FO_CUDA_LAUNCHERS(FO_CUDA_DECLARE)
     int64_t fo_cuda_##name##_workspace_bytes(int device_index, const type *a);
 FO_CUDA_WORKSPACES(FO_CUDA_DECLARE_WORKSPACE)
 
-int64_t fo_cuda_reduce_sum_workspace_bytes(int64_t numel, int dtype);
 int fo_cuda_runtime_version_built(void);
 
 #ifdef __cplusplus

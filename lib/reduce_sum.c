@@ -36,7 +36,7 @@ static int check_args(const char *op, const fo_reduce_sum_args *c) {
 /* The workspace a checked call needs: the CUDA blocks' partial sums. */
 static int64_t workspace_needed(const fo_reduce_sum_args *c) {
     if (c->device_type != FO_DEVICE_CUDA) return 0;
-    return fo_cuda_reduce_sum_workspace_bytes(c->numel, c->dtype);
+    return fo_cuda_reduce_sum_workspace_bytes(c->device_index, c);
 }
 
 #define ARGS_FIRST FO_ARGS_END(fo_reduce_sum_args, reserved)

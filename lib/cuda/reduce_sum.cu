@@ -92,9 +92,11 @@ __global__ void __launch_bounds__(kThreads)
 
 using namespace fo;
 
-extern "C" int64_t fo_cuda_reduce_sum_workspace_bytes(int64_t numel, int dtype) {
-    const int64_t blocks = sum_blocks(numel);
-    return blocks == 1 ? 0 : blocks * (dtype == FO_DTYPE_F64 ? 8 : 4);
+extern "C" int64_t fo_cuda_reduce_sum_workspace_bytes(int device_index,
+                                                      const fo_reduce_sum_args *a) {
+    (void)device_index;  // the grid depends on the size alone
+    const int64_t blocks = sum_blocks(a->numel);
+    return blocks == 1 ? 0 : blocks * (a->dtype == FO_DTYPE_F64 ? 8 : 4);
 }
 
 extern "C" int fo_cuda_reduce_sum(int device_index, uintptr_t stream,
