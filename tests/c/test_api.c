@@ -880,6 +880,86 @@ static void test_errors_clamped_swiglu(void) {
 #undef BWD
 }
 
+/* ========================================================================
+ * DyT: errors (fo_dyt_forward, fo_dyt_backward_workspace_bytes, fo_dyt_backward)
+ * ======================================================================== */
+
+static fo_dyt_args dyt_base(void) {
+    fo_dyt_args a = {
+        .struct_size = sizeof a, .device_type = CPU, .device_index = -3, .stream = 12345,
+        .y = addr(&E_OUT), .dx = addr(&E_OUT), .dweight = addr(&E_OUT2), .dy = addr(&E_IN2),
+        .dy_row_stride = 4, .x = addr(&E_IN), .x_row_stride = 8, .alpha = addr(&E_IN2),
+        .weight = addr(&E_IN2) + 16, .bias = addr(&E_IN2) + 32, .rows = 2, .cols = 4,
+        .dtype = F32, .param_dtype = F32};
+    return a;
+}
+
+static int dyt_query(const fo_dyt_args *a) {
+    int64_t bytes = -1;
+    return fo_dyt_backward_workspace_bytes(a, &bytes);
+}
+
+static void test_errors_dyt(void) {
+    section("errors: fo_dyt_forward, fo_dyt_backward_workspace_bytes, fo_dyt_backward");
+    static const char fwd[] = "fo_dyt_forward", bwd[] = "fo_dyt_backward",
+                      query[] = "fo_dyt_backward_workspace_bytes";
+    char weight2[48];
+    address_text(weight2, sizeof weight2, "weight", addr(&E_IN2) + 18);
+    fo_dyt_args a;
+#define FWD(why, status, needle, needle2, edit) \
+    STRUCT_CASE(a, fwd, dyt_base, fo_dyt_forward, why, status, needle, needle2, edit)
+    FWD("the base case", OK, NULL, NULL, (void)0);
+    FWD("no bias", OK, NULL, NULL, a.bias = 0);
+    FWD("device_type 7", BAD_DEVICE, "device_type=7", NULL, a.device_type = 7);
+    FWD("negative rows", INVALID, "rows=-3", NULL, a.rows = -3);
+    FWD("dtype code 4", BAD_DTYPE, "dtype=4", NULL, a.dtype = 4);
+    FWD("param_dtype code 9", BAD_DTYPE, "param_dtype=9", NULL, a.param_dtype = 9);
+    FWD("f64 params beside f32 x", BAD_DTYPE, "param_dtype float64", "float32 when", a.param_dtype = F64);
+    FWD("f16 x, f32 params", OK, NULL, NULL, a.dtype = F16);
+    FWD("y null", INVALID, "y ", "null", a.y = 0);
+    FWD("x null", INVALID, "x ", "null", a.x = 0);
+    FWD("alpha null", INVALID, "alpha ", "null", a.alpha = 0);
+    FWD("weight null", INVALID, "weight ", "null", a.weight = 0);
+    FWD("weight 2 bytes off", INVALID, weight2, "align", a.weight += 2);
+    FWD("negative x_row_stride", INVALID, "x row stride -1", NULL, a.x_row_stride = -1);
+    FWD("struct_size 8", INVALID, "struct_size=8 ", "sizeof(fo_dyt_args)", a.struct_size = 8);
+    FWD("struct_size past the library's", INVALID, "struct_size=", NULL, a.struct_size += 8);
+    FWD("backward's fields are not read", OK, NULL, NULL, a.dy = a.dx = a.dweight = 0);
+    FWD("empty: null addresses", OK, NULL, NULL, (a.rows = 0, a.y = a.x = 0));
+#undef FWD
+    before_case();
+    expect_status(fwd, "a NULL struct", fo_dyt_forward(NULL), INVALID, "null pointer", "fo_dyt_args");
+#define BWD(why, status, needle, needle2, edit) \
+    STRUCT_CASE(a, bwd, dyt_base, fo_dyt_backward, why, status, needle, needle2, edit)
+    BWD("the base case", OK, NULL, NULL, (void)0);
+    BWD("dx alone", OK, NULL, NULL, a.dweight = 0);
+    BWD("dy null", INVALID, "dy ", "null", a.dy = 0);
+    BWD("dbias 2 bytes off", INVALID, "dbias=0x", "align", a.dbias = addr(&E_OUT2) + 2);
+    BWD("dalpha without its workspace", TOO_SMALL, "workspace_bytes=0", "8 are needed",
+        a.dalpha = addr(&E_OUT2) + 32);
+    BWD("negative workspace_bytes", INVALID, "workspace_bytes=-1", NULL, a.workspace_bytes = -1);
+    BWD("negative dy_row_stride", INVALID, "dy row stride -5", NULL, a.dy_row_stride = -5);
+    BWD("forward's y is not read", OK, NULL, NULL, a.y = 0);
+    BWD("dy stride 0 (an expanded gradient)", OK, NULL, NULL, a.dy_row_stride = 0);
+#undef BWD
+#define QUERY(why, status, needle, needle2, edit) \
+    STRUCT_CASE(a, query, dyt_base, dyt_query, why, status, needle, needle2, edit)
+    QUERY("the base case", OK, NULL, NULL, (void)0);
+    QUERY("dy null", INVALID, "dy ", "null", a.dy = 0);
+    QUERY("struct_size 8", INVALID, "struct_size=8 ", NULL, a.struct_size = 8);
+#undef QUERY
+    before_case();
+    int64_t bytes = -1;
+    a = dyt_base();
+    a.dalpha = addr(&E_OUT2) + 32;
+    CHECK(fo_dyt_backward_workspace_bytes(&a, &bytes) == OK && bytes == 8,
+          "fo_dyt_backward_workspace_bytes: %lld bytes on the CPU with dalpha, want 8 (a double a "
+          "column chunk)",
+          (long long)bytes);
+    expect_status(query, "a NULL bytes pointer", fo_dyt_backward_workspace_bytes(&a, NULL), INVALID,
+                  NULL, NULL);
+}
+
 /* gpt-oss's _apply_gate in double, with its gradients as torch.clamp gives
  * them (passing at the bounds or not, as `closed` says). */
 static double clamped_swiglu_reference(double gate, double up, double alpha, double limit, int closed,
@@ -2265,6 +2345,7 @@ int main(void) {
     test_errors_reduce_sum();
     test_errors_geglu();
     test_errors_clamped_swiglu();
+    test_errors_dyt();
     test_errors_rope();
     test_struct_size();
     test_empty_operands();
