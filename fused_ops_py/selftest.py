@@ -47,6 +47,11 @@ def _cases():
         ("square", lambda x, r, w, b: fo.square(x), lambda x, r, w, b: x * x),
         ("fused_swiglu", lambda x, r, w, b: fo.fused_swiglu(x, r), lambda x, r, w, b: F.silu(x) * r),
         ("fused_geglu", lambda x, r, w, b: fo.fused_geglu(x, r), lambda x, r, w, b: F.gelu(x, approximate="tanh") * r),
+        (
+            "fused_dyt",
+            lambda x, r, w, b: fo.fused_dyt(x, w[:1] * 0.5, w, b),
+            lambda x, r, w, b: w * torch.tanh(w[:1] * 0.5 * x) + b,
+        ),
         ("fused_rope", lambda x, r, w, b: _rope(fo.fused_rope, x, r), lambda x, r, w, b: _rope(_hf_rope, x, r)),
         ("reduce_sum", lambda x, r, w, b: fo.reduce_sum(x), lambda x, r, w, b: x.sum()),
         (

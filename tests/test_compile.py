@@ -41,6 +41,7 @@ FUNCTIONS = {
     "fused_swiglu": lambda x, r, w, b: fo.fused_swiglu(x, r),
     "fused_geglu": lambda x, r, w, b: fo.fused_geglu(x, r),
     "fused_geglu_none": lambda x, r, w, b: fo.fused_geglu(x, r, approximate="none"),
+    "fused_dyt": lambda x, r, w, b: fo.fused_dyt(x, w[:1] * 0.5, w, b),
     "fused_rope": lambda x, r, w, b: rope_of(x, r),
     "fused_rope_interleaved": lambda x, r, w, b: rope_of(x, r, interleaved=True),
 }
@@ -114,6 +115,8 @@ def opcheck_samples(device):
         (ops.swiglu, (x, residual)),
         (ops.geglu, (x, residual, "tanh")),
         (ops.geglu, (x, residual, "none")),
+        (ops.dyt, (x, weight[:1].detach().clone().requires_grad_(), weight, bias)),
+        (ops.dyt, (x, weight[:1].detach().clone().requires_grad_(), weight, None)),
         (ops.rope, (q, k, cos, sin, 1, False)),
         (ops.rope, (q, k, cos, sin, 1, True)),
         (ops.rope, (q.transpose(1, 2), k.transpose(1, 2), cos[0], sin[0], 2, False)),

@@ -77,6 +77,10 @@ def cases(d):
         (lambda: fo.FusedRMSNorm(8, eps=0.0).to(d)(X), ValueError, ["eps=0 "]),
         (lambda: fo.fused_swiglu(X, torch.randn(4, 9, device=d)), ValueError, ["fused_swiglu", "(4, 9)"]),
         (lambda: fo.fused_swiglu(X, R.half()), TypeError, ["up", "torch.float16"]),
+        (lambda: fo.fused_dyt(X, torch.ones(2, device=d), W, W), ValueError, ["fused_dyt", "alpha", "(2,)"]),
+        (lambda: fo.fused_dyt(X, W[:1], torch.ones(7, device=d)), ValueError, ["weight", "(7,)", "(8,)"]),
+        (lambda: fo.fused_dyt(X, W[:1].double(), W.double()), TypeError, ["float64", "x has torch.float32"]),
+        (lambda: fo.FusedDyT(8).to(d)(torch.randn(3, 5, device=d)), ValueError, ["weight", "(8,)", "(3, 5)"]),
         (lambda: fo.fused_swiglu(X.int(), R), TypeError, ["gate", "int32"]),
         (lambda: fo.fused_geglu(X, torch.randn(4, 9, device=d)), ValueError, ["fused_geglu", "(4, 9)"]),
         (lambda: fo.fused_geglu(X, R.half()), TypeError, ["up", "torch.float16"]),
@@ -167,6 +171,8 @@ def test_operands_on_another_device():
         fo.fused_swiglu(X.cuda(), X)
     with pytest.raises(ValueError, match="up is on cpu but gate is on cuda:0"):
         fo.fused_geglu(X.cuda(), X)
+    with pytest.raises(ValueError, match="weight is on cpu but x is on cuda:0"):
+        fo.fused_dyt(X.cuda(), B[:1].cuda(), B)
     Q, C = torch.randn(1, 2, 3, 8), torch.randn(3, 8)
     with pytest.raises(ValueError, match="cos is on cpu but q is on cuda:0"):
         fo.fused_rope(Q.cuda(), Q.cuda(), C, C.cuda())

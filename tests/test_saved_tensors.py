@@ -26,6 +26,7 @@ OPS = {
     "square": lambda x, r, w, b: fo.square(x),
     "fused_swiglu": lambda x, r, w, b: fo.fused_swiglu(x, r),
     "fused_geglu": lambda x, r, w, b: fo.fused_geglu(x, r),
+    "fused_dyt": lambda x, r, w, b: fo.fused_dyt(x, w[:1] * 0.5, w, b),
     "fused_rope": lambda x, r, w, b: rope_of(x, r),
     "fused_layer_norm": lambda x, r, w, b: fo.fused_layer_norm(x, w, b),
     "fused_rms_norm": lambda x, r, w, b: fo.fused_rms_norm(x, w),
