@@ -2,8 +2,8 @@
  * the CPU backend: "never crash, never corrupt". Built and run by
  * tests/fuzz/run.sh (clang, -fsanitize=fuzzer,address,undefined).
  *
- * Each input decodes into one call: an op (the fifteen entry points, or one
- * of the three *_workspace_bytes queries), its dtypes (invalid codes too), its
+ * Each input decodes into one call: an op (the seventeen entry points, or one
+ * of the four *_workspace_bytes queries), its dtypes (invalid codes too), its
  * shape (0, negative, huge), the struct_size of an argument struct (or a
  * NULL struct), the row strides of its inputs (dense, padded,
  * 0, overlapping, negative, at the library's overflow limit, raw; RoPE's
@@ -329,6 +329,8 @@ enum op {
     ROPE_BACKWARD,
     CLAMPED_FORWARD,
     CLAMPED_BACKWARD,
+    DYT_FORWARD,
+    DYT_BACKWARD,
     OP_COUNT
 };
 static const char *const op_names[] = {
@@ -337,7 +339,7 @@ static const char *const op_names[] = {
     "fo_norm_backward",           "*_workspace_bytes",           "fo_swiglu_forward",
     "fo_swiglu_backward",         "fo_geglu_forward",            "fo_geglu_backward",
     "fo_rope_forward",            "fo_rope_backward",            "fo_clamped_swiglu_forward",
-    "fo_clamped_swiglu_backward",
+    "fo_clamped_swiglu_backward", "fo_dyt_forward",              "fo_dyt_backward",
 };
 
 /* Operand slots of each op, in the order of its arguments. */
@@ -352,6 +354,8 @@ enum { GF_Y, GF_GATE, GF_UP };
 enum { GB_DGATE, GB_DUP, GB_DY, GB_GATE, GB_UP }; /* GeGLU's too */
 enum { RO_QOUT, RO_KOUT, RO_Q, RO_K, RO_COS, RO_SIN };
 enum { CS_OUT, CS_DY, CS_GATE_UP }; /* out: y (forward) or dgate_up */
+enum { DF_Y, DF_X, DF_ALPHA, DF_W, DF_B };
+enum { DB_DX, DB_DALPHA, DB_DW, DB_DB, DB_WS, DB_DY, DB_X, DB_ALPHA, DB_W, DB_B };
 #define MAX_OPERANDS 11
 
 typedef struct call {
@@ -373,6 +377,7 @@ typedef struct call {
     int glu_layout;
     double alpha, limit;
     int64_t grad_at_limit;
+    int stray; /* DyT: the other entry point's fields hold values it must not read */
     int64_t struct_size; /* of the op's argument struct; 0 for the others */
     int null_args;       /* pass NULL for the argument struct */
     operand o[MAX_OPERANDS];
@@ -383,7 +388,8 @@ typedef struct call {
 /* ---- the argument structs ------------------------------------------------ */
 
 /* An address aligned for every dtype, for a query made before the operands
- * are placed (never dereferenced: a query reads no operand). */
+ * are placed, or a field the entry point does not read (never dereferenced:
+ * a query reads no operand). */
 #define PLACEHOLDER ((uintptr_t)64)
 
 /* The argument struct of a call from its fields and its operands' addresses
@@ -536,6 +542,17 @@ static int enter_clamped_backward(const void *a, int64_t *bytes) {
     (void)bytes;
     return fo_clamped_swiglu_backward(a);
 }
+static int enter_dyt_forward(const void *a, int64_t *bytes) {
+    (void)bytes;
+    return fo_dyt_forward(a);
+}
+static int enter_dyt_backward(const void *a, int64_t *bytes) {
+    (void)bytes;
+    return fo_dyt_backward(a);
+}
+static int enter_dyt_query(const void *a, int64_t *bytes) {
+    return fo_dyt_backward_workspace_bytes(a, bytes);
+}
 static int enter_rope_forward(const void *a, int64_t *bytes) {
     (void)bytes;
     return fo_rope_forward(a);
@@ -643,6 +660,34 @@ static fo_rope_args rope_struct(const call *c) {
     memcpy(a.k_strides, o[RO_K].s, sizeof a.k_strides);
     memcpy(a.cos_strides, o[RO_COS].s, sizeof a.cos_strides);
     memcpy(a.sin_strides, o[RO_SIN].s, sizeof a.sin_strides);
+    return a;
+}
+
+/* The forward's fields, or the backward's (the other's hold PLACEHOLDER and
+ * invalid sizes where c->stray: "an entry point reads only its own fields"). */
+static fo_dyt_args dyt_struct(const call *c) {
+    const operand *o = c->o;
+    fo_dyt_args a = {.struct_size = sizeof a, .device_type = c->device_type,
+                     .device_index = c->device_index, .stream = c->stream, .rows = c->rows,
+                     .cols = c->cols, .dtype = c->dtype, .param_dtype = c->param_dtype};
+    if (c->op == DYT_FORWARD) {
+        a.y = o[DF_Y].address;
+        a.x = o[DF_X].address, a.x_row_stride = o[DF_X].stride;
+        a.alpha = o[DF_ALPHA].address, a.weight = o[DF_W].address, a.bias = o[DF_B].address;
+        if (c->stray) {
+            a.dx = a.dalpha = a.dweight = a.dbias = a.workspace = a.dy = PLACEHOLDER;
+            a.workspace_bytes = a.dy_row_stride = -1;
+        }
+        return a;
+    }
+    a.dx = o[DB_DX].address, a.dalpha = o[DB_DALPHA].address;
+    a.dweight = o[DB_DW].address, a.dbias = o[DB_DB].address;
+    a.workspace = o[DB_WS].address, a.workspace_bytes = c->workspace_bytes;
+    a.dy = o[DB_DY].address, a.dy_row_stride = o[DB_DY].stride;
+    a.x = o[DB_X].address, a.x_row_stride = o[DB_X].stride;
+    a.alpha = o[DB_ALPHA].address, a.weight = o[DB_W].address, a.bias = o[DB_B].address;
+    if (c->stray)
+        a.y = PLACEHOLDER;
     return a;
 }
 
@@ -1029,6 +1074,56 @@ static void decode_clamped(call *c, input *in, int backward) {
     take_struct_size(c, in, sizeof(fo_clamped_swiglu_args));
 }
 
+/* DyT: x, alpha (one element), weight and bias (optional) of param_dtype;
+ * the backward's dx, dalpha, dweight and dbias each optional, with the
+ * workspace its query asks for (on the CPU: dalpha's partial sums). */
+static void decode_dyt(call *c, input *in, int backward) {
+    c->dtype = take_dtype(in);
+    c->param_dtype = take_companion(in, c->dtype);
+    c->rows = take_extent(in, 17);
+    c->cols = take_extent(in, 300);
+    uint8_t flags = u8(in);
+    const int pd = c->param_dtype;
+    c->stray = (flags & 0x30) == 0x30;
+    if (!backward) {
+        add(c, DF_Y, "y", OUT, c->dtype, c->rows, c->cols, 1, 1, in);
+        add(c, DF_X, "x", IN, c->dtype, c->rows, c->cols, 1, 1, in);
+        add(c, DF_ALPHA, "alpha", IN, pd, 1, 1, 1, 1, in);
+        add(c, DF_W, "weight", IN, pd, 1, c->cols, 1, 1, in);
+        add(c, DF_B, "bias", IN, pd, 1, c->cols, 0, flags & 1, in);
+    } else {
+        add(c, DB_DX, "dx", OUT, c->dtype, c->rows, c->cols, 0, flags & 1, in);
+        operand *da = add(c, DB_DALPHA, "dalpha", OUT, pd, 1, 1, 0, flags & 2, in);
+        operand *dw = add(c, DB_DW, "dweight", OUT, pd, 1, c->cols, 0, flags & 4, in);
+        operand *db = add(c, DB_DB, "dbias", OUT, pd, 1, c->cols, 0, flags & 8, in);
+        /* the size the query gives for these gradients, before the operands
+         * have addresses: PLACEHOLDER for each one passed or required (on the
+         * CPU, the only device fuzzed, the addresses do not change it) */
+        fo_dyt_args query = dyt_struct(c);
+        query.dx = c->o[DB_DX].passed ? PLACEHOLDER : 0;
+        query.dalpha = da->passed ? PLACEHOLDER : 0;
+        query.dweight = dw->passed ? PLACEHOLDER : 0;
+        query.dbias = db->passed ? PLACEHOLDER : 0;
+        query.dy = query.x = query.alpha = query.weight = PLACEHOLDER;
+        query.dy_row_stride = query.x_row_stride = c->cols;
+        int64_t needed = 0;
+        if (fo_dyt_backward_workspace_bytes(&query, &needed) != FO_OK)
+            needed = 0;
+        add_workspace(c, DB_WS, needed, da->passed || dw->passed || db->passed, in);
+        add(c, DB_DY, "dy", IN, c->dtype, c->rows, c->cols, 1, 1, in);
+        add(c, DB_X, "x", IN, c->dtype, c->rows, c->cols, 1, 1, in);
+        add(c, DB_ALPHA, "alpha", IN, pd, 1, 1, 1, 1, in);
+        add(c, DB_W, "weight", IN, pd, 1, c->cols, 1, 1, in);
+        /* the backward's own field too, though no gradient depends on it */
+        add(c, DB_B, "bias", IN, pd, 1, c->cols, 0, flags & 64, in);
+    }
+    take_struct_size(c, in, sizeof(fo_dyt_args));
+    judge_common(c);
+    /* alpha and weight are always there: their dtype always matters */
+    if (!companion_ok(pd, c->dtype))
+        must_fail(&c->v, "param_dtype %d beside dtype %d", pd, c->dtype);
+}
+
 /* a * b where a, b and a * b are in [0, INT64_MAX / 16] (the library's
  * bound of byte offsets: a size past it is refused even beside a 0), else
  * -1. */
@@ -1365,6 +1460,13 @@ static int invoke(const call *c) {
         const fo_swiglu_backward_args a = swiglu_backward_struct(c);
         return call_with_struct(c, &a, sizeof a, enter_swiglu_backward, NULL);
     }
+    case DYT_FORWARD:
+    case DYT_BACKWARD: {
+        const fo_dyt_args a = dyt_struct(c);
+        return call_with_struct(c, &a, sizeof a,
+                                c->op == DYT_FORWARD ? enter_dyt_forward : enter_dyt_backward,
+                                NULL);
+    }
     default:
         abort();
     }
@@ -1507,6 +1609,9 @@ static void describe(const call *c) {
     if (c->op == CLAMPED_FORWARD || c->op == CLAMPED_BACKWARD)
         append(&used, "\n    layout %d alpha %a limit %a grad_at_limit %" PRId64, c->glu_layout, c->alpha,
                c->limit, c->grad_at_limit);
+    if (c->op == DYT_FORWARD || c->op == DYT_BACKWARD)
+        append(&used, "\n    the other entry point's fields %s",
+               c->stray ? "hold PLACEHOLDER and -1 sizes" : "are 0");
     if (c->op == ROPE_FORWARD || c->op == ROPE_BACKWARD)
         append(&used,
                "\n    batch %" PRId64 " tokens %" PRId64 " q_heads %" PRId64 " k_heads %" PRId64
@@ -2009,9 +2114,88 @@ static void check_rope(const call *c) {
     }
 }
 
+/* y = weight * t + bias with t = tanh(alpha * x). Slack: double's, a few
+ * ulps of each term (tanh's error, and alpha * x's rounding, move t by at
+ * most an ulp or two), and an underflow of alpha * x scaled by weight. */
+static void check_dyt_forward(const call *c) {
+    const operand *y = &c->o[DF_Y], *x = &c->o[DF_X], *w = &c->o[DF_W], *b = &c->o[DF_B];
+    const int pd = c->param_dtype;
+    const double alpha = at(&c->o[DF_ALPHA], 0, pd);
+    for (int64_t r = 0; r < c->rows; r++)
+        for (int64_t col = 0; col < c->cols; col++) {
+            const int64_t i = r * c->cols + col;
+            const double wv = at(w, col, pd), bv = b->passed ? at(b, col, pd) : 0.0;
+            const double t = tanh(alpha * at(x, r * x->stride + col, c->dtype));
+            expect("y", i, at(y, i, c->dtype), wv * t + bv,
+                   SLACK * (2.0 * fabs(wv * t) + fabs(bv)) + UNDERFLOW * 2.0 * (2.0 + fabs(wv)),
+                   c->dtype);
+        }
+}
+
+/* The header's gradients, in its order of products (so an overflow or a
+ * 0 * inf is where the library has it). 1 - t^2 is off by a few ulps of 1
+ * absolutely (t near 1 cancels), hence the slack on |dy * weight * alpha|
+ * (|dy * weight * x| for dalpha); the sums allow double's error of summing
+ * their terms in another order, as dbias of bias_scale_relu does. Products
+ * among the subnormals are off by UNDERFLOW, times what multiplies them
+ * after (twice: here and in the library). */
+static void check_dyt_backward(const call *c) {
+    const operand *dx = &c->o[DB_DX], *dalpha = &c->o[DB_DALPHA], *dw = &c->o[DB_DW],
+                  *db = &c->o[DB_DB], *dy = &c->o[DB_DY], *x = &c->o[DB_X], *w = &c->o[DB_W];
+    const int64_t n = c->cols;
+    const int pd = c->param_dtype;
+    const double alpha = at(&c->o[DB_ALPHA], 0, pd);
+    /* per column: the sums for dweight and dbias over rows, with the
+     * magnitudes of their terms (n + 1: calloc(0) may give NULL) */
+    const size_t count = (size_t)n + 1;
+    double *dw_sum = calloc(count, sizeof(double)), *dw_mag = calloc(count, sizeof(double));
+    double *dw_under = calloc(count, sizeof(double));
+    double *db_sum = calloc(count, sizeof(double)), *db_mag = calloc(count, sizeof(double));
+    if (!dw_sum || !dw_mag || !dw_under || !db_sum || !db_mag)
+        abort();
+    double da_sum = 0.0, da_mag = 0.0, da_wide = 0.0, da_under = 0.0;
+    for (int64_t r = 0; n > 0 && r < c->rows; r++) /* (rows is unbounded beside cols 0) */
+        for (int64_t col = 0; col < n; col++) {
+            const double g = at(dy, r * dy->stride + col, c->dtype);
+            const double xv = at(x, r * x->stride + col, c->dtype), wv = at(w, col, pd);
+            const double t = tanh(alpha * xv), slope = 1.0 - t * t, dyw = g * wv;
+            if (dx->passed) {
+                const double want = dyw * alpha * slope;
+                expect("dx", r * n + col, at(dx, r * n + col, c->dtype), want,
+                       SLACK * (4.0 * fabs(dyw * alpha) + 2.0 * fabs(want)) +
+                           UNDERFLOW * 2.0 * (3.0 + fabs(alpha)),
+                       c->dtype);
+            }
+            const double term = dyw * xv * slope;
+            da_sum += term;
+            da_mag += fabs(term);
+            da_wide += fabs(dyw * xv);
+            da_under += UNDERFLOW * 2.0 * (3.0 + fabs(xv));
+            dw_sum[col] += g * t;
+            dw_mag[col] += fabs(g * t);
+            dw_under[col] += UNDERFLOW * 2.0 * (2.0 + fabs(g));
+            db_sum[col] += g;
+            db_mag[col] += fabs(g);
+        }
+    /* rows x cols fits: place() bounds it */
+    const double terms = n > 0 ? (double)(c->rows * n) : 0.0;
+    if (dalpha->passed)
+        expect("dalpha", 0, at(dalpha, 0, pd), da_sum,
+               SLACK * ((terms + 1.0) * da_mag + 4.0 * da_wide) + da_under, pd);
+    for (int64_t col = 0; col < n; col++) {
+        if (dw->passed)
+            expect("dweight", col, at(dw, col, pd), dw_sum[col],
+                   SLACK * (double)(c->rows + 2) * dw_mag[col] + dw_under[col], pd);
+        if (db->passed)
+            expect("dbias", col, at(db, col, pd), db_sum[col],
+                   SLACK * (double)(c->rows + 1) * db_mag[col], pd);
+    }
+    free(dw_sum), free(dw_mag), free(dw_under), free(db_sum), free(db_mag);
+}
+
 static void check_values(const call *c) {
-    if (c->cols == 0)
-        return; /* nothing to check, however many rows there are */
+    if (c->cols == 0 && c->op != DYT_BACKWARD)
+        return; /* nothing to check, however many rows there are (DyT's dalpha: 0) */
     switch (c->op) {
     case RELU_FORWARD: check_relu_forward(c); break;
     case RELU_BACKWARD: check_relu_backward(c); break;
@@ -2028,6 +2212,8 @@ static void check_values(const call *c) {
     case CLAMPED_BACKWARD: check_clamped(c, 1); break;
     case ROPE_FORWARD:
     case ROPE_BACKWARD: check_rope(c); break;
+    case DYT_FORWARD: check_dyt_forward(c); break;
+    case DYT_BACKWARD: check_dyt_backward(c); break;
     default: abort();
     }
 }
@@ -2052,8 +2238,17 @@ static void check_failure(const call *c, int status) {
  * them anyway, e.g. to check a fix; delete an entry once its bug is fixed. */
 static const char *known_bug(const call *c) {
 #ifndef FUZZ_STRICT
-    /* No known bugs at present. Add an entry here (with the file, line and
-     * input) to keep CI green while a reported library bug awaits its fix. */
+    /* Add an entry here (with the file, line and input) to keep CI green
+     * while a reported library bug awaits its fix. */
+    /* lib/cpu/dyt.c:78 and :103 store and load dalpha's partial sums as
+     * doubles in the workspace, which the header does not require aligned
+     * (nor does fo_check_workspace): a workspace at an odd address is a
+     * misaligned store (UBSan). Input: fd+3//iNjSw/soWNF/SyLwEAAAAAAAAASLKy
+     * ssbGJ1WNzQEAAH8AAAAVf38AjZ092XPy (base64). The other modes place it
+     * aligned. */
+    if (c->op == DYT_BACKWARD && c->o[DB_DALPHA].passed && c->o[DB_WS].mode == ELEMENT_ALIGNED &&
+        c->v.level != FAIL)
+        return "DyT's CPU backward assumes an 8-byte-aligned workspace";
 #endif
     (void)c;
     return NULL;
@@ -2115,19 +2310,20 @@ static void run_call(call *c, input *in) {
     release(c);
 }
 
-/* The three *_workspace_bytes queries: a valid query succeeds with a size
+/* The four *_workspace_bytes queries: a valid query succeeds with a size
  * >= 0; an invalid one fails and leaves *bytes alone. Each gets the argument
  * struct of a valid call but for the fuzzed device, shape, dtype and
  * struct_size (its other checks are the call's, fuzzed with the call). */
 static void run_query(call *c, input *in) {
-    int which = u8(in) % 3;
+    int which = u8(in) % 4;
     c->rows = take_extent(in, 17);
     c->cols = which == 1 ? 1 : take_extent(in, 300);
     c->dtype = take_dtype(in);
     int null_bytes = u8(in) >= 240;
     take_struct_size(c, in, which == 0   ? sizeof(fo_bias_scale_relu_backward_args)
                             : which == 1 ? sizeof(fo_reduce_sum_args)
-                                         : sizeof(fo_norm_backward_args));
+                            : which == 2 ? sizeof(fo_norm_backward_args)
+                                         : sizeof(fo_dyt_args));
     if (c->device_type != FO_DEVICE_CPU)
         must_fail(&c->v, "device_type %d (a CPU-only build)", c->device_type);
     if (c->rows < 0 || c->cols < 0)
@@ -2146,7 +2342,8 @@ static void run_query(call *c, input *in) {
         may_fail(&c->v); /* a size no operand (dy, h, mean, ...) can have */
     static const char *const names[] = {"fo_bias_scale_relu_backward_workspace_bytes",
                                         "fo_reduce_sum_workspace_bytes",
-                                        "fo_norm_backward_workspace_bytes"};
+                                        "fo_norm_backward_workspace_bytes",
+                                        "fo_dyt_backward_workspace_bytes"};
     snprintf(call_text, sizeof call_text,
              "%s device %d rows/numel %" PRId64 " cols %" PRId64 " dtype %d bytes %s "
              "struct_size %" PRId64 "%s; model: %s%s",
@@ -2175,7 +2372,7 @@ static void run_query(call *c, input *in) {
         a.out = a.x = PLACEHOLDER;
         a.numel = c->rows; /* the query's rows stand for numel */
         status = call_with_struct(c, &a, sizeof a, enter_reduce_sum_query, bytes);
-    } else {
+    } else if (which == 2) {
         fo_norm_backward_args a = norm_backward_struct(c);
         a.dweight = PLACEHOLDER;
         a.dbias = c->rows & 1 ? PLACEHOLDER : 0;
@@ -2184,6 +2381,14 @@ static void run_query(call *c, input *in) {
         a.h_dtype = a.param_dtype = c->dtype;
         a.kind = FO_NORM_LAYER;
         status = call_with_struct(c, &a, sizeof a, enter_norm_query, bytes);
+    } else {
+        c->param_dtype = c->dtype;
+        fo_dyt_args a = dyt_struct(c);
+        a.dweight = PLACEHOLDER;
+        a.dalpha = c->rows & 1 ? PLACEHOLDER : 0;
+        a.dy = a.x = a.alpha = a.weight = PLACEHOLDER;
+        a.dy_row_stride = a.x_row_stride = c->cols;
+        status = call_with_struct(c, &a, sizeof a, enter_dyt_query, bytes);
     }
     if (status != FO_OK) {
         if (c->v.level == PASS)
@@ -2259,6 +2464,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     case GEGLU_BACKWARD: decode_geglu(&c, &in, 1); break;
     case CLAMPED_FORWARD: decode_clamped(&c, &in, 0); break;
     case CLAMPED_BACKWARD: decode_clamped(&c, &in, 1); break;
+    case DYT_FORWARD: decode_dyt(&c, &in, 0); break;
+    case DYT_BACKWARD: decode_dyt(&c, &in, 1); break;
     case ROPE_FORWARD:
     case ROPE_BACKWARD: decode_rope(&c, &in); break;
     default: run_query(&c, &in); return 0;
