@@ -2,6 +2,7 @@
  * compiled once for each instruction set (cpu_kernels.h) and chosen at load. They compute in
  * double and round once. */
 #include <math.h>
+#include <string.h>
 
 #include "cpu_convert.h"
 #include "cpu_kernels.h"
@@ -63,7 +64,7 @@ static void backward_piece(const fo_dyt_args *a, double alpha, int64_t r, int64_
 static void backward_columns(const void *ctx, int64_t k0, int64_t k1) {
     const fo_dyt_args *a = ctx;
     double dweight[CPU_CHUNK], dbias[CPU_CHUNK];
-    double *alpha_parts = (double *)a->workspace;
+    unsigned char *alpha_parts = (unsigned char *)a->workspace; /* any alignment: memcpy */
     const double alpha = alpha_of(a);
     for (int64_t k = k0; k < k1; k++) {
         const int64_t c0 = k * CPU_CHUNK;
@@ -75,7 +76,7 @@ static void backward_columns(const void *ctx, int64_t k0, int64_t k1) {
                            &dalpha);
         if (a->dweight) fo_cpu_store((void *)a->dweight, c0, dweight, n, a->param_dtype);
         if (a->dbias) fo_cpu_store((void *)a->dbias, c0, dbias, n, a->param_dtype);
-        if (a->dalpha) alpha_parts[k] = dalpha;
+        if (a->dalpha) memcpy(alpha_parts + k * sizeof dalpha, &dalpha, sizeof dalpha);
     }
 }
 
@@ -100,6 +101,10 @@ void FO_CPU(dyt_backward)(const fo_dyt_args *a) {
     fo_cpu_parallel(chunks, a->rows * fo_cpu_chunk_width(a->cols), backward_columns, a);
     if (!a->dalpha) return;
     double dalpha = 0.0; /* the chunks' parts in chunk order: the same bits on any thread count */
-    for (int64_t k = 0; k < chunks; k++) dalpha += ((const double *)a->workspace)[k];
+    for (int64_t k = 0; k < chunks; k++) {
+        double part;
+        memcpy(&part, (const unsigned char *)a->workspace + k * sizeof part, sizeof part);
+        dalpha += part;
+    }
     fo_cpu_store((void *)a->dalpha, 0, &dalpha, 1, a->param_dtype);
 }

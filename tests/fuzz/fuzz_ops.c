@@ -2240,15 +2240,6 @@ static const char *known_bug(const call *c) {
 #ifndef FUZZ_STRICT
     /* Add an entry here (with the file, line and input) to keep CI green
      * while a reported library bug awaits its fix. */
-    /* lib/cpu/dyt.c:78 and :103 store and load dalpha's partial sums as
-     * doubles in the workspace, which the header does not require aligned
-     * (nor does fo_check_workspace): a workspace at an odd address is a
-     * misaligned store (UBSan). Input: fd+3//iNjSw/soWNF/SyLwEAAAAAAAAASLKy
-     * ssbGJ1WNzQEAAH8AAAAVf38AjZ092XPy (base64). The other modes place it
-     * aligned. */
-    if (c->op == DYT_BACKWARD && c->o[DB_DALPHA].passed && c->o[DB_WS].mode == ELEMENT_ALIGNED &&
-        c->v.level != FAIL)
-        return "DyT's CPU backward assumes an 8-byte-aligned workspace";
 #endif
     (void)c;
     return NULL;
