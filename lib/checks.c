@@ -63,6 +63,18 @@ int fo_check_dtype(const char *op, const char *name, int dtype) {
     return FO_OK;
 }
 
+int fo_check_companion_dtype(const char *op, const char *name, int value, int dtype) {
+    int status = fo_check_dtype(op, name, value);
+    if (status) return status;
+    int half = dtype == FO_DTYPE_F16 || dtype == FO_DTYPE_BF16;
+    if (value != dtype && !(half && value == FO_DTYPE_F32))
+        return fo_fail(FO_ERR_UNSUPPORTED_DTYPE,
+                       "%s: %s %s with dtype %s; it must be %s, or float32 "
+                       "when dtype is float16/bfloat16",
+                       op, name, fo_dtype_name(value), fo_dtype_name(dtype), fo_dtype_name(dtype));
+    return FO_OK;
+}
+
 int fo_check_shape(const char *op, int64_t rows, int64_t cols) {
     if (rows < 0 || cols < 0)
         return fo_fail(FO_ERR_INVALID_ARGUMENT,

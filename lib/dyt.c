@@ -11,15 +11,8 @@ static int check_inputs(const char *op, const fo_dyt_args *c) {
     if ((status = fo_check_device(op, c->device_type, c->device_index)) ||
         (status = fo_check_shape(op, c->rows, c->cols)) ||
         (status = fo_check_dtype(op, "dtype", c->dtype)) ||
-        (status = fo_check_dtype(op, "param_dtype", c->param_dtype)))
-        return status;
-    const int half_x = c->dtype == FO_DTYPE_F16 || c->dtype == FO_DTYPE_BF16;
-    if (c->param_dtype != c->dtype && !(half_x && c->param_dtype == FO_DTYPE_F32))
-        return fo_fail(FO_ERR_UNSUPPORTED_DTYPE,
-                       "%s: param_dtype %s with x dtype %s; alpha, weight and bias must have "
-                       "x's dtype, or float32 when x is float16/bfloat16",
-                       op, fo_dtype_name(c->param_dtype), fo_dtype_name(c->dtype));
-    if ((status =
+        (status = fo_check_companion_dtype(op, "param_dtype", c->param_dtype, c->dtype)) ||
+        (status =
              fo_check_operand(op, "x", c->x, c->x_row_stride, c->rows, c->cols, c->dtype, 0)) ||
         (status = fo_check_operand(op, "alpha", c->alpha, 1, 1, 1, c->param_dtype, 0)) ||
         (status =
@@ -89,9 +82,8 @@ int fo_dyt_backward(const fo_dyt_args *args) {
         (status = check_backward(op, &c)) ||
         (status = fo_check_workspace(op, c.workspace, c.workspace_bytes, backward_workspace(&c))))
         return status;
-    /* no elements: the parameter gradients are still written (zeros) */
-    if (!c.dx && !c.dalpha && !c.dweight && !c.dbias) return FO_OK;
-    if ((c.rows == 0 || c.cols == 0) && !c.dalpha && !c.dweight && !c.dbias) return FO_OK;
+    /* without elements the parameter gradients are still written (zeros) */
+    if (!c.dalpha && !c.dweight && !c.dbias && (!c.dx || c.rows == 0 || c.cols == 0)) return FO_OK;
     if (c.device_type == FO_DEVICE_CUDA) return fo_cuda_dyt_backward(c.device_index, c.stream, &c);
     fo_cpu()->dyt_backward(&c);
     return FO_OK;

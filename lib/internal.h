@@ -25,6 +25,9 @@ const char *fo_dtype_name(int dtype);
  * a message naming `op` and the offending value and returns the status. */
 int fo_check_device(const char *op, int device_type, int device_index);
 int fo_check_dtype(const char *op, const char *name, int dtype);
+/* A companion's dtype code (weight, bias, residual): `dtype`, or float32
+ * beside a half `dtype`. */
+int fo_check_companion_dtype(const char *op, const char *name, int value, int dtype);
 int fo_check_shape(const char *op, int64_t rows, int64_t cols);
 int fo_check_operand(const char *op, const char *name, uintptr_t address, int64_t row_stride,
                      int64_t rows, int64_t cols, int dtype, int optional);

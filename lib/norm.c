@@ -16,26 +16,13 @@
 
 /* --- argument checks ---------------------------------------------------- */
 
-/* A dtype that must equal `dtype`, or be float32 beside a half `dtype`. */
-static int check_companion_dtype(const char *op, const char *name, int value, int dtype) {
-    int status = fo_check_dtype(op, name, value);
-    if (status) return status;
-    int half = dtype == FO_DTYPE_F16 || dtype == FO_DTYPE_BF16;
-    if (value != dtype && !(half && value == FO_DTYPE_F32))
-        return fo_fail(FO_ERR_UNSUPPORTED_DTYPE,
-                       "%s: %s %s with dtype %s; it must be %s, or float32 "
-                       "when dtype is float16/bfloat16",
-                       op, name, fo_dtype_name(value), fo_dtype_name(dtype), fo_dtype_name(dtype));
-    return FO_OK;
-}
-
 static int check_norm_common(const char *op, int device_type, int device_index, int64_t rows,
                              int64_t cols, int dtype, int param_dtype, int kind, double dropout_p) {
     int status;
     if ((status = fo_check_device(op, device_type, device_index)) ||
         (status = fo_check_shape(op, rows, cols)) ||
         (status = fo_check_dtype(op, "dtype", dtype)) ||
-        (status = check_companion_dtype(op, "param_dtype", param_dtype, dtype)))
+        (status = fo_check_companion_dtype(op, "param_dtype", param_dtype, dtype)))
         return status;
     if (kind != FO_NORM_LAYER && kind != FO_NORM_RMS)
         return fo_fail(FO_ERR_INVALID_ARGUMENT,
@@ -74,7 +61,7 @@ int fo_norm_forward(const fo_norm_forward_args *args) {
         return fo_fail(FO_ERR_INVALID_ARGUMENT, "%s: RMSNorm takes no bias (bias=0x%" PRIxPTR ")",
                        op, c.bias);
     if (c.residual) {
-        if ((status = check_companion_dtype(op, "residual_dtype", c.residual_dtype, c.dtype)))
+        if ((status = fo_check_companion_dtype(op, "residual_dtype", c.residual_dtype, c.dtype)))
             return status;
         if (!c.residual_out && c.rows > 0 && c.cols > 0)
             return fo_fail(FO_ERR_INVALID_ARGUMENT,
@@ -136,7 +123,7 @@ static int check_backward(const char *op, const fo_norm_backward_args *c) {
     int status;
     if ((status = check_norm_common(op, c->device_type, c->device_index, c->rows, c->cols, c->dtype,
                                     c->param_dtype, c->kind, c->dropout_p)) ||
-        (status = check_companion_dtype(op, "h_dtype", c->h_dtype, c->dtype)))
+        (status = fo_check_companion_dtype(op, "h_dtype", c->h_dtype, c->dtype)))
         return status;
     if (c->kind == FO_NORM_RMS && c->dbias)
         return fo_fail(FO_ERR_INVALID_ARGUMENT,

@@ -27,7 +27,6 @@ from .._ffi import SYNC, ffi, finish, lib
 # the raw calls -------------------------------------------------------------------------
 
 _DYT = ffi.typeof("fo_dyt_args *")
-_HALVES = (torch.float16, torch.bfloat16)
 
 
 def check_dyt(fn, x, alpha, weight, bias):
@@ -48,7 +47,7 @@ def check_dyt(fn, x, alpha, weight, bias):
                 f"{fn}: {name} has shape {tuple(param.shape)} but must be ({x.shape[-1]},), "
                 f"the last dimension of x (x has shape {tuple(x.shape)})"
             )
-    if weight.dtype is not x.dtype and not (x.dtype in _HALVES and weight.dtype is torch.float32):
+    if weight.dtype is not x.dtype and not (x.dtype in _args.HALF_DTYPES and weight.dtype is torch.float32):
         raise TypeError(
             f"{fn}: the parameters have dtype {weight.dtype} but x has {x.dtype}; they must have x's dtype, "
             "or float32 when x is float16/bfloat16"
