@@ -426,15 +426,16 @@ def tolerance_scales(ref, op, inputs, dy):
             for i in range(2, len(ref))
         ]
     elif op == "dyt":
-        # y = w t + b and dx = dy w alpha (1 - t^2) are sums and differences
-        # that eager rounds term by term (t, w t and y; 1 - t^2): within two
-        # roundings of the terms' magnitudes for y, one for dx; dalpha is a
-        # sum over all elements, dweight and dbias over rows
+        # y = w t + b and dx = dy w alpha (1 - t^2) are sums and products
+        # that eager rounds term by term (t, w t and y; dy w, its product
+        # with 1 - t^2 and with alpha): within two roundings of the terms'
+        # magnitudes for y, three for dx; dalpha is a sum over all elements,
+        # dweight and dbias over rows
         x, alpha, w, b = (t.detach().float() for t in inputs)
         t = torch.tanh(alpha * x)
         column = dy.abs().float().sum(0)
         dyw = (dy.float() * w).abs()
-        scales = [2 * ((w * t).abs() + b.abs()), dyw * alpha.abs(), (dyw * x * (1 - t * t)).abs().sum().reshape(1)]
+        scales = [2 * ((w * t).abs() + b.abs()), 3 * dyw * alpha.abs(), (dyw * x * (1 - t * t)).abs().sum().reshape(1)]
         scales += [column, column]
     elif len(ref) > 1:
         scales.append(ref[1].abs().float())
