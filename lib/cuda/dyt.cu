@@ -209,9 +209,9 @@ extern "C" int fo_cuda_dyt_forward(int device_index, uintptr_t stream, const fo_
                                  int64_t(g.grid.y) * g.block.y >= a->rows &&
                                  int64_t(g.grid.x) * g.block.x <= int64_t(UINT32_MAX);
                 dispatch_access<T>(vec, chunks, [&](auto access) {
-                    (one ? dyt_forward_kernel<T, P, access.value, true>
-                         : dyt_forward_kernel<T, P, access.value,
-                                              false>)<<<g.grid, g.block, 0, cudaStream_t(stream)>>>(
+                    const auto kernel = one ? dyt_forward_kernel<T, P, access.value, true>
+                                            : dyt_forward_kernel<T, P, access.value, false>;
+                    kernel<<<g.grid, g.block, 0, cudaStream_t(stream)>>>(
                         y, x, a->x_row_stride, reinterpret_cast<const P *>(a->alpha),
                         reinterpret_cast<const P *>(a->weight),
                         reinterpret_cast<const P *>(a->bias), a->rows, a->cols);
