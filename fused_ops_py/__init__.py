@@ -16,6 +16,7 @@ from .ops.bias_scale_relu import fused_bias_scale_relu, relu
 from .ops.clamped_swiglu import fused_clamped_swiglu
 from .ops.cross_entropy import fused_cross_entropy
 from .ops.dyt import fused_dyt
+from .ops.quantize_fp8 import fused_quantize_fp8
 from .ops.geglu import fused_geglu
 from .ops.linear_cross_entropy import fused_linear_cross_entropy
 from .ops.norm import fused_add_layer_norm, fused_add_rms_norm, fused_layer_norm, fused_rms_norm
@@ -51,6 +52,7 @@ __all__ = [
     "fused_clamped_swiglu",
     "fused_cross_entropy",
     "fused_dyt",
+    "fused_quantize_fp8",
     "fused_geglu",
     "fused_layer_norm",
     "fused_linear_cross_entropy",

@@ -721,6 +721,51 @@ FO_API int fo_dyt_forward(const fo_dyt_args *args);
 FO_API int fo_dyt_backward_workspace_bytes(const fo_dyt_args *args, int64_t *bytes);
 FO_API int fo_dyt_backward(const fo_dyt_args *args);
 
+/*
+ * FP8 quantization with a dynamic scale, as torchao.float8 computes it:
+ *   amax  = the largest |x| among the finite elements (NaN and inf are left
+ *           out) of a row (FO_FP8_ROWWISE) or of the tensor
+ *           (FO_FP8_TENSORWISE), in float32;
+ *   q     = float32(fp8_max / double(max(amax, 1e-12))), for rowwise then
+ *           rounded down to a power of two;
+ *   y     = fp8(clamp(float32(x) * q, -fp8_max, fp8_max)), to nearest, ties
+ *           to even (NaN stays NaN, as 0x7F; inf saturates);
+ *   scale = float32(1 / q), the dequantization factor: x ~ y * scale, as
+ *           torch._scaled_mm takes it.
+ *   y:        output, rows x cols, dense, fp8_dtype (optional when y_t is
+ *             given).
+ *   y_t:      output, optional, cols x rows, dense: y transposed, for the
+ *             GEMMs that reduce over rows (FO_FP8_TENSORWISE only).
+ *   scale:    output, float32, one a row (rowwise) or one.
+ *   amax:     output, optional, float32, like scale.
+ *   x:        rows x cols with row stride x_row_stride, `dtype`.
+ *   workspace: fo_quantize_fp8_workspace_bytes (tensorwise needs one).
+ * Empty x still writes its scales (amax 0).
+ */
+enum fo_fp8_dtype { FO_FP8_E4M3 = 0, FO_FP8_E5M2 = 1 };
+enum fo_fp8_recipe { FO_FP8_TENSORWISE = 0, FO_FP8_ROWWISE = 1 };
+
+typedef struct fo_quantize_fp8_args {
+    int64_t struct_size; /* sizeof(fo_quantize_fp8_args) */
+    int32_t device_type, device_index;
+    uintptr_t stream;
+    uintptr_t y, y_t, scale, amax;
+    uintptr_t workspace;
+    int64_t workspace_bytes;
+    uintptr_t x;
+    int64_t x_row_stride; /* elements */
+    int64_t rows, cols;
+    int32_t dtype;
+    int32_t fp8_dtype; /* enum fo_fp8_dtype */
+    int32_t recipe; /* enum fo_fp8_recipe */
+    int32_t reserved; /* 0 */
+} fo_quantize_fp8_args;
+
+/* Bytes of workspace the call with these arguments needs (workspace fields
+ * not read); the arguments are checked as the call checks them. */
+FO_API int fo_quantize_fp8_workspace_bytes(const fo_quantize_fp8_args *args, int64_t *bytes);
+FO_API int fo_quantize_fp8(const fo_quantize_fp8_args *args);
+
 /* FO_CDEF_END */
 
 #ifdef __cplusplus

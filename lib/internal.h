@@ -233,7 +233,8 @@ static inline int64_t fo_mask_row_bytes(int64_t cols) { return (cols + 7) / 8; }
     X(cross_entropy, fo_cross_entropy_params)                       \
     X(scale_rows, fo_scale_rows_params)                             \
     X(dyt_forward, fo_dyt_args)                                     \
-    X(dyt_backward, fo_dyt_args)
+    X(dyt_backward, fo_dyt_args)                                    \
+    X(quantize_fp8, fo_quantize_fp8_args)
 
 #define FO_CUDA_DECLARE(name, type) \
     int fo_cuda_##name(int device_index, uintptr_t stream, const type *a);
@@ -246,7 +247,8 @@ FO_CUDA_LAUNCHERS(FO_CUDA_DECLARE)
     X(reduce_sum, fo_reduce_sum_args)                             \
     X(bias_scale_relu_backward, fo_bias_scale_relu_backward_args) \
     X(norm_backward, fo_norm_backward_params)                     \
-    X(dyt_backward, fo_dyt_args)
+    X(dyt_backward, fo_dyt_args)                                  \
+    X(quantize_fp8, fo_quantize_fp8_args)
 
 #define FO_CUDA_DECLARE_WORKSPACE(name, type) \
     int64_t fo_cuda_##name##_workspace_bytes(int device_index, const type *a);

@@ -36,7 +36,8 @@
     X(cross_entropy, fo_cross_entropy_params, isa)                       \
     X(scale_rows, fo_scale_rows_params, isa)                             \
     X(dyt_forward, fo_dyt_args, isa)                                     \
-    X(dyt_backward, fo_dyt_args, isa)
+    X(dyt_backward, fo_dyt_args, isa)                                    \
+    X(quantize_fp8, fo_quantize_fp8_args, isa)
 
 #define FO_CPU_FIELD(name, type, isa) void (*name)(const type *a);
 #define FO_CPU_DECLARE(name, type, isa) void FO_CPU_NAME(name, isa)(const type *);

@@ -1,0 +1,138 @@
+"""FP8 quantization with a dynamic scale, rowwise or tensorwise, and the
+transposed copy for the GEMMs that reduce over rows (fo_quantize_fp8).
+
+The scales are torchao.float8's: q = fp8_max / amax (amax over the finite
+values, at least 1e-12), rounded down to a power of two for rowwise; the
+output is clamp(x * q) in FP8, and the scale returned is 1 / q, the
+dequantization factor that torch._scaled_mm takes."""
+
+from typing import Tuple
+
+import torch
+from torch import Tensor
+
+from .. import _args
+from .._args import DTYPE_CODES, as_rows
+from .._core import AVAILABLE, call_struct, compiling, cuda_index, custom_op, new_struct, prepared, scratch
+from .._ffi import SYNC, ffi, finish, lib
+
+# the raw call ----------------------------------------------------------------------------
+
+_QUANTIZE = ffi.typeof("fo_quantize_fp8_args *")
+FP8_CODES = {torch.float8_e4m3fn: lib.FO_FP8_E4M3, torch.float8_e5m2: lib.FO_FP8_E5M2}
+RECIPES = {"tensorwise": lib.FO_FP8_TENSORWISE, "rowwise": lib.FO_FP8_ROWWISE}
+
+
+def check_quantize(fn, x, recipe, dtype, transpose):
+    _args.check_tensor(fn, "x", x)
+    if x.dim() == 0:
+        raise ValueError(f"{fn}: x is 0-d; quantization works over rows of a last dimension")
+    if recipe not in RECIPES:
+        raise ValueError(f"{fn}: recipe={recipe!r}; it must be 'rowwise' or 'tensorwise'")
+    if dtype not in FP8_CODES:
+        raise TypeError(f"{fn}: dtype={dtype}; it must be torch.float8_e4m3fn or torch.float8_e5m2")
+    if transpose and recipe != "tensorwise":
+        raise ValueError(
+            f"{fn}: transpose=True needs recipe='tensorwise' (one scale fits both copies), got recipe={recipe!r}"
+        )
+
+
+def scale_shape(x, recipe):
+    """[rows..., 1] for rowwise (x's leading dimensions), () for tensorwise."""
+    return (*x.shape[:-1], 1) if recipe == "rowwise" else ()
+
+
+def _quantize_plan(fn, x, recipe, dtype, transpose):
+    check_quantize(fn, x, recipe, dtype, transpose)
+    _, rows, cols, stride = as_rows(x)
+    device = (lib.FO_DEVICE_CUDA if x.is_cuda else lib.FO_DEVICE_CPU, max(x.get_device(), 0))
+    template = new_struct(
+        _QUANTIZE,
+        device,
+        x_row_stride=stride,
+        rows=rows,
+        cols=cols,
+        dtype=DTYPE_CODES[x.dtype],
+        fp8_dtype=FP8_CODES[dtype],
+        recipe=RECIPES[recipe],
+    )
+    return template, cuda_index(x), []
+
+
+_quantize_plans = {}
+_quantize_workspaces = {}
+
+
+def quantize_fp8(fn, x, recipe, dtype, transpose):
+    """(y, scale, y_t or None)."""
+    try:
+        key = (x.shape, x.stride(), x.dtype, x.device, recipe, dtype, transpose)
+    except AttributeError:  # not a tensor: the checks name what is wrong
+        key = None
+    template, index, free = prepared(_quantize_plans, key, _quantize_plan, fn, x, recipe, dtype, transpose)
+    a = call_struct(_QUANTIZE, template, index, free)
+    rows_view = as_rows(x)[0]
+    a.x = rows_view.data_ptr()
+    y = torch.empty(x.shape, dtype=dtype, device=x.device)
+    scale = torch.empty(scale_shape(x, recipe), dtype=torch.float32, device=x.device)
+    y_t = torch.empty((a.cols, a.rows), dtype=dtype, device=x.device) if transpose else None
+    a.y, a.scale = y.data_ptr(), scale.data_ptr()
+    a.y_t = y_t.data_ptr() if transpose else 0
+    workspace = scratch(_quantize_workspaces, key, lib.fo_quantize_fp8_workspace_bytes, a, x)
+    a.workspace, a.workspace_bytes = (workspace.data_ptr(), workspace.numel()) if workspace is not None else (0, 0)
+    status = lib.fo_quantize_fp8(a)
+    if status or SYNC:
+        finish(lib.fo_quantize_fp8, status, (a.device_type, a.device_index))
+    free.append(a)
+    return y, scale, y_t
+
+
+# torch.compile ---------------------------------------------------------------------------
+
+
+def _register():
+    """The op torch.compile sees (torch.library). FP8 outputs carry no
+    gradient, so it has no autograd."""
+
+    @custom_op("fused_ops_py::quantize_fp8", mutates_args=())
+    def quantize_fp8_op(x: Tensor, recipe: str, dtype: torch.dtype, transpose: bool) -> Tuple[Tensor, Tensor, Tensor]:
+        y, scale, y_t = quantize_fp8("fused_ops_py::quantize_fp8", x, recipe, dtype, transpose)
+        return y, scale, y_t if y_t is not None else y.new_empty(0)
+
+    @quantize_fp8_op.register_fake
+    def _(x, recipe, dtype, transpose):
+        rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
+        return (
+            x.new_empty(x.shape, dtype=dtype),
+            x.new_empty(scale_shape(x, recipe), dtype=torch.float32),
+            x.new_empty((x.shape[-1], rows) if transpose else (0,), dtype=dtype),
+        )
+
+
+if AVAILABLE:
+    _register()
+
+
+# the public function ---------------------------------------------------------------------
+
+
+def fused_quantize_fp8(x, *, recipe="rowwise", dtype=torch.float8_e4m3fn, transpose=False):
+    """x as FP8 with a dynamic scale: (x_fp8, scale), and with
+    transpose=True (tensorwise only) also x_fp8's transpose, rows x cols ->
+    cols x rows over x's leading dimensions, written in the same pass:
+    (x_fp8, scale, x_fp8_t).
+
+    scale is the float32 dequantization factor, x ~ x_fp8.float() * scale,
+    as torch._scaled_mm takes it: one a row (shape x.shape[:-1] + (1,)),
+    each row's amax mapped to within a factor of 2 of the format's max (a
+    power-of-two scale) for recipe="rowwise"; one for the tensor (0-d), its
+    amax mapped to the max, for "tensorwise". amax counts the finite values:
+    NaN stays NaN (code 0x7F), inf saturates to the max, and an all-zero row
+    gives zeros and a finite scale. No gradient flows through it."""
+    fn = "fused_quantize_fp8"
+    if compiling():
+        check_quantize(fn, x, recipe, dtype, transpose)
+        y, scale, y_t = torch.ops.fused_ops_py.quantize_fp8(x, recipe, dtype, transpose)
+    else:
+        y, scale, y_t = quantize_fp8(fn, x, recipe, dtype, transpose)
+    return (y, scale, y_t) if transpose else (y, scale)

@@ -1,0 +1,77 @@
+/* quantize_fp8.c: FP8 quantization with a dynamic scale (rowwise or
+ * tensorwise, optionally with the transposed copy): argument checks and
+ * CPU/CUDA dispatch (the CPU kernels: cpu/quantize_fp8.c). */
+#include "cpu/cpu_kernels.h"
+#include "internal.h"
+
+/* An FP8 operand has no dtype code of fo_dtype's; a code whose size is
+ * unknown makes fo_check_operand skip the alignment check (1-byte
+ * elements need none). */
+#define FP8_OPERAND (-1)
+
+static int check_call(const char *op, const fo_quantize_fp8_args *c) {
+    int status;
+    if ((status = fo_check_device(op, c->device_type, c->device_index)) ||
+        (status = fo_check_shape(op, c->rows, c->cols)) ||
+        (status = fo_check_dtype(op, "dtype", c->dtype)) ||
+        (status = fo_check_reserved(op, c->reserved)))
+        return status;
+    if (c->fp8_dtype != FO_FP8_E4M3 && c->fp8_dtype != FO_FP8_E5M2)
+        return fo_fail(FO_ERR_UNSUPPORTED_DTYPE,
+                       "%s: fp8_dtype=%d is not an FP8 dtype code (e4m3=0, e5m2=1)", op,
+                       c->fp8_dtype);
+    if (c->recipe != FO_FP8_TENSORWISE && c->recipe != FO_FP8_ROWWISE)
+        return fo_fail(FO_ERR_INVALID_ARGUMENT,
+                       "%s: recipe=%d is not a recipe code (tensorwise=0, rowwise=1)", op,
+                       c->recipe);
+    if (c->y_t && c->recipe != FO_FP8_TENSORWISE)
+        return fo_fail(FO_ERR_INVALID_ARGUMENT,
+                       "%s: y_t (the transposed copy) needs recipe=0 (tensorwise), got recipe=%d",
+                       op, c->recipe);
+    if (!c->y && !c->y_t)
+        return fo_fail(FO_ERR_INVALID_ARGUMENT, "%s: y and y_t are both null; give one or both",
+                       op);
+    const int64_t scales = c->recipe == FO_FP8_ROWWISE ? c->rows : 1;
+    if ((status =
+             fo_check_operand(op, "x", c->x, c->x_row_stride, c->rows, c->cols, c->dtype, 0)) ||
+        (status = fo_check_operand(op, "y", c->y, c->cols, c->rows, c->cols, FP8_OPERAND, 1)) ||
+        (status = fo_check_operand(op, "y_t", c->y_t, c->rows, c->cols, c->rows, FP8_OPERAND, 1)) ||
+        (status = fo_check_operand(op, "scale", c->scale, scales, 1, scales, FO_DTYPE_F32, 0)) ||
+        (status = fo_check_operand(op, "amax", c->amax, scales, 1, scales, FO_DTYPE_F32, 1)))
+        return status;
+    return FO_OK;
+}
+
+/* The workspace of a checked call: tensorwise keeps per-part maxima. */
+static int64_t workspace_bytes(const fo_quantize_fp8_args *c) {
+    if (c->recipe != FO_FP8_TENSORWISE) return 0;
+    if (c->device_type == FO_DEVICE_CUDA)
+        return fo_cuda_quantize_fp8_workspace_bytes(c->device_index, c);
+    return (c->rows > 0 ? c->rows : 1) * (int64_t)sizeof(float);
+}
+
+#define ARGS_FIRST FO_ARGS_END(fo_quantize_fp8_args, reserved)
+
+int fo_quantize_fp8_workspace_bytes(const fo_quantize_fp8_args *args, int64_t *bytes) {
+    static const char op[] = "fo_quantize_fp8_workspace_bytes";
+    fo_quantize_fp8_args c;
+    int status;
+    if ((status = fo_read_args(op, "fo_quantize_fp8_args", &c, sizeof c, ARGS_FIRST, args)) ||
+        (status = fo_check_bytes_pointer(op, bytes)) || (status = check_call(op, &c)))
+        return status;
+    *bytes = workspace_bytes(&c);
+    return FO_OK;
+}
+
+int fo_quantize_fp8(const fo_quantize_fp8_args *args) {
+    static const char op[] = "fo_quantize_fp8";
+    fo_quantize_fp8_args c;
+    int status;
+    if ((status = fo_read_args(op, "fo_quantize_fp8_args", &c, sizeof c, ARGS_FIRST, args)) ||
+        (status = check_call(op, &c)) ||
+        (status = fo_check_workspace(op, c.workspace, c.workspace_bytes, workspace_bytes(&c))))
+        return status;
+    if (c.device_type == FO_DEVICE_CUDA) return fo_cuda_quantize_fp8(c.device_index, c.stream, &c);
+    fo_cpu()->quantize_fp8(&c);
+    return FO_OK;
+}
