@@ -121,6 +121,8 @@ def opcheck_samples(device):
         (ops.rope, (q, k, cos, sin, 1, True)),
         (ops.rope, (q.transpose(1, 2), k.transpose(1, 2), cos[0], sin[0], 2, False)),
         (ops.reduce_sum, (x,)),
+        (ops.quantize_fp8, (x.detach(), "rowwise", torch.float8_e4m3fn, False)),  # no gradient
+        (ops.quantize_fp8, (x.detach(), "tensorwise", torch.float8_e5m2, True)),
         (ops.norm, (x, None, weight, bias, norm_op.LAYER, 1e-5, 0.0, [24], none)),
         (ops.norm, (x, residual, weight, None, norm_op.RMS, 1e-6, 0.0, [24], none)),
         (ops.norm, (x, residual, weight, bias, norm_op.LAYER, 1e-5, 0.25, [24], seed)),

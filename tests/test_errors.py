@@ -80,6 +80,11 @@ def cases(d):
         (lambda: fo.fused_dyt(X, torch.ones(2, device=d), W, W), ValueError, ["fused_dyt", "alpha", "(2,)"]),
         (lambda: fo.fused_dyt(X, W[:1], torch.ones(7, device=d)), ValueError, ["weight", "(7,)", "(8,)"]),
         (lambda: fo.fused_dyt(X, W[:1].double(), W.double()), TypeError, ["float64", "x has torch.float32"]),
+        (
+            lambda: fo.fused_quantize_fp8(X, recipe="blockwise"),
+            ValueError,
+            ["fused_quantize_fp8", "recipe='blockwise'"],
+        ),
         (lambda: fo.FusedDyT(8).to(d)(torch.randn(3, 5, device=d)), ValueError, ["weight", "(8,)", "(3, 5)"]),
         (lambda: fo.fused_swiglu(X.int(), R), TypeError, ["gate", "int32"]),
         (lambda: fo.fused_geglu(X, torch.randn(4, 9, device=d)), ValueError, ["fused_geglu", "(4, 9)"]),
