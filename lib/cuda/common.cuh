@@ -571,7 +571,9 @@ inline RowGeometry dense_geometry(int64_t cols) {
 // microseconds, not the hundreds of one thread walking them in turn.
 constexpr int kFinishLanes = 16;
 
-template <typename A, typename Out>
+// SCALAR: the launch has the scalar's row of blocks (without it, the
+// kernel is the column sums alone, as the norms and relu time it).
+template <typename A, typename Out, bool SCALAR>
 __global__ void __launch_bounds__(32 * kFinishLanes)
     column_partials_finish_kernel(Out *__restrict__ first, Out *__restrict__ second,
                                   const A *__restrict__ partials, int64_t groups, int64_t cols,
@@ -583,7 +585,7 @@ __global__ void __launch_bounds__(32 * kFinishLanes)
     // and visible past this point (a no-op in a plain launch)
     cudaGridDependencySynchronize();
 #endif
-    if (blockIdx.y == 2) {  // the scalar: one block, its lanes in a fixed order
+    if (SCALAR && blockIdx.y == 2) {  // the scalar: one block, its lanes in a fixed order
         if (blockIdx.x != 0) return;
         const int lane = int(threadIdx.y * 32 + threadIdx.x);
         A sum = 0;
@@ -658,8 +660,10 @@ void finish_column_partials(Out *first, Out *second, const A *partials, int64_t 
     config.stream = stream;
     config.attrs = &early;
     config.numAttrs = current_device_has_dependent_launch() ? 1 : 0;
-    cudaLaunchKernelEx(&config, column_partials_finish_kernel<A, Out>, first, second, partials,
-                       groups, cols, scalar, scalar_partials,
+    cudaLaunchKernelEx(&config,
+                       scalar ? column_partials_finish_kernel<A, Out, true>
+                              : column_partials_finish_kernel<A, Out, false>,
+                       first, second, partials, groups, cols, scalar, scalar_partials,
                        scalar_count);  // an error stays for launch_on
 }
 

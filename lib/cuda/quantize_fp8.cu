@@ -157,10 +157,23 @@ __global__ void __launch_bounds__(kThreads)
     }
 }
 
+// The row and first column of chunk k of the chunks of all rows, in one
+// index: FLAT (a dense x taken as one row, the launcher's doing) needs no
+// 64-bit division, which otherwise costs more than the loads it addresses.
+template <bool FLAT>
+__device__ __forceinline__ void chunk_at(int64_t k, int64_t chunks, int64_t &row, int64_t &c0) {
+    if constexpr (FLAT) {
+        row = 0;
+        c0 = k * kChunk;
+    } else {
+        row = k / chunks;
+        c0 = (k - row * chunks) * kChunk;
+    }
+}
+
 // Tensorwise, first pass: partials[block] = the block's max over its
-// chunks (the chunks of all rows, in one index), four loads in flight a
-// thread.
-template <typename T, bool VEC>
+// chunks, four loads in flight a thread.
+template <typename T, bool VEC, bool FLAT>
 __global__ void __launch_bounds__(kThreads)
     amax_kernel(float *__restrict__ partials, const T *__restrict__ x, int64_t x_row_stride,
                 int64_t rows, int64_t cols) {
@@ -171,9 +184,9 @@ __global__ void __launch_bounds__(kThreads)
         float v[4][kChunk];
 #pragma unroll
         for (int u = 0; u < 4; u++) {
-            const int64_t k = k0 + u * step;
-            if (k < total)
-                load8<T, VEC>(v[u], x + k / chunks * x_row_stride, k % chunks * kChunk, cols);
+            int64_t r, c0;
+            chunk_at<FLAT>(k0 + u * step, chunks, r, c0);
+            if (k0 + u * step < total) load8<T, VEC>(v[u], x + r * x_row_stride, c0, cols);
         }
 #pragma unroll
         for (int u = 0; u < 4; u++)
@@ -200,7 +213,7 @@ __device__ float tensor_multiplier(const float *__restrict__ partials, int count
 }
 
 // Tensorwise cast, row-major copy only.
-template <typename T, bool VEC, bool E4M3>
+template <typename T, bool VEC, bool E4M3, bool FLAT>
 __global__ void __launch_bounds__(kThreads)
     tensorwise_cast_kernel(uint8_t *__restrict__ y, float *__restrict__ scale,
                            float *__restrict__ amax_out, const float *__restrict__ partials,
@@ -211,19 +224,16 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t step = int64_t(gridDim.x) * kThreads;
     for (int64_t k0 = blockIdx.x * int64_t(kThreads) + threadIdx.x; k0 < total; k0 += 4 * step) {
         float v[4][kChunk];
+        int64_t r[4], c0[4];
 #pragma unroll
         for (int u = 0; u < 4; u++) {
-            const int64_t k = k0 + u * step;
-            if (k < total)
-                load8<T, VEC>(v[u], x + k / chunks * x_row_stride, k % chunks * kChunk, cols);
+            chunk_at<FLAT>(k0 + u * step, chunks, r[u], c0[u]);
+            if (k0 + u * step < total) load8<T, VEC>(v[u], x + r[u] * x_row_stride, c0[u], cols);
         }
 #pragma unroll
-        for (int u = 0; u < 4; u++) {
-            const int64_t k = k0 + u * step;
-            if (k < total)
-                store8<VEC>(y + k / chunks * cols, k % chunks * kChunk, cols,
-                            encode8<E4M3>(v[u], q));
-        }
+        for (int u = 0; u < 4; u++)
+            if (k0 + u * step < total)
+                store8<VEC>(y + r[u] * cols, c0[u], cols, encode8<E4M3>(v[u], q));
     }
 }
 
@@ -322,14 +332,18 @@ static void launch(const fo_quantize_fp8_args *a, cudaStream_t stream) {
     }
     float *partials = reinterpret_cast<float *>(a->workspace);
     const int count = amax_blocks(a);
-    amax_kernel<T, VEC>
-        <<<count, kThreads, 0, stream>>>(partials, x, a->x_row_stride, a->rows, a->cols);
+    // a dense x is one row of rows * cols elements (VEC held for every row, so for it)
+    const bool flat = a->rows <= 1 || a->x_row_stride == a->cols;
+    const int64_t rows = flat ? 1 : a->rows, cols = flat ? a->rows * a->cols : a->cols;
+    const auto amax_pass = flat ? amax_kernel<T, VEC, true> : amax_kernel<T, VEC, false>;
+    amax_pass<<<count, kThreads, 0, stream>>>(partials, x, a->x_row_stride, rows, cols);
     if (!a->y_t) {
-        const int64_t work =
-            (a->rows * chunks_per_row(a->cols) + 4 * kThreads - 1) / (4 * kThreads);
+        const int64_t work = (rows * chunks_per_row(cols) + 4 * kThreads - 1) / (4 * kThreads);
         const int blocks = int(work < 1 ? 1 : work > kCastBlocks ? kCastBlocks : work);
-        tensorwise_cast_kernel<T, VEC, E4M3><<<blocks, kThreads, 0, stream>>>(
-            y, scale, amax, partials, count, x, a->x_row_stride, a->rows, a->cols);
+        const auto cast = flat ? tensorwise_cast_kernel<T, VEC, E4M3, true>
+                               : tensorwise_cast_kernel<T, VEC, E4M3, false>;
+        cast<<<blocks, kThreads, 0, stream>>>(y, scale, amax, partials, count, x, a->x_row_stride,
+                                              rows, cols);
         return;
     }
     const int64_t tiles_x = (a->cols + kTile - 1) / kTile, tiles_y = (a->rows + kTile - 1) / kTile;
