@@ -36,6 +36,7 @@ weight's dtype, and a rowwise weight gradient dequantizes the bytes (exact: the
 scales are powers of two) and quantizes them along the tokens: a second rounding.
 """
 
+import math
 from typing import NamedTuple, Optional
 
 import torch
@@ -72,16 +73,17 @@ def _reference_quantize(x, *, recipe="rowwise", dtype=E4M3):
     rowwise rounded down to a power of two (torchao's scales); scale [..., 1] for
     rowwise, 0-d for tensorwise."""
     fmax = torch.finfo(dtype).max
-    cols = x.shape[-1] if x.dim() else 1
-    rows = x.reshape(-1, cols).float()
+    shape = x.shape if x.dim() else (1,)
+    # a dense copy: a view of a transposed x would carry its column-major strides
+    rows = x.reshape(math.prod(shape[:-1]), shape[-1]).float().contiguous()
     magnitude = rows.abs()
     finite = torch.where(torch.isfinite(magnitude), magnitude, torch.zeros_like(magnitude))
-    if recipe == "rowwise":
+    if not finite.numel():  # amax refuses an empty reduction
+        amax = finite.new_zeros((rows.shape[0], 1) if recipe == "rowwise" else ())
+    elif recipe == "rowwise":
         amax = finite.amax(dim=1, keepdim=True)
-    elif finite.numel():
-        amax = finite.amax()
     else:
-        amax = finite.new_zeros(())
+        amax = finite.amax()
     multiplier = (fmax / amax.double().clamp(min=1e-12)).float()
     if recipe == "rowwise":
         multiplier = (multiplier.view(torch.int32) & _MANTISSA_CLEARED).view(torch.float32)
@@ -133,6 +135,10 @@ def _pad_inner(a, b):
 def _scaled_gemm(a, b, scale_a, scale_b, out_dtype, bias=None, fast_accum=False):
     """(a * scale_a) @ (b * scale_b) + bias in out_dtype: a [M, K] row-major and
     b [K, N] column-major FP8, scales 0-d (tensorwise) or [M, 1] and [1, N]."""
+    if a.stride(1) != 1:  # a Float8Input's bytes may come as any view
+        a = a.contiguous()
+    if b.stride(0) != 1:
+        b = b.t().contiguous().t()
     if not _has_fp8_gemm(a.device):
         return _emulated_scaled_mm(a, b, scale_a, scale_b, out_dtype, bias)
     a, b = _pad_inner(a, b)
@@ -187,7 +193,7 @@ class Float8LinearFunction(torch.autograd.Function):
         need_input, need_weight = ctx.needs_input_grad[0], ctx.needs_input_grad[3]
         grad_dtype = _GRAD_DTYPES[recipe]
         grad_input = grad_weight = grad_bias = None
-        if recipe == "tensorwise":
+        if recipe == "tensorwise" and (need_input or need_weight):
             # one cast of dY; every transposed operand is the same bytes transposed
             dy_fp8, dy_scale = quantize_fp8(dy, recipe=recipe, dtype=grad_dtype)
             if need_input:
@@ -197,7 +203,7 @@ class Float8LinearFunction(torch.autograd.Function):
                 x_col_major = saved_x.t().contiguous().t()
                 dy_t_fp8 = dy_fp8.t().contiguous()
                 grad_weight = _scaled_gemm(dy_t_fp8, x_col_major, dy_scale, saved_x_scale, ctx.weight_dtype)
-        else:
+        elif recipe == "rowwise":
             if need_input:
                 dy_fp8, dy_scale = quantize_fp8(dy, recipe=recipe, dtype=grad_dtype)
                 # W^T [K, N] by rows: scales per column of W

@@ -8,6 +8,7 @@ import torch
 from conftest import assert_close, random
 from torch import nn
 
+import fused_ops_py.float8_linear as float8_linear
 from fused_ops_py.float8_linear import (
     E4M3,
     E5M2,
@@ -108,6 +109,12 @@ def test_quantize_edges():
     # leading dimensions flatten into rows; the scale keeps them
     data, scale = _reference_quantize(random((2, 3, 16), torch.bfloat16, "cpu"), recipe="rowwise", dtype=E4M3)
     assert data.shape == (2, 3, 16) and scale.shape == (2, 3, 1)
+    # a transposed view gives dense bytes (the GEMMs' B operands are such casts, transposed back)
+    assert _reference_quantize(torch.randn(32, 16).t(), recipe="rowwise", dtype=E4M3)[0].is_contiguous()
+    for recipe in RECIPES:  # no rows, or rows of nothing
+        for shape in [(0, 16), (16, 0)]:
+            data, scale = _reference_quantize(torch.ones(shape), recipe=recipe, dtype=E4M3)
+            assert data.shape == shape and bool(torch.isfinite(scale).all())
 
 
 def dequantized(x, recipe, dtype):
@@ -218,6 +225,51 @@ def test_float8_input(recipe):
         assert_close(linear.weight.grad, want, dtype)
         exact = grad_out.double().reshape(-1, OUT_FEATURES).t() @ x.double().reshape(-1, IN_FEATURES)
         assert sqnr_db(linear.weight.grad, exact) > SQNR_REQUANTIZED
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_gemm_operands_fit_scaled_mm(recipe, monkeypatch):
+    """Each GEMM hands the emulation what torch._scaled_mm takes on the GPU
+    (which CI cannot run): a row-major A, a column-major B, not both e5m2,
+    float32 scales of one element, or [M, 1] and [1, N]."""
+    emulate, seen = float8_linear._emulated_scaled_mm, []
+
+    def checked(a, b, scale_a, scale_b, out_dtype, bias=None):
+        (m, k), (k_b, n) = a.shape, b.shape
+        assert k == k_b and a.stride(1) == 1 and b.stride(0) == 1
+        assert {a.dtype, b.dtype} <= {E4M3, E5M2} and not a.dtype == b.dtype == E5M2
+        assert scale_a.dtype == scale_b.dtype == torch.float32
+        if recipe == "rowwise":
+            assert scale_a.shape == (m, 1) and scale_b.shape == (1, n)
+        else:
+            assert scale_a.numel() == scale_b.numel() == 1
+        seen.append((m, n, k))
+        return emulate(a, b, scale_a, scale_b, out_dtype, bias)
+
+    monkeypatch.setattr(float8_linear, "_emulated_scaled_mm", checked)
+    _, layer = make_layer(recipe, torch.bfloat16)
+    x = random((2, 5, IN_FEATURES), torch.bfloat16, "cpu", seed=2).requires_grad_()
+    layer(x).sum().backward()
+    data, scale = _reference_quantize(x.detach(), recipe=recipe, dtype=E4M3)
+    assert data.is_contiguous()
+    layer(Float8Input(data.transpose(0, 1).contiguous().transpose(0, 1), scale)).sum().backward()
+    tokens = 10
+    once = [
+        (tokens, OUT_FEATURES, IN_FEATURES),
+        (tokens, IN_FEATURES, OUT_FEATURES),
+        (OUT_FEATURES, IN_FEATURES, tokens),
+    ]
+    assert seen == once + [once[0], once[2]]
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_no_tokens(recipe):
+    linear, layer = make_layer(recipe, torch.bfloat16)
+    x = torch.ones(0, IN_FEATURES, dtype=torch.bfloat16, requires_grad=True)
+    out = layer(x)
+    out.sum().backward()
+    assert out.shape == (0, OUT_FEATURES) and x.grad.shape == x.shape
+    assert not linear.weight.grad.any() and not linear.bias.grad.any()
 
 
 def test_from_linear_keeps_parameters():
