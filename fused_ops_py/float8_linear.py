@@ -1,0 +1,295 @@
+"""Float8Linear: nn.Linear whose three GEMMs run in FP8 through torch._scaled_mm.
+
+The weight and bias stay what they were (bf16 or fp32 Parameters, the very same
+objects after `from_linear`); each step casts the GEMM operands to FP8 with a
+dynamic scale and hands the scales to `torch._scaled_mm`, which applies them in
+its epilogue. Two recipes, as torchao.float8 names them:
+
+- "tensorwise": one scale per tensor. Gradients are e5m2 (see `_GRAD_DTYPES`).
+  The weight gradient reuses the forward's FP8 bytes of x, transposed.
+- "rowwise": one power-of-two scale per row of each operand along the GEMM's
+  reduced axis, e4m3 throughout. Each GEMM reduces over another axis, so W is
+  quantized again per column for grad_input and x and dY per column (along the
+  tokens) for grad_weight.
+
+The three GEMMs, with x [M, K] (leading dimensions flattened), W [N, K] and
+dY [M, N]; `_scaled_mm` takes a row-major A and a column-major B:
+
+    out         [M, N] = x_fp8 @ W_fp8^T      A = x by rows,  B = (W by rows)^T
+    grad_input  [M, K] = dY_fp8 @ W_fp8       A = dY by rows, B = (W^T by rows)^T
+    grad_weight [N, K] = dY^T_fp8 @ x_fp8     A = dY^T by rows, B = (x^T by rows)^T
+
+Where `_scaled_mm` has no kernel (the CPU, a GPU below sm_89) `_emulated_scaled_mm`
+dequantizes and multiplies in float32; it is plain torch, so torch.compile traces
+the whole Function.
+
+An input already in FP8: `Float8Input(data, scale, hp)`. A fused norm that writes
+its output y in one pass can also write y's FP8 bytes and scales there, with the
+layer's recipe and e4m3 (`quantize_fp8(y, recipe=layer.recipe)`), and pass
+`Float8Input(y_fp8, scale, y)`: the linear then casts nothing for the forward.
+`hp` (y itself) is where grad_input flows, so it is needed whenever the norm
+needs a gradient; the backward reads it only for the rowwise weight gradient,
+which quantizes x along the tokens. Saved for backward: the FP8 bytes for
+tensorwise (half of bf16's memory), hp for rowwise. With `hp=None` the input is
+a constant (no grad_input; inference, or a first layer), the output takes the
+weight's dtype, and a rowwise weight gradient dequantizes the bytes (exact: the
+scales are powers of two) and quantizes them along the tokens: a second rounding.
+"""
+
+import math
+from typing import NamedTuple, Optional
+
+import torch
+from torch import nn
+
+try:  # the fused cast once ops/quantize_fp8.py exists; until then _reference_quantize below
+    from .ops.quantize_fp8 import fused_quantize_fp8 as _fused_quantize
+except ModuleNotFoundError as error:
+    if error.name != f"{__package__}.ops.quantize_fp8":
+        raise
+    _fused_quantize = None
+
+RECIPES = ("tensorwise", "rowwise")
+GEMM_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+E4M3 = torch.float8_e4m3fn
+E5M2 = torch.float8_e5m2
+# Gradients have a wider dynamic range than activations and weights. Under one
+# scale per tensor, e4m3's range (2^-9 .. 448, 18 binades) flushes the small
+# entries of dY to zero, and e5m2 (2^-16 .. 57344, 32 binades) keeps them: torchao's
+# tensorwise recipe, and TransformerEngine's "hybrid" format. Per-row scales
+# already follow the range, and e4m3's extra mantissa bit then halves the
+# rounding error: torchao's rowwise recipe keeps e4m3 for gradients.
+_GRAD_DTYPES = {"tensorwise": E5M2, "rowwise": E4M3}
+# _scaled_mm's limits: K and N multiples of 16 (the padding below handles the
+# token count M, which is the grad_weight GEMM's K).
+_ALIGNMENT = 16
+_MANTISSA_CLEARED = -(1 << 23)  # 0xFF800000: sign and exponent bits of a float32
+
+
+def _reference_quantize(x, *, recipe="rowwise", dtype=E4M3):
+    """(x_fp8, scale) with x ~= x_fp8.float() * scale: the pure-torch statement of
+    ops/quantize_fp8.py's fused_quantize_fp8. amax over the finite values of each
+    row (rowwise) or of the tensor (tensorwise); the multiplier fmax / amax, for
+    rowwise rounded down to a power of two (torchao's scales); scale [..., 1] for
+    rowwise, 0-d for tensorwise."""
+    fmax = torch.finfo(dtype).max
+    shape = x.shape if x.dim() else (1,)
+    # a dense copy: a view of a transposed x would carry its column-major strides
+    rows = x.reshape(math.prod(shape[:-1]), shape[-1]).float().contiguous()
+    magnitude = rows.abs()
+    finite = torch.where(torch.isfinite(magnitude), magnitude, torch.zeros_like(magnitude))
+    if not finite.numel():  # amax refuses an empty reduction
+        amax = finite.new_zeros((rows.shape[0], 1) if recipe == "rowwise" else ())
+    elif recipe == "rowwise":
+        amax = finite.amax(dim=1, keepdim=True)
+    else:
+        amax = finite.amax()
+    multiplier = (fmax / amax.double().clamp(min=1e-12)).float()
+    if recipe == "rowwise":
+        multiplier = (multiplier.view(torch.int32) & _MANTISSA_CLEARED).view(torch.float32)
+    data = (rows * multiplier).clamp(-fmax, fmax).to(dtype).reshape(x.shape)
+    scale = multiplier.reciprocal()
+    if recipe == "rowwise":
+        scale = scale.reshape(x.shape[:-1] + (1,))
+    return data, scale
+
+
+quantize_fp8 = _fused_quantize or _reference_quantize
+
+
+class Float8Input(NamedTuple):
+    """x handed to Float8Linear already cast to FP8 (see the module docstring).
+    data: e4m3 [..., in_features]; scale: the dequantization factor, 0-d or [1]
+    (tensorwise) or [..., 1] (rowwise), float32; hp: the high-precision x, or None."""
+
+    data: torch.Tensor
+    scale: torch.Tensor
+    hp: Optional[torch.Tensor] = None
+
+
+def _has_fp8_gemm(device):
+    return device.type == "cuda" and torch.cuda.get_device_capability(device) >= (8, 9)
+
+
+def _emulated_scaled_mm(a, b, scale_a, scale_b, out_dtype, bias=None):
+    """torch._scaled_mm where it has no kernel: the dequantized operands
+    multiplied in float32, the bias added before the one rounding to out_dtype."""
+    out = torch.mm(a.float() * scale_a, b.float() * scale_b)
+    if bias is not None:
+        out = out + bias.float()
+    return out.to(out_dtype)
+
+
+def _pad_inner(a, b):
+    """a [M, K] and b [K, N] with K zero-padded to a multiple of 16; zero bytes
+    are +0.0 in both FP8 formats, and F.pad has no FP8 kernel."""
+    padding = -a.shape[1] % _ALIGNMENT
+    if not padding:
+        return a, b
+    pad = torch.nn.functional.pad
+    a = pad(a.view(torch.uint8), (0, padding)).view(a.dtype)
+    b = pad(b.t().view(torch.uint8), (0, padding)).view(b.dtype).t()
+    return a, b
+
+
+def _scaled_gemm(a, b, scale_a, scale_b, out_dtype, bias=None, fast_accum=False):
+    """(a * scale_a) @ (b * scale_b) + bias in out_dtype: a [M, K] row-major and
+    b [K, N] column-major FP8, scales 0-d (tensorwise) or [M, 1] and [1, N]."""
+    if a.stride(1) != 1:  # a Float8Input's bytes may come as any view
+        a = a.contiguous()
+    if b.stride(0) != 1:
+        b = b.t().contiguous().t()
+    if not _has_fp8_gemm(a.device):
+        return _emulated_scaled_mm(a, b, scale_a, scale_b, out_dtype, bias)
+    a, b = _pad_inner(a, b)
+    if scale_a.dim() == 2 and not (fast_accum and out_dtype == torch.bfloat16):
+        # The rowwise kernel writes only bf16, and without fast accumulation it is
+        # slower than the tensorwise one (torchao's finding): the tensorwise
+        # kernel with unit scales, fp32 out, then both scales and the bias in fp32.
+        one = scale_a.new_ones(())
+        out = torch._scaled_mm(a, b, one, one, out_dtype=torch.float32) * (scale_a * scale_b)
+        return (out if bias is None else out + bias.float()).to(out_dtype)
+    if out_dtype == torch.float32:  # _scaled_mm takes no bias for an fp32 output
+        out = torch._scaled_mm(a, b, scale_a, scale_b, out_dtype=out_dtype, use_fast_accum=fast_accum)
+        return out if bias is None else out + bias.float()
+    bias = None if bias is None else bias.to(out_dtype)
+    return torch._scaled_mm(a, b, scale_a, scale_b, bias=bias, out_dtype=out_dtype, use_fast_accum=fast_accum)
+
+
+class Float8LinearFunction(torch.autograd.Function):
+    """x @ weight^T + bias with FP8 operands. x: the high-precision input or None;
+    x_fp8, x_scale: its FP8 bytes and scale, or None to quantize x here."""
+
+    @staticmethod
+    def forward(ctx, x, x_fp8, x_scale, weight, bias, recipe):
+        if x_fp8 is None:
+            x_fp8, x_scale = quantize_fp8(x, recipe=recipe, dtype=E4M3)
+        out_dtype = weight.dtype if x is None else x.dtype
+        in_features = weight.shape[1]
+        rows_fp8 = x_fp8.reshape(-1, in_features)
+        rows_scale = x_scale.reshape(-1, 1) if recipe == "rowwise" else x_scale
+        weight_fp8, weight_scale = quantize_fp8(weight, recipe=recipe, dtype=E4M3)
+        # W [N, K] by rows, transposed: column-major, and its [N, 1] scales become [1, N]
+        weight_scale_t = weight_scale.t() if recipe == "rowwise" else weight_scale
+        out = _scaled_gemm(rows_fp8, weight_fp8.t(), rows_scale, weight_scale_t, out_dtype, bias, fast_accum=True)
+        ctx.recipe = recipe
+        ctx.x_shape = x_fp8.shape
+        ctx.weight_dtype = weight.dtype
+        ctx.bias_dtype = None if bias is None else bias.dtype
+        if recipe == "tensorwise":
+            ctx.save_for_backward(rows_fp8, rows_scale, weight_fp8, weight_scale)
+        elif x is not None:
+            ctx.save_for_backward(x, None, weight, None)
+        else:
+            ctx.save_for_backward(rows_fp8, rows_scale, weight, None)
+        return out.reshape(x_fp8.shape[:-1] + (weight.shape[0],))
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        saved_x, saved_x_scale, saved_weight, weight_scale = ctx.saved_tensors
+        recipe = ctx.recipe
+        out_features = grad_out.shape[-1]
+        dy = grad_out.reshape(-1, out_features)
+        need_input, need_weight = ctx.needs_input_grad[0], ctx.needs_input_grad[3]
+        grad_dtype = _GRAD_DTYPES[recipe]
+        grad_input = grad_weight = grad_bias = None
+        if recipe == "tensorwise" and (need_input or need_weight):
+            # one cast of dY; every transposed operand is the same bytes transposed
+            dy_fp8, dy_scale = quantize_fp8(dy, recipe=recipe, dtype=grad_dtype)
+            if need_input:
+                weight_col_major = saved_weight.t().contiguous().t()
+                grad_input = _scaled_gemm(dy_fp8, weight_col_major, dy_scale, weight_scale, grad_out.dtype)
+            if need_weight:
+                x_col_major = saved_x.t().contiguous().t()
+                dy_t_fp8 = dy_fp8.t().contiguous()
+                grad_weight = _scaled_gemm(dy_t_fp8, x_col_major, dy_scale, saved_x_scale, ctx.weight_dtype)
+        elif recipe == "rowwise":
+            if need_input:
+                dy_fp8, dy_scale = quantize_fp8(dy, recipe=recipe, dtype=grad_dtype)
+                # W^T [K, N] by rows: scales per column of W
+                weight_t_fp8, weight_t_scale = quantize_fp8(saved_weight.t(), recipe=recipe, dtype=E4M3)
+                grad_input = _scaled_gemm(dy_fp8, weight_t_fp8.t(), dy_scale, weight_t_scale.t(), grad_out.dtype)
+            if need_weight:
+                if saved_x_scale is None:
+                    x_rows = saved_x.reshape(-1, saved_x.shape[-1])
+                else:  # exact: rowwise scales are powers of two
+                    x_rows = saved_x.float() * saved_x_scale
+                # dY^T [N, M] and x^T [K, M] by rows: scales per column, along the tokens
+                dy_t_fp8, dy_t_scale = quantize_fp8(dy.t(), recipe=recipe, dtype=grad_dtype)
+                x_t_fp8, x_t_scale = quantize_fp8(x_rows.t(), recipe=recipe, dtype=E4M3)
+                grad_weight = _scaled_gemm(dy_t_fp8, x_t_fp8.t(), dy_t_scale, x_t_scale.t(), ctx.weight_dtype)
+        if grad_input is not None:
+            grad_input = grad_input.reshape(ctx.x_shape)
+        if ctx.needs_input_grad[4]:
+            grad_bias = dy.sum(0, dtype=torch.float32).to(ctx.bias_dtype)
+        return grad_input, None, None, grad_weight, grad_bias, None
+
+
+def _check_recipe(fn, recipe):
+    if recipe not in RECIPES:
+        raise ValueError(f"{fn}: recipe={recipe!r} must be one of {', '.join(map(repr, RECIPES))}")
+
+
+def _check_features(fn, name, value):
+    if value <= 0 or value % _ALIGNMENT:
+        raise ValueError(
+            f"{fn}: {name}={value} must be a positive multiple of {_ALIGNMENT} (torch._scaled_mm's operand alignment)"
+        )
+
+
+def _check_dtype(fn, name, dtype):
+    if dtype not in GEMM_DTYPES:
+        raise TypeError(f"{fn}: {name} has dtype {dtype}; Float8Linear takes float16, bfloat16 or float32")
+
+
+class Float8Linear(nn.Linear):
+    """nn.Linear with FP8 GEMMs (torch._scaled_mm): the same constructor (plus
+    `recipe`, "tensorwise" or "rowwise"), parameters, state_dict keys and
+    initialization; in_features and out_features must be multiples of 16.
+    forward takes a tensor [..., in_features] or a `Float8Input`."""
+
+    def __init__(self, in_features, out_features, bias=True, device=None, dtype=None, recipe="tensorwise"):
+        _check_recipe("Float8Linear", recipe)
+        _check_features("Float8Linear", "in_features", in_features)
+        _check_features("Float8Linear", "out_features", out_features)
+        _check_dtype("Float8Linear", "dtype", torch.get_default_dtype() if dtype is None else dtype)
+        super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
+        self.recipe = recipe
+
+    @classmethod
+    def from_linear(cls, linear, recipe="tensorwise"):
+        """A Float8Linear holding linear's own weight and bias Parameters."""
+        _check_dtype("Float8Linear.from_linear", "linear.weight", linear.weight.dtype)
+        module = cls(linear.in_features, linear.out_features, bias=False, device="meta", recipe=recipe)
+        module.weight = linear.weight
+        module.bias = linear.bias
+        return module
+
+    def forward(self, x):
+        fn = "Float8Linear.forward"
+        if isinstance(x, Float8Input):
+            data, scale, hp = x
+            if data.dtype != E4M3:
+                raise TypeError(f"{fn}: Float8Input.data has dtype {data.dtype}; it must be {E4M3}")
+            expected = data.shape[:-1] + (1,) if self.recipe == "rowwise" else None
+            if scale.dtype != torch.float32 or (
+                scale.shape != expected if expected is not None else scale.numel() != 1
+            ):
+                raise ValueError(
+                    f"{fn}: Float8Input.scale has shape {tuple(scale.shape)} and dtype {scale.dtype}; recipe "
+                    f"{self.recipe!r} takes float32 of shape {tuple(expected) if expected else '() or (1,)'}"
+                )
+            if hp is not None and hp.shape != data.shape:
+                raise ValueError(f"{fn}: Float8Input.hp has shape {tuple(hp.shape)} but data {tuple(data.shape)}")
+        else:
+            data = scale = None
+            hp = x
+        checked = hp if hp is not None else data
+        if checked.dim() == 0 or checked.shape[-1] != self.in_features:
+            raise ValueError(f"{fn}: x has shape {tuple(checked.shape)}; its last dimension must be {self.in_features}")
+        if hp is not None:
+            _check_dtype(fn, "x", hp.dtype)
+        return Float8LinearFunction.apply(hp, data, scale, self.weight, self.bias, self.recipe)
+
+    def extra_repr(self):
+        return f"{super().extra_repr()}, recipe={self.recipe!r}"
