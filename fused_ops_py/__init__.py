@@ -4,6 +4,7 @@ with cffi, so one wheel works with every torch and every CPython."""
 from importlib import metadata as _metadata
 
 from . import _ffi
+from .float8_linear import Float8Input, Float8Linear
 from .modules import (
     FusedBiasScaleReLU,
     FusedCrossEntropyLoss,
@@ -16,10 +17,10 @@ from .ops.bias_scale_relu import fused_bias_scale_relu, relu
 from .ops.clamped_swiglu import fused_clamped_swiglu
 from .ops.cross_entropy import fused_cross_entropy
 from .ops.dyt import fused_dyt
-from .ops.quantize_fp8 import fused_quantize_fp8
 from .ops.geglu import fused_geglu
 from .ops.linear_cross_entropy import fused_linear_cross_entropy
 from .ops.norm import fused_add_layer_norm, fused_add_rms_norm, fused_layer_norm, fused_rms_norm
+from .ops.quantize_fp8 import fused_quantize_fp8
 from .ops.reduce_sum import reduce_sum
 from .ops.rope import fused_rope
 from .ops.square import square
@@ -39,6 +40,8 @@ def library_path():
 
 
 __all__ = [
+    "Float8Input",
+    "Float8Linear",
     "FusedBiasScaleReLU",
     "FusedCrossEntropyLoss",
     "FusedDyT",

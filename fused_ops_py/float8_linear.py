@@ -36,18 +36,12 @@ weight's dtype, and a rowwise weight gradient dequantizes the bytes (exact: the
 scales are powers of two) and quantizes them along the tokens: a second rounding.
 """
 
-import math
 from typing import NamedTuple, Optional
 
 import torch
 from torch import nn
 
-try:  # the fused cast once ops/quantize_fp8.py exists; until then _reference_quantize below
-    from .ops.quantize_fp8 import fused_quantize_fp8 as _fused_quantize
-except ModuleNotFoundError as error:
-    if error.name != f"{__package__}.ops.quantize_fp8":
-        raise
-    _fused_quantize = None
+from .ops.quantize_fp8 import fused_quantize_fp8 as quantize_fp8
 
 RECIPES = ("tensorwise", "rowwise")
 GEMM_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -63,38 +57,6 @@ _GRAD_DTYPES = {"tensorwise": E5M2, "rowwise": E4M3}
 # _scaled_mm's limits: K and N multiples of 16 (the padding below handles the
 # token count M, which is the grad_weight GEMM's K).
 _ALIGNMENT = 16
-_MANTISSA_CLEARED = -(1 << 23)  # 0xFF800000: sign and exponent bits of a float32
-
-
-def _reference_quantize(x, *, recipe="rowwise", dtype=E4M3):
-    """(x_fp8, scale) with x ~= x_fp8.float() * scale: the pure-torch statement of
-    ops/quantize_fp8.py's fused_quantize_fp8. amax over the finite values of each
-    row (rowwise) or of the tensor (tensorwise); the multiplier fmax / amax, for
-    rowwise rounded down to a power of two (torchao's scales); scale [..., 1] for
-    rowwise, 0-d for tensorwise."""
-    fmax = torch.finfo(dtype).max
-    shape = x.shape if x.dim() else (1,)
-    # a dense copy: a view of a transposed x would carry its column-major strides
-    rows = x.reshape(math.prod(shape[:-1]), shape[-1]).float().contiguous()
-    magnitude = rows.abs()
-    finite = torch.where(torch.isfinite(magnitude), magnitude, torch.zeros_like(magnitude))
-    if not finite.numel():  # amax refuses an empty reduction
-        amax = finite.new_zeros((rows.shape[0], 1) if recipe == "rowwise" else ())
-    elif recipe == "rowwise":
-        amax = finite.amax(dim=1, keepdim=True)
-    else:
-        amax = finite.amax()
-    multiplier = (fmax / amax.double().clamp(min=1e-12)).float()
-    if recipe == "rowwise":
-        multiplier = (multiplier.view(torch.int32) & _MANTISSA_CLEARED).view(torch.float32)
-    data = (rows * multiplier).clamp(-fmax, fmax).to(dtype).reshape(x.shape)
-    scale = multiplier.reciprocal()
-    if recipe == "rowwise":
-        scale = scale.reshape(x.shape[:-1] + (1,))
-    return data, scale
-
-
-quantize_fp8 = _fused_quantize or _reference_quantize
 
 
 class Float8Input(NamedTuple):

@@ -15,7 +15,6 @@ from fused_ops_py.float8_linear import (
     RECIPES,
     Float8Input,
     Float8Linear,
-    _reference_quantize,
 )
 
 IN_FEATURES, OUT_FEATURES = 64, 48
@@ -23,6 +22,34 @@ IN_FEATURES, OUT_FEATURES = 64, 48
 # grad_weight's GEMM on the GPU)
 INPUT_SHAPES = [(24, IN_FEATURES), (2, 5, IN_FEATURES)]
 INPUT_DTYPES = [torch.bfloat16, torch.float32]
+
+
+def _reference_quantize(x, *, recipe="rowwise", dtype=E4M3):
+    """(x_fp8, scale) with x ~= x_fp8.float() * scale: torchao.float8's scaling in
+    plain torch, the reference fused_quantize_fp8 must match. amax over the finite values of each
+    row (rowwise) or of the tensor (tensorwise); the multiplier fmax / amax, for
+    rowwise rounded down to a power of two (torchao's scales); scale [..., 1] for
+    rowwise, 0-d for tensorwise."""
+    fmax = torch.finfo(dtype).max
+    shape = x.shape if x.dim() else (1,)
+    # a dense copy: a view of a transposed x would carry its column-major strides
+    rows = x.reshape(math.prod(shape[:-1]), shape[-1]).float().contiguous()
+    magnitude = rows.abs()
+    finite = torch.where(torch.isfinite(magnitude), magnitude, torch.zeros_like(magnitude))
+    if not finite.numel():  # amax refuses an empty reduction
+        amax = finite.new_zeros((rows.shape[0], 1) if recipe == "rowwise" else ())
+    elif recipe == "rowwise":
+        amax = finite.amax(dim=1, keepdim=True)
+    else:
+        amax = finite.amax()
+    multiplier = (fmax / amax.double().clamp(min=1e-12)).float()
+    if recipe == "rowwise":
+        multiplier = (multiplier.view(torch.int32) & -(1 << 23)).view(torch.float32)
+    data = (rows * multiplier).clamp(-fmax, fmax).to(dtype).reshape(x.shape)
+    scale = multiplier.reciprocal()
+    if recipe == "rowwise":
+        scale = scale.reshape(x.shape[:-1] + (1,))
+    return data, scale
 
 
 def dtype_id(dtype):
