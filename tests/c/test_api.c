@@ -11,7 +11,7 @@
  * bounds. Exit status 0 when all checks pass; failures are printed to stderr.
  */
 #define _POSIX_C_SOURCE 200809L /* pthread_barrier_t */
-#define _DEFAULT_SOURCE          /* MAP_ANONYMOUS */
+#define _DEFAULT_SOURCE /* MAP_ANONYMOUS */
 
 #include <float.h>
 #include <inttypes.h>
@@ -52,8 +52,7 @@ static const int ALL_DTYPES[] = {F32, F16, BF16, F64};
 
 /* Elements of a rows x cols operand whose rows start `stride` apart. */
 static int64_t strided_elems(int64_t rows, int64_t cols, int64_t stride) {
-    if (rows == 0 || cols == 0)
-        return 0;
+    if (rows == 0 || cols == 0) return 0;
     return (rows - 1) * (rows > 1 ? stride : 0) + cols;
 }
 
@@ -68,12 +67,11 @@ static guarded new_operand(int dtype, int64_t elems, size_t offset) {
 /* An input operand of random values. Elements between rows (a stride over
  * cols) hold NaN: a kernel that reads one gets a NaN result. `exact` picks
  * values with few bits (rng_dyadic), else full precision. */
-static guarded random_input(uint64_t *rng, int dtype, int64_t rows, int64_t cols,
-                            int64_t stride, size_t offset, int exact) {
+static guarded random_input(uint64_t *rng, int dtype, int64_t rows, int64_t cols, int64_t stride,
+                            size_t offset, int exact) {
     int64_t n = strided_elems(rows, cols, stride);
     guarded g = new_operand(dtype, n, offset);
-    for (int64_t i = 0; i < n; i++)
-        put(g.data, i, dtype, NAN);
+    for (int64_t i = 0; i < n; i++) put(g.data, i, dtype, NAN);
     for (int64_t r = 0; r < rows; r++)
         for (int64_t c = 0; c < cols; c++)
             put(g.data, r * (rows > 1 ? stride : 0) + c, dtype,
@@ -88,14 +86,13 @@ static guarded random_input(uint64_t *rng, int dtype, int64_t rows, int64_t cols
 static void test_versions(void) {
     section("versions and build information");
     int want = FO_VERSION_MAJOR * 10000 + FO_VERSION_MINOR * 100 + FO_VERSION_PATCH;
-    CHECK(fo_version() == want, "fo_version() = %d, the header says %d", fo_version(),
-          want);
-    CHECK(fo_abi_version() == FO_ABI_VERSION, "fo_abi_version() = %d, header %d",
-          fo_abi_version(), FO_ABI_VERSION);
+    CHECK(fo_version() == want, "fo_version() = %d, the header says %d", fo_version(), want);
+    CHECK(fo_abi_version() == FO_ABI_VERSION, "fo_abi_version() = %d, header %d", fo_abi_version(),
+          FO_ABI_VERSION);
     /* The header's version is the one meson.build declares. */
     char header_version[32];
-    snprintf(header_version, sizeof header_version, "%d.%d.%d", FO_VERSION_MAJOR,
-             FO_VERSION_MINOR, FO_VERSION_PATCH);
+    snprintf(header_version, sizeof header_version, "%d.%d.%d", FO_VERSION_MAJOR, FO_VERSION_MINOR,
+             FO_VERSION_PATCH);
     CHECK(strcmp(header_version, FO_TEST_PROJECT_VERSION) == 0,
           "fused_ops.h says version %s, meson.build says %s", header_version,
           FO_TEST_PROJECT_VERSION);
@@ -104,19 +101,15 @@ static void test_versions(void) {
           "fo_cuda_built() = %d but meson %s the CUDA kernels", fo_cuda_built(),
           FO_TEST_EXPECT_CUDA ? "built" : "did not build");
     const char *archs = fo_cuda_archs();
-    if (!CHECK(archs != NULL, "fo_cuda_archs() returned NULL"))
-        return;
+    if (!CHECK(archs != NULL, "fo_cuda_archs() returned NULL")) return;
     if (fo_cuda_built()) {
         CHECK(strstr(archs, "sm_") && strstr(archs, "compute_"),
               "fo_cuda_archs() = \"%s\" lists no sm_ and compute_ code", archs);
-        CHECK(fo_cuda_runtime_version() >= 10000,
-              "fo_cuda_runtime_version() = %d in a CUDA build",
+        CHECK(fo_cuda_runtime_version() >= 10000, "fo_cuda_runtime_version() = %d in a CUDA build",
               fo_cuda_runtime_version());
     } else {
-        CHECK(strcmp(archs, "") == 0, "CPU-only build: fo_cuda_archs() = \"%s\"",
-              archs);
-        CHECK(fo_cuda_runtime_version() == 0,
-              "CPU-only build: fo_cuda_runtime_version() = %d",
+        CHECK(strcmp(archs, "") == 0, "CPU-only build: fo_cuda_archs() = \"%s\"", archs);
+        CHECK(fo_cuda_runtime_version() == 0, "CPU-only build: fo_cuda_runtime_version() = %d",
               fo_cuda_runtime_version());
     }
 }
@@ -126,33 +119,28 @@ static void test_status_strings(void) {
     static const int known[] = {OK,        INVALID,      BAD_DTYPE, BAD_DEVICE,
                                 NOT_BUILT, CUDA_RUNTIME, TOO_SMALL};
     /* The numbers are pinned by the ABI. */
-    CHECK(OK == 0 && INVALID == 1 && BAD_DTYPE == 2 && BAD_DEVICE == 3 &&
-              NOT_BUILT == 4 && CUDA_RUNTIME == 5 && TOO_SMALL == 6,
+    CHECK(OK == 0 && INVALID == 1 && BAD_DTYPE == 2 && BAD_DEVICE == 3 && NOT_BUILT == 4 &&
+              CUDA_RUNTIME == 5 && TOO_SMALL == 6,
           "the status numbers changed");
     CHECK(F32 == 0 && F16 == 1 && BF16 == 2 && F64 == 3 && CPU == 0 && CUDA == 1,
           "the dtype or device numbers changed");
     for (size_t i = 0; i < COUNT(known); i++) {
         const char *s = fo_status_string(known[i]);
-        if (!CHECK(s != NULL && s[0] != '\0', "status %d has no description",
-                   known[i]))
-            continue;
-        CHECK(strcmp(s, "unknown status") != 0,
-              "known status %d is described as \"%s\"", known[i], s);
-        CHECK(fo_status_string(known[i]) == s, "status %d: not a static string",
-              known[i]);
+        if (!CHECK(s != NULL && s[0] != '\0', "status %d has no description", known[i])) continue;
+        CHECK(strcmp(s, "unknown status") != 0, "known status %d is described as \"%s\"", known[i],
+              s);
+        CHECK(fo_status_string(known[i]) == s, "status %d: not a static string", known[i]);
         for (size_t j = 0; j < i; j++) {
             const char *other = fo_status_string(known[j]);
             CHECK(other == NULL || strcmp(s, other) != 0,
-                  "statuses %d and %d share the description \"%s\"", known[i],
-                  known[j], s);
+                  "statuses %d and %d share the description \"%s\"", known[i], known[j], s);
         }
     }
     static const int unknown[] = {-1, 7, 8, 100, INT_MIN, INT_MAX};
     for (size_t i = 0; i < COUNT(unknown); i++) {
         const char *s = fo_status_string(unknown[i]);
         CHECK(s != NULL && strcmp(s, "unknown status") == 0,
-              "unknown status %d is described as \"%s\"", unknown[i],
-              s ? s : "(null)");
+              "unknown status %d is described as \"%s\"", unknown[i], s ? s : "(null)");
     }
 }
 
@@ -167,8 +155,7 @@ static void test_last_error(void) {
     /* Runs before any other failing call of this thread. */
     const char *msg = fo_last_error();
     CHECK(msg != NULL && msg[0] == '\0',
-          "before any failing call fo_last_error() = \"%s\", want \"\"",
-          msg ? msg : "(null)");
+          "before any failing call fo_last_error() = \"%s\", want \"\"", msg ? msg : "(null)");
 
     float x = 1.5f, y = 0.0f;
     int status = square_forward_call(CPU, 0, 0, (uintptr_t)&y, (uintptr_t)&x, 1, 1, 1, F32);
@@ -201,11 +188,11 @@ static void test_last_error(void) {
 static void *fresh_thread(void *unused) {
     (void)unused;
     /* The main thread has a message of its own; this thread must not see it. */
-    CHECK(strcmp(fo_last_error(), "") == 0,
-          "a new thread sees another thread's error: \"%s\"", fo_last_error());
+    CHECK(strcmp(fo_last_error(), "") == 0, "a new thread sees another thread's error: \"%s\"",
+          fo_last_error());
     fail_with_device_type(202);
-    CHECK(strstr(fo_last_error(), "device_type=202") != NULL,
-          "the thread's own error: \"%s\"", fo_last_error());
+    CHECK(strstr(fo_last_error(), "device_type=202") != NULL, "the thread's own error: \"%s\"",
+          fo_last_error());
     return NULL;
 }
 
@@ -221,11 +208,10 @@ static void *storm_thread(void *arg) {
     int wrong = 0;
     for (int i = 0; i < STORM_ROUNDS; i++) {
         fail_with_device_type(1000 + id);
-        if (!strstr(fo_last_error(), want))
-            wrong++;
+        if (!strstr(fo_last_error(), want)) wrong++;
     }
-    CHECK(wrong == 0, "thread %d read another thread's message %d of %d times", id,
-          wrong, STORM_ROUNDS);
+    CHECK(wrong == 0, "thread %d read another thread's message %d of %d times", id, wrong,
+          STORM_ROUNDS);
     return NULL;
 }
 
@@ -233,8 +219,7 @@ static void test_last_error_thread_local(void) {
     section("fo_last_error is per thread");
     fail_with_device_type(101);
     pthread_t thread;
-    if (!CHECK(pthread_create(&thread, NULL, fresh_thread, NULL) == 0,
-               "pthread_create failed"))
+    if (!CHECK(pthread_create(&thread, NULL, fresh_thread, NULL) == 0, "pthread_create failed"))
         return;
     pthread_join(thread, NULL);
     CHECK(strstr(fo_last_error(), "device_type=101") != NULL,
@@ -249,8 +234,7 @@ static void test_last_error_thread_local(void) {
         finish(); /* the barrier would never open: give up without joining */
         exit(1);
     }
-    for (int i = 0; i < STORM_THREADS; i++)
-        pthread_join(threads[i], NULL);
+    for (int i = 0; i < STORM_THREADS; i++) pthread_join(threads[i], NULL);
     pthread_barrier_destroy(&storm_start);
     CHECK(strstr(fo_last_error(), "device_type=101") != NULL,
           "after the threads, this thread's error is \"%s\"", fo_last_error());
@@ -280,24 +264,20 @@ static void before_case(void) {
     fail_with_device_type(STALE_DEVICE_TYPE);
 }
 
-static void expect_status(const char *op, const char *why, int got, int want,
-                          const char *needle, const char *needle2) {
+static void expect_status(const char *op, const char *why, int got, int want, const char *needle,
+                          const char *needle2) {
     const char *msg = fo_last_error();
-    if (!CHECK(got == want, "%s, %s: status %d (%s), want %d (%s); message \"%s\"",
-               op, why, got, fo_status_string(got), want, fo_status_string(want), msg))
+    if (!CHECK(got == want, "%s, %s: status %d (%s), want %d (%s); message \"%s\"", op, why, got,
+               fo_status_string(got), want, fo_status_string(want), msg))
         return;
-    if (want == OK)
-        return;
-    CHECK(strstr(msg, op) != NULL, "%s, %s: message \"%s\" does not name the op",
-          op, why, msg);
-    CHECK(strstr(msg, STALE_TEXT) == NULL, "%s, %s: fo_last_error() not updated",
-          op, why);
-    CHECK(!needle || strstr(msg, needle), "%s, %s: message \"%s\" lacks \"%s\"", op,
-          why, msg, needle);
-    CHECK(!needle2 || strstr(msg, needle2), "%s, %s: message \"%s\" lacks \"%s\"",
-          op, why, msg, needle2);
-    CHECK(untouched(&E_OUT) && untouched(&E_OUT2) && untouched(&E_IN) &&
-              untouched(&E_IN2),
+    if (want == OK) return;
+    CHECK(strstr(msg, op) != NULL, "%s, %s: message \"%s\" does not name the op", op, why, msg);
+    CHECK(strstr(msg, STALE_TEXT) == NULL, "%s, %s: fo_last_error() not updated", op, why);
+    CHECK(!needle || strstr(msg, needle), "%s, %s: message \"%s\" lacks \"%s\"", op, why, msg,
+          needle);
+    CHECK(!needle2 || strstr(msg, needle2), "%s, %s: message \"%s\" lacks \"%s\"", op, why, msg,
+          needle2);
+    CHECK(untouched(&E_OUT) && untouched(&E_OUT2) && untouched(&E_IN) && untouched(&E_IN2),
           "%s, %s: the refused call wrote to memory", op, why);
 }
 
@@ -324,8 +304,7 @@ typedef struct relu_forward_case {
 static void test_errors_relu_forward(void) {
     static const char op[] = "fo_bias_scale_relu_forward";
     section("errors: fo_bias_scale_relu_forward");
-    const uintptr_t Y = addr(&E_OUT), M = addr(&E_OUT2), X = addr(&E_IN),
-                    B = addr(&E_IN2);
+    const uintptr_t Y = addr(&E_OUT), M = addr(&E_OUT2), X = addr(&E_IN), B = addr(&E_IN2);
     char y2[48], x1[48], x4[48], b2[48];
     address_text(y2, sizeof y2, "y", Y + 2);
     address_text(x1, sizeof x1, "x", X + 1);
@@ -335,19 +314,24 @@ static void test_errors_relu_forward(void) {
         /* why, status, needles, device, y, mask, x, x_row_stride, bias, rows,
          * cols, dtype, bias_dtype, scale */
         {"device_type 7", BAD_DEVICE, "device_type=7", NULL, 7, Y, M, X, 4, B, 2, 4, F32, F32, 1},
-        {"device_type -1", BAD_DEVICE, "device_type=-1", NULL, -1, Y, M, X, 4, B, 2, 4, F32, F32, 1},
+        {"device_type -1", BAD_DEVICE, "device_type=-1", NULL, -1, Y, M, X, 4, B, 2, 4, F32, F32,
+         1},
         {"negative rows", INVALID, "rows=-3", NULL, CPU, Y, M, X, 4, B, -3, 4, F32, F32, 1},
         {"negative cols", INVALID, "cols=-5", NULL, CPU, Y, M, X, 4, B, 2, -5, F32, F32, 1},
-        {"rows x cols overflows", INVALID, "rows=", "overflow", CPU, Y, M, X, 4, B, BIG, 4, F32, F32, 1},
+        {"rows x cols overflows", INVALID, "rows=", "overflow", CPU, Y, M, X, 4, B, BIG, 4, F32,
+         F32, 1},
         {"dtype code 4", BAD_DTYPE, "dtype=4", NULL, CPU, Y, M, X, 4, B, 2, 4, 4, F32, 1},
         {"dtype code -1", BAD_DTYPE, "dtype=-1", NULL, CPU, Y, M, X, 4, B, 2, 4, -1, F32, 1},
-        {"bias_dtype code 42", BAD_DTYPE, "bias_dtype=42", NULL, CPU, Y, M, X, 4, B, 2, 4, F32, 42, 1},
+        {"bias_dtype code 42", BAD_DTYPE, "bias_dtype=42", NULL, CPU, Y, M, X, 4, B, 2, 4, F32, 42,
+         1},
         /* the bias has x's dtype, or f32 under a half x: nothing else */
         {"f64 x, f32 bias", BAD_DTYPE, "float32", "float64", CPU, Y, M, X, 4, B, 2, 4, F64, F32, 1},
         {"f32 x, f16 bias", BAD_DTYPE, "float16", "float32", CPU, Y, M, X, 4, B, 2, 4, F32, F16, 1},
         {"f32 x, f64 bias", BAD_DTYPE, "float64", "float32", CPU, Y, M, X, 4, B, 2, 4, F32, F64, 1},
-        {"f16 x, bf16 bias", BAD_DTYPE, "bfloat16", "float16", CPU, Y, M, X, 4, B, 2, 4, F16, BF16, 1},
-        {"bf16 x, f64 bias", BAD_DTYPE, "float64", "bfloat16", CPU, Y, M, X, 4, B, 2, 4, BF16, F64, 1},
+        {"f16 x, bf16 bias", BAD_DTYPE, "bfloat16", "float16", CPU, Y, M, X, 4, B, 2, 4, F16, BF16,
+         1},
+        {"bf16 x, f64 bias", BAD_DTYPE, "float64", "bfloat16", CPU, Y, M, X, 4, B, 2, 4, BF16, F64,
+         1},
         {"scale +inf", INVALID, "scale=", "inf", CPU, Y, M, X, 4, B, 2, 4, F32, F32, INFINITY},
         {"scale -inf", INVALID, "scale=", "inf", CPU, Y, M, X, 4, B, 2, 4, F32, F32, -INFINITY},
         {"scale NaN", INVALID, "scale=", "nan", CPU, Y, M, X, 4, B, 2, 4, F32, F32, NAN},
@@ -356,16 +340,20 @@ static void test_errors_relu_forward(void) {
         {"y 2 bytes off for f32", INVALID, y2, "align", CPU, Y + 2, M, X, 4, B, 2, 4, F32, F32, 1},
         {"x 1 byte off for f16", INVALID, x1, "align", CPU, Y, M, X + 1, 4, B, 2, 4, F16, F16, 1},
         {"x 4 bytes off for f64", INVALID, x4, "align", CPU, Y, M, X + 4, 4, B, 2, 4, F64, F64, 1},
-        {"f32 bias 2 bytes off (fine for the bf16 x)", INVALID, b2, "align", CPU, Y, M, X, 4, B + 2, 2, 4, BF16, F32, 1},
+        {"f32 bias 2 bytes off (fine for the bf16 x)", INVALID, b2, "align", CPU, Y, M, X, 4, B + 2,
+         2, 4, BF16, F32, 1},
         {"negative x_row_stride", INVALID, "stride", "-7", CPU, Y, M, X, -7, B, 2, 4, F32, F32, 1},
-        {"x_row_stride x rows overflows", INVALID, "stride", "overflow", CPU, Y, M, X, BIG, B, 2, 4, F32, F32, 1},
+        {"x_row_stride x rows overflows", INVALID, "stride", "overflow", CPU, Y, M, X, BIG, B, 2, 4,
+         F32, F32, 1},
         {"empty, but dtype code 9", BAD_DTYPE, "dtype=9", NULL, CPU, 0, 0, 0, 0, 0, 0, 4, 9, 9, 1},
         /* accepted boundaries */
         {"bf16 x, f32 bias", OK, NULL, NULL, CPU, Y, M, X, 4, B, 2, 4, BF16, F32, 1},
         {"f16 x, f32 bias", OK, NULL, NULL, CPU, Y, M, X, 4, B, 2, 4, F16, F32, 1},
-        {"one row: a negative stride is ignored", OK, NULL, NULL, CPU, Y, M, X, -7, B, 1, 4, F32, F32, 1},
+        {"one row: a negative stride is ignored", OK, NULL, NULL, CPU, Y, M, X, -7, B, 1, 4, F32,
+         F32, 1},
         {"stride 0 (rows broadcast)", OK, NULL, NULL, CPU, Y, M, X, 0, B, 2, 4, F32, F32, 1},
-        {"mask at an odd address (bytes)", OK, NULL, NULL, CPU, Y, M + 1, X, 4, B, 2, 4, F32, F32, 1},
+        {"mask at an odd address (bytes)", OK, NULL, NULL, CPU, Y, M + 1, X, 4, B, 2, 4, F32, F32,
+         1},
         {"no bias, no mask", OK, NULL, NULL, CPU, Y, 0, X, 4, 0, 2, 4, F64, F64, -0.0f},
         {"largest finite scale", OK, NULL, NULL, CPU, Y, M, X, 4, B, 2, 4, F32, F32, FLT_MAX},
     };
@@ -373,9 +361,8 @@ static void test_errors_relu_forward(void) {
         const relu_forward_case *c = &cases[i];
         before_case();
         /* device_index and stream are ignored on the CPU: pass odd ones */
-        int got = relu_forward_call(c->device_type, -3, 12345, c->y, c->mask,
-                                             c->x, c->x_row_stride, c->bias, c->rows,
-                                             c->cols, c->dtype, c->bias_dtype, c->scale);
+        int got = relu_forward_call(c->device_type, -3, 12345, c->y, c->mask, c->x, c->x_row_stride,
+                                    c->bias, c->rows, c->cols, c->dtype, c->bias_dtype, c->scale);
         expect_status(op, c->why, got, c->status, c->needle, c->needle2);
     }
 }
@@ -399,8 +386,7 @@ static void test_errors_relu_backward(void) {
     static const char op[] = "fo_bias_scale_relu_backward";
     static const char query[] = "fo_bias_scale_relu_backward_workspace_bytes";
     section("errors: fo_bias_scale_relu_backward and its workspace query");
-    const uintptr_t DX = addr(&E_OUT), DB = addr(&E_OUT2), DY = addr(&E_IN),
-                    M = addr(&E_IN2);
+    const uintptr_t DX = addr(&E_OUT), DB = addr(&E_OUT2), DY = addr(&E_IN), M = addr(&E_IN2);
     char dx2[48], db1[48], db2[48], dy4[48];
     address_text(dx2, sizeof dx2, "dx", DX + 2);
     address_text(db1, sizeof db1, "dbias", DB + 1);
@@ -409,41 +395,60 @@ static void test_errors_relu_backward(void) {
     const relu_backward_case cases[] = {
         /* why, status, needles, device, dx, dbias, workspace, workspace_bytes,
          * dy, dy_row_stride, mask, rows, cols, dtype, bias_dtype, scale */
-        {"device_type 7", BAD_DEVICE, "device_type=7", NULL, 7, DX, DB, 0, 0, DY, 4, M, 2, 4, F32, F32, 1},
-        {"negative rows", INVALID, "rows=-3", NULL, CPU, DX, DB, 0, 0, DY, 4, M, -3, 4, F32, F32, 1},
-        {"negative cols", INVALID, "cols=-5", NULL, CPU, DX, DB, 0, 0, DY, 4, M, 2, -5, F32, F32, 1},
-        {"rows x cols overflows", INVALID, "rows=", "overflow", CPU, DX, DB, 0, 0, DY, 4, M, BIG, 4, F32, F32, 1},
+        {"device_type 7", BAD_DEVICE, "device_type=7", NULL, 7, DX, DB, 0, 0, DY, 4, M, 2, 4, F32,
+         F32, 1},
+        {"negative rows", INVALID, "rows=-3", NULL, CPU, DX, DB, 0, 0, DY, 4, M, -3, 4, F32, F32,
+         1},
+        {"negative cols", INVALID, "cols=-5", NULL, CPU, DX, DB, 0, 0, DY, 4, M, 2, -5, F32, F32,
+         1},
+        {"rows x cols overflows", INVALID, "rows=", "overflow", CPU, DX, DB, 0, 0, DY, 4, M, BIG, 4,
+         F32, F32, 1},
         {"dtype code 4", BAD_DTYPE, "dtype=4", NULL, CPU, DX, DB, 0, 0, DY, 4, M, 2, 4, 4, F32, 1},
-        {"bias_dtype code 42", BAD_DTYPE, "bias_dtype=42", NULL, CPU, DX, DB, 0, 0, DY, 4, M, 2, 4, F32, 42, 1},
-        {"f64 dy, f32 dbias", BAD_DTYPE, "float32", "float64", CPU, DX, DB, 0, 0, DY, 4, M, 2, 4, F64, F32, 1},
-        {"f32 dy, bf16 dbias", BAD_DTYPE, "bfloat16", "float32", CPU, DX, DB, 0, 0, DY, 4, M, 2, 4, F32, BF16, 1},
-        {"bf16 dy, f16 dbias", BAD_DTYPE, "float16", "bfloat16", CPU, DX, DB, 0, 0, DY, 4, M, 2, 4, BF16, F16, 1},
+        {"bias_dtype code 42", BAD_DTYPE, "bias_dtype=42", NULL, CPU, DX, DB, 0, 0, DY, 4, M, 2, 4,
+         F32, 42, 1},
+        {"f64 dy, f32 dbias", BAD_DTYPE, "float32", "float64", CPU, DX, DB, 0, 0, DY, 4, M, 2, 4,
+         F64, F32, 1},
+        {"f32 dy, bf16 dbias", BAD_DTYPE, "bfloat16", "float32", CPU, DX, DB, 0, 0, DY, 4, M, 2, 4,
+         F32, BF16, 1},
+        {"bf16 dy, f16 dbias", BAD_DTYPE, "float16", "bfloat16", CPU, DX, DB, 0, 0, DY, 4, M, 2, 4,
+         BF16, F16, 1},
         {"scale NaN", INVALID, "scale=", "nan", CPU, DX, DB, 0, 0, DY, 4, M, 2, 4, F32, F32, NAN},
-        {"scale +inf", INVALID, "scale=", "inf", CPU, DX, DB, 0, 0, DY, 4, M, 2, 4, F32, F32, INFINITY},
+        {"scale +inf", INVALID, "scale=", "inf", CPU, DX, DB, 0, 0, DY, 4, M, 2, 4, F32, F32,
+         INFINITY},
         {"dy null", INVALID, "dy ", "null", CPU, DX, DB, 0, 0, 0, 4, M, 2, 4, F32, F32, 1},
         {"mask null", INVALID, "mask ", "null", CPU, DX, DB, 0, 0, DY, 4, 0, 2, 4, F32, F32, 1},
-        {"dx 2 bytes off for f32", INVALID, dx2, "align", CPU, DX + 2, DB, 0, 0, DY, 4, M, 2, 4, F32, F32, 1},
-        {"dbias 1 byte off for bf16", INVALID, db1, "align", CPU, DX, DB + 1, 0, 0, DY, 4, M, 2, 4, BF16, BF16, 1},
-        {"f32 dbias 2 bytes off (fine for the f16 dy)", INVALID, db2, "align", CPU, DX, DB + 2, 0, 0, DY, 4, M, 2, 4, F16, F32, 1},
-        {"dy 4 bytes off for f64", INVALID, dy4, "align", CPU, DX, DB, 0, 0, DY + 4, 4, M, 2, 4, F64, F64, 1},
-        {"negative dy_row_stride", INVALID, "stride", "-7", CPU, DX, DB, 0, 0, DY, -7, M, 2, 4, F32, F32, 1},
-        {"dy_row_stride x rows overflows", INVALID, "stride", "overflow", CPU, DX, DB, 0, 0, DY, BIG, M, 2, 4, F32, F32, 1},
-        {"empty, but dtype code 9", BAD_DTYPE, "dtype=9", NULL, CPU, 0, 0, 0, 0, 0, 0, 0, 0, 4, 9, 9, 1},
+        {"dx 2 bytes off for f32", INVALID, dx2, "align", CPU, DX + 2, DB, 0, 0, DY, 4, M, 2, 4,
+         F32, F32, 1},
+        {"dbias 1 byte off for bf16", INVALID, db1, "align", CPU, DX, DB + 1, 0, 0, DY, 4, M, 2, 4,
+         BF16, BF16, 1},
+        {"f32 dbias 2 bytes off (fine for the f16 dy)", INVALID, db2, "align", CPU, DX, DB + 2, 0,
+         0, DY, 4, M, 2, 4, F16, F32, 1},
+        {"dy 4 bytes off for f64", INVALID, dy4, "align", CPU, DX, DB, 0, 0, DY + 4, 4, M, 2, 4,
+         F64, F64, 1},
+        {"negative dy_row_stride", INVALID, "stride", "-7", CPU, DX, DB, 0, 0, DY, -7, M, 2, 4, F32,
+         F32, 1},
+        {"dy_row_stride x rows overflows", INVALID, "stride", "overflow", CPU, DX, DB, 0, 0, DY,
+         BIG, M, 2, 4, F32, F32, 1},
+        {"empty, but dtype code 9", BAD_DTYPE, "dtype=9", NULL, CPU, 0, 0, 0, 0, 0, 0, 0, 0, 4, 9,
+         9, 1},
         /* accepted boundaries */
-        {"neither dx nor dbias wanted", OK, NULL, NULL, CPU, 0, 0, 0, 0, DY, 4, M, 2, 4, F32, F32, 1},
+        {"neither dx nor dbias wanted", OK, NULL, NULL, CPU, 0, 0, 0, 0, DY, 4, M, 2, 4, F32, F32,
+         1},
         {"bf16 dy, f32 dbias", OK, NULL, NULL, CPU, DX, DB, 0, 0, DY, 4, M, 2, 4, BF16, F32, 1},
-        {"one row: a negative stride is ignored", OK, NULL, NULL, CPU, DX, DB, 0, 0, DY, -7, M, 1, 4, F32, F32, 1},
-        {"mask at an odd address (bytes)", OK, NULL, NULL, CPU, DX, DB, 0, 0, DY, 4, M + 1, 2, 4, F32, F32, 1},
-        {"the CPU needs no workspace", OK, NULL, NULL, CPU, DX, DB, 0, 0, DY, 4, M, 2, 4, F64, F64, 1},
+        {"one row: a negative stride is ignored", OK, NULL, NULL, CPU, DX, DB, 0, 0, DY, -7, M, 1,
+         4, F32, F32, 1},
+        {"mask at an odd address (bytes)", OK, NULL, NULL, CPU, DX, DB, 0, 0, DY, 4, M + 1, 2, 4,
+         F32, F32, 1},
+        {"the CPU needs no workspace", OK, NULL, NULL, CPU, DX, DB, 0, 0, DY, 4, M, 2, 4, F64, F64,
+         1},
     };
     /* *bytes points into E_OUT: a refused query must leave it alone */
     int64_t *BYTES = (int64_t *)(void *)E_OUT.data;
     for (size_t i = 0; i < COUNT(cases); i++) {
         const relu_backward_case *c = &cases[i];
         const fo_bias_scale_relu_backward_args a = relu_backward_args(
-            c->device_type, -3, 12345, c->dx, c->dbias, c->workspace,
-            c->workspace_bytes, c->dy, c->dy_row_stride, c->mask, c->rows, c->cols,
-            c->dtype, c->bias_dtype, c->scale);
+            c->device_type, -3, 12345, c->dx, c->dbias, c->workspace, c->workspace_bytes, c->dy,
+            c->dy_row_stride, c->mask, c->rows, c->cols, c->dtype, c->bias_dtype, c->scale);
         before_case();
         expect_status(op, c->why, fo_bias_scale_relu_backward(&a), c->status, c->needle,
                       c->needle2);
@@ -452,8 +457,8 @@ static void test_errors_relu_backward(void) {
         int got = fo_bias_scale_relu_backward_workspace_bytes(&a, BYTES);
         expect_status(query, c->why, got, c->status, c->needle, c->needle2);
         if (c->status == OK)
-            CHECK(got == OK && *BYTES == 0, "%s: the CPU asks for %" PRId64 " bytes",
-                  c->why, *BYTES);
+            CHECK(got == OK && *BYTES == 0, "%s: the CPU asks for %" PRId64 " bytes", c->why,
+                  *BYTES);
     }
     const fo_bias_scale_relu_backward_args good =
         relu_backward_args(CPU, 0, 0, DX, DB, 0, 0, DY, 4, M, 2, 4, F32, F32, 1);
@@ -504,8 +509,8 @@ static void test_errors_reduce_sum_workspace_query(void) {
         int got = fo_reduce_sum_workspace_bytes(&a, c->bytes);
         expect_status(op, c->why, got, c->status, c->needle, c->needle2);
         if (c->status == OK)
-            CHECK(got == OK && *BYTES == 0, "%s: the CPU asks for %" PRId64 " bytes",
-                  c->why, *BYTES);
+            CHECK(got == OK && *BYTES == 0, "%s: the CPU asks for %" PRId64 " bytes", c->why,
+                  *BYTES);
     }
 }
 
@@ -552,8 +557,8 @@ static void test_errors_square_forward(void) {
     for (size_t i = 0; i < COUNT(cases); i++) {
         const square_forward_case *c = &cases[i];
         before_case();
-        int got = square_forward_call(c->device_type, -3, 12345, c->y, c->x,
-                                    c->x_row_stride, c->rows, c->cols, c->dtype);
+        int got = square_forward_call(c->device_type, -3, 12345, c->y, c->x, c->x_row_stride,
+                                      c->rows, c->cols, c->dtype);
         expect_status(op, c->why, got, c->status, c->needle, c->needle2);
     }
 }
@@ -596,15 +601,15 @@ static void test_errors_square_backward(void) {
         {"negative x_row_stride", INVALID, "x row", "-11", CPU, DX, DY, 4, X, -11, 2, 4, F32},
         {"empty, but dtype code 9", BAD_DTYPE, "dtype=9", NULL, CPU, 0, 0, 0, 0, 0, 2, 0, 9},
         /* accepted boundaries */
-        {"one row: negative strides are ignored", OK, NULL, NULL, CPU, DX, DY, -7, X, -11, 1, 4, F32},
+        {"one row: negative strides are ignored", OK, NULL, NULL, CPU, DX, DY, -7, X, -11, 1, 4,
+         F32},
         {"strides 0 (rows broadcast)", OK, NULL, NULL, CPU, DX, DY, 0, X, 0, 2, 4, BF16},
     };
     for (size_t i = 0; i < COUNT(cases); i++) {
         const square_backward_case *c = &cases[i];
         before_case();
-        int got = square_backward_call(c->device_type, -3, 12345, c->dx, c->dy,
-                                     c->dy_row_stride, c->x, c->x_row_stride, c->rows,
-                                     c->cols, c->dtype);
+        int got = square_backward_call(c->device_type, -3, 12345, c->dx, c->dy, c->dy_row_stride,
+                                       c->x, c->x_row_stride, c->rows, c->cols, c->dtype);
         expect_status(op, c->why, got, c->status, c->needle, c->needle2);
     }
 }
@@ -634,7 +639,8 @@ static void test_errors_reduce_sum(void) {
          * numel, dtype */
         {"device_type 7", BAD_DEVICE, "device_type=7", NULL, 7, OUT, 0, 0, X, 8, F32},
         {"negative numel", INVALID, "-9", NULL, CPU, OUT, 0, 0, X, -9, F32},
-        {"numel overflows byte offsets", INVALID, "overflow", NULL, CPU, OUT, 0, 0, X, INT64_MAX, F32},
+        {"numel overflows byte offsets", INVALID, "overflow", NULL, CPU, OUT, 0, 0, X, INT64_MAX,
+         F32},
         {"dtype code 4", BAD_DTYPE, "dtype=4", NULL, CPU, OUT, 0, 0, X, 8, 4},
         {"dtype code -1", BAD_DTYPE, "dtype=-1", NULL, CPU, OUT, 0, 0, X, 8, -1},
         {"out null", INVALID, "out ", "null", CPU, 0, 0, 0, X, 8, F32},
@@ -652,7 +658,7 @@ static void test_errors_reduce_sum(void) {
         const reduce_sum_case *c = &cases[i];
         before_case();
         int got = reduce_sum_call(c->device_type, -3, 12345, c->out, c->workspace,
-                                c->workspace_bytes, c->x, c->numel, c->dtype);
+                                  c->workspace_bytes, c->x, c->numel, c->dtype);
         expect_status(op, c->why, got, c->status, c->needle, c->needle2);
     }
 }
@@ -662,30 +668,50 @@ static void test_errors_reduce_sum(void) {
  * ======================================================================== */
 
 static fo_geglu_forward_args geglu_forward_base(void) {
-    fo_geglu_forward_args a = {
-        .struct_size = sizeof a, .device_type = CPU, .device_index = -3, .stream = 12345,
-        .y = addr(&E_OUT), .gate = addr(&E_IN), .gate_row_stride = 4, .up = addr(&E_IN2),
-        .up_row_stride = 4, .rows = 2, .cols = 4, .dtype = F32, .approximate = FO_GELU_TANH};
+    fo_geglu_forward_args a = {.struct_size = sizeof a,
+                               .device_type = CPU,
+                               .device_index = -3,
+                               .stream = 12345,
+                               .y = addr(&E_OUT),
+                               .gate = addr(&E_IN),
+                               .gate_row_stride = 4,
+                               .up = addr(&E_IN2),
+                               .up_row_stride = 4,
+                               .rows = 2,
+                               .cols = 4,
+                               .dtype = F32,
+                               .approximate = FO_GELU_TANH};
     return a;
 }
 
 static fo_geglu_backward_args geglu_backward_base(void) {
-    fo_geglu_backward_args a = {
-        .struct_size = sizeof a, .device_type = CPU, .device_index = -3, .stream = 12345,
-        .dgate = addr(&E_OUT), .dup = addr(&E_OUT2), .dy = addr(&E_IN), .dy_row_stride = 4,
-        .gate = addr(&E_IN), .gate_row_stride = 4, .up = addr(&E_IN2), .up_row_stride = 4,
-        .rows = 2, .cols = 4, .dtype = F32, .approximate = FO_GELU_NONE};
+    fo_geglu_backward_args a = {.struct_size = sizeof a,
+                                .device_type = CPU,
+                                .device_index = -3,
+                                .stream = 12345,
+                                .dgate = addr(&E_OUT),
+                                .dup = addr(&E_OUT2),
+                                .dy = addr(&E_IN),
+                                .dy_row_stride = 4,
+                                .gate = addr(&E_IN),
+                                .gate_row_stride = 4,
+                                .up = addr(&E_IN2),
+                                .up_row_stride = 4,
+                                .rows = 2,
+                                .cols = 4,
+                                .dtype = F32,
+                                .approximate = FO_GELU_NONE};
     return a;
 }
 
 /* One case of an error table: `var` is the valid struct base() gives, then
  * changed by `edit`. */
-#define STRUCT_CASE(var, op, base, call, why, status, needle, needle2, edit)          \
-    do {                                                                              \
-        before_case();                                                                \
-        var = base();                                                                 \
-        edit;                                                                         \
-        expect_status(op, why, call(&var), status, needle, needle2);                  \
+#define STRUCT_CASE(var, op, base, call, why, status, needle, needle2, edit) \
+    do {                                                                     \
+        before_case();                                                       \
+        var = base();                                                        \
+        edit;                                                                \
+        expect_status(op, why, call(&var), status, needle, needle2);         \
     } while (0)
 
 static void test_errors_geglu(void) {
@@ -715,7 +741,8 @@ static void test_errors_geglu(void) {
         a.struct_size = 8);
     FWD("stride 0 (rows broadcast)", OK, NULL, NULL, a.gate_row_stride = a.up_row_stride = 0);
     FWD("empty: null addresses", OK, NULL, NULL, (a.rows = 0, a.y = a.gate = a.up = 0));
-    FWD("empty, but approximate 5", INVALID, "approximate=5", NULL, (a.rows = 0, a.approximate = 5));
+    FWD("empty, but approximate 5", INVALID, "approximate=5", NULL,
+        (a.rows = 0, a.approximate = 5));
 #undef FWD
     fo_geglu_backward_args b;
 #define BWD(why, status, needle, needle2, edit) \
@@ -751,8 +778,10 @@ static double gelu_reference(double g, int approximate, double *grad) {
  * ulp, float16's subnormal one too), and the difference of two double
  * evaluations of a transcendental formula. */
 static double elementwise_tol(double want, int dtype) {
-    const double rounding = dtype == F64 ? 0x1p-50 : dtype == F32 ? 0x1p-23
-                            : dtype == F16 ? 0x1p-10 : 0x1p-7;
+    const double rounding = dtype == F64   ? 0x1p-50
+                            : dtype == F32 ? 0x1p-23
+                            : dtype == F16 ? 0x1p-10
+                                           : 0x1p-7;
     return rounding * fabs(want) + (dtype == F16 ? 0x1p-24 : 0.0) + 1e-14;
 }
 
@@ -778,12 +807,15 @@ static void test_geglu_values(void) {
                 guarded dy = random_input(&rng, dt, rows, cols, stride, shapes[s].offset, 0);
                 guarded first = new_operand(dt, n, shapes[s].offset);
                 guarded second = new_operand(dt, n, shapes[s].offset);
-                double *want = malloc(sizeof(double) * (size_t)n), *want2 = malloc(sizeof(double) * (size_t)n);
-                double *tol = malloc(sizeof(double) * (size_t)n), *tol2 = malloc(sizeof(double) * (size_t)n);
+                double *want = malloc(sizeof(double) * (size_t)n),
+                       *want2 = malloc(sizeof(double) * (size_t)n);
+                double *tol = malloc(sizeof(double) * (size_t)n),
+                       *tol2 = malloc(sizeof(double) * (size_t)n);
                 for (int64_t r = 0; r < rows; r++)
                     for (int64_t c = 0; c < cols; c++) {
                         const int64_t i = r * cols + c;
-                        const double g = get(gate.data, r * rs + c, dt), u = get(up.data, r * rs + c, dt);
+                        const double g = get(gate.data, r * rs + c, dt),
+                                     u = get(up.data, r * rs + c, dt);
                         const double d = get(dy.data, r * rs + c, dt);
                         double grad;
                         const double value = gelu_reference(g, approximate, &grad);
@@ -793,19 +825,35 @@ static void test_geglu_values(void) {
                         want2[i] = d * value;
                         tol2[i] = elementwise_tol(want2[i], dt);
                     }
-                fo_geglu_forward_args f = {
-                    .struct_size = sizeof f, .device_type = CPU, .y = addr(&first), .gate = addr(&gate),
-                    .gate_row_stride = stride, .up = addr(&up), .up_row_stride = stride, .rows = rows,
-                    .cols = cols, .dtype = dt, .approximate = approximate};
+                fo_geglu_forward_args f = {.struct_size = sizeof f,
+                                           .device_type = CPU,
+                                           .y = addr(&first),
+                                           .gate = addr(&gate),
+                                           .gate_row_stride = stride,
+                                           .up = addr(&up),
+                                           .up_row_stride = stride,
+                                           .rows = rows,
+                                           .cols = cols,
+                                           .dtype = dt,
+                                           .approximate = approximate};
                 int st = fo_geglu_forward(&f);
                 if (CHECK(st == OK, "%s forward: status %d (%s)", what, st, fo_last_error()))
                     check_output(what, &first, want, tol, n, dt);
                 guarded_fill(&first, POISON);
-                fo_geglu_backward_args b = {
-                    .struct_size = sizeof b, .device_type = CPU, .dgate = addr(&first),
-                    .dup = addr(&second), .dy = addr(&dy), .dy_row_stride = stride, .gate = addr(&gate),
-                    .gate_row_stride = stride, .up = addr(&up), .up_row_stride = stride,
-                    .rows = rows, .cols = cols, .dtype = dt, .approximate = approximate};
+                fo_geglu_backward_args b = {.struct_size = sizeof b,
+                                            .device_type = CPU,
+                                            .dgate = addr(&first),
+                                            .dup = addr(&second),
+                                            .dy = addr(&dy),
+                                            .dy_row_stride = stride,
+                                            .gate = addr(&gate),
+                                            .gate_row_stride = stride,
+                                            .up = addr(&up),
+                                            .up_row_stride = stride,
+                                            .rows = rows,
+                                            .cols = cols,
+                                            .dtype = dt,
+                                            .approximate = approximate};
                 st = fo_geglu_backward(&b);
                 if (CHECK(st == OK, "%s backward: status %d (%s)", what, st, fo_last_error())) {
                     for (int64_t r = 0; r < rows; r++)
@@ -813,7 +861,8 @@ static void test_geglu_values(void) {
                             const int64_t i = r * cols + c;
                             double grad;
                             gelu_reference(get(gate.data, r * rs + c, dt), approximate, &grad);
-                            want[i] = get(dy.data, r * rs + c, dt) * get(up.data, r * rs + c, dt) * grad;
+                            want[i] =
+                                get(dy.data, r * rs + c, dt) * get(up.data, r * rs + c, dt) * grad;
                             tol[i] = elementwise_tol(want[i], dt);
                         }
                     check_output(what, &first, want, tol, n, dt);
@@ -832,11 +881,23 @@ static void test_geglu_values(void) {
  * ======================================================================== */
 
 static fo_clamped_swiglu_args clamped_swiglu_base(void) {
-    fo_clamped_swiglu_args a = {
-        .struct_size = sizeof a, .device_type = CPU, .device_index = -3, .stream = 12345,
-        .y = addr(&E_OUT), .dgate_up = addr(&E_OUT2), .dy = addr(&E_IN2), .dy_row_stride = 4,
-        .gate_up = addr(&E_IN), .gate_up_row_stride = 8, .rows = 2, .cols = 4, .dtype = F32,
-        .layout = FO_GLU_INTERLEAVED, .alpha = 1.702, .limit = 7.0, .grad_at_limit = 0};
+    fo_clamped_swiglu_args a = {.struct_size = sizeof a,
+                                .device_type = CPU,
+                                .device_index = -3,
+                                .stream = 12345,
+                                .y = addr(&E_OUT),
+                                .dgate_up = addr(&E_OUT2),
+                                .dy = addr(&E_IN2),
+                                .dy_row_stride = 4,
+                                .gate_up = addr(&E_IN),
+                                .gate_up_row_stride = 8,
+                                .rows = 2,
+                                .cols = 4,
+                                .dtype = F32,
+                                .layout = FO_GLU_INTERLEAVED,
+                                .alpha = 1.702,
+                                .limit = 7.0,
+                                .grad_at_limit = 0};
     return a;
 }
 
@@ -846,8 +907,9 @@ static void test_errors_clamped_swiglu(void) {
     char y2[48];
     address_text(y2, sizeof y2, "y", addr(&E_OUT) + 2);
     fo_clamped_swiglu_args a;
-#define FWD(why, status, needle, needle2, edit) \
-    STRUCT_CASE(a, fwd, clamped_swiglu_base, fo_clamped_swiglu_forward, why, status, needle, needle2, edit)
+#define FWD(why, status, needle, needle2, edit)                                              \
+    STRUCT_CASE(a, fwd, clamped_swiglu_base, fo_clamped_swiglu_forward, why, status, needle, \
+                needle2, edit)
     FWD("the base case", OK, NULL, NULL, (void)0);
     FWD("the halves layout", OK, NULL, NULL, a.layout = FO_GLU_HALVES);
     FWD("device_type 7", BAD_DEVICE, "device_type=7", NULL, a.device_type = 7);
@@ -862,13 +924,16 @@ static void test_errors_clamped_swiglu(void) {
     FWD("y null", INVALID, "y ", "null", a.y = 0);
     FWD("gate_up null", INVALID, "gate_up ", "null", a.gate_up = 0);
     FWD("y 2 bytes off for f32", INVALID, y2, "align", a.y += 2);
-    FWD("negative gate_up_row_stride", INVALID, "gate_up row stride -1", NULL, a.gate_up_row_stride = -1);
-    FWD("struct_size 8", INVALID, "struct_size=8 ", "sizeof(fo_clamped_swiglu_args)", a.struct_size = 8);
+    FWD("negative gate_up_row_stride", INVALID, "gate_up row stride -1", NULL,
+        a.gate_up_row_stride = -1);
+    FWD("struct_size 8", INVALID, "struct_size=8 ", "sizeof(fo_clamped_swiglu_args)",
+        a.struct_size = 8);
     FWD("backward's fields are not read", OK, NULL, NULL, a.dy = a.dgate_up = 0);
     FWD("empty: null addresses", OK, NULL, NULL, (a.rows = 0, a.y = a.gate_up = 0));
 #undef FWD
-#define BWD(why, status, needle, needle2, edit) \
-    STRUCT_CASE(a, bwd, clamped_swiglu_base, fo_clamped_swiglu_backward, why, status, needle, needle2, edit)
+#define BWD(why, status, needle, needle2, edit)                                               \
+    STRUCT_CASE(a, bwd, clamped_swiglu_base, fo_clamped_swiglu_backward, why, status, needle, \
+                needle2, edit)
     BWD("the base case", OK, NULL, NULL, (void)0);
     BWD("dy null", INVALID, "dy ", "null", a.dy = 0);
     BWD("dgate_up null", INVALID, "dgate_up ", "null", a.dgate_up = 0);
@@ -885,12 +950,24 @@ static void test_errors_clamped_swiglu(void) {
  * ======================================================================== */
 
 static fo_dyt_args dyt_base(void) {
-    fo_dyt_args a = {
-        .struct_size = sizeof a, .device_type = CPU, .device_index = -3, .stream = 12345,
-        .y = addr(&E_OUT), .dx = addr(&E_OUT), .dweight = addr(&E_OUT2), .dy = addr(&E_IN2),
-        .dy_row_stride = 4, .x = addr(&E_IN), .x_row_stride = 8, .alpha = addr(&E_IN2),
-        .weight = addr(&E_IN2) + 16, .bias = addr(&E_IN2) + 32, .rows = 2, .cols = 4,
-        .dtype = F32, .param_dtype = F32};
+    fo_dyt_args a = {.struct_size = sizeof a,
+                     .device_type = CPU,
+                     .device_index = -3,
+                     .stream = 12345,
+                     .y = addr(&E_OUT),
+                     .dx = addr(&E_OUT),
+                     .dweight = addr(&E_OUT2),
+                     .dy = addr(&E_IN2),
+                     .dy_row_stride = 4,
+                     .x = addr(&E_IN),
+                     .x_row_stride = 8,
+                     .alpha = addr(&E_IN2),
+                     .weight = addr(&E_IN2) + 16,
+                     .bias = addr(&E_IN2) + 32,
+                     .rows = 2,
+                     .cols = 4,
+                     .dtype = F32,
+                     .param_dtype = F32};
     return a;
 }
 
@@ -914,7 +991,8 @@ static void test_errors_dyt(void) {
     FWD("negative rows", INVALID, "rows=-3", NULL, a.rows = -3);
     FWD("dtype code 4", BAD_DTYPE, "dtype=4", NULL, a.dtype = 4);
     FWD("param_dtype code 9", BAD_DTYPE, "param_dtype=9", NULL, a.param_dtype = 9);
-    FWD("f64 params beside f32 x", BAD_DTYPE, "param_dtype float64", "float32 when", a.param_dtype = F64);
+    FWD("f64 params beside f32 x", BAD_DTYPE, "param_dtype float64", "float32 when",
+        a.param_dtype = F64);
     FWD("f16 x, f32 params", OK, NULL, NULL, a.dtype = F16);
     FWD("y null", INVALID, "y ", "null", a.y = 0);
     FWD("x null", INVALID, "x ", "null", a.x = 0);
@@ -928,7 +1006,8 @@ static void test_errors_dyt(void) {
     FWD("empty: null addresses", OK, NULL, NULL, (a.rows = 0, a.y = a.x = 0));
 #undef FWD
     before_case();
-    expect_status(fwd, "a NULL struct", fo_dyt_forward(NULL), INVALID, "null pointer", "fo_dyt_args");
+    expect_status(fwd, "a NULL struct", fo_dyt_forward(NULL), INVALID, "null pointer",
+                  "fo_dyt_args");
 #define BWD(why, status, needle, needle2, edit) \
     STRUCT_CASE(a, bwd, dyt_base, fo_dyt_backward, why, status, needle, needle2, edit)
     BWD("the base case", OK, NULL, NULL, (void)0);
@@ -960,10 +1039,88 @@ static void test_errors_dyt(void) {
                   NULL, NULL);
 }
 
+/* ========================================================================
+ * FP8 quantization: errors (fo_quantize_fp8, fo_quantize_fp8_workspace_bytes)
+ * ======================================================================== */
+
+static fo_quantize_fp8_args quantize_fp8_base(void) {
+    fo_quantize_fp8_args a = {.struct_size = sizeof a,
+                              .device_type = CPU,
+                              .device_index = -3,
+                              .stream = 12345,
+                              .y = addr(&E_OUT),
+                              .scale = addr(&E_OUT2),
+                              .workspace = addr(&E_OUT2) + 32,
+                              .workspace_bytes = 8,
+                              .x = addr(&E_IN),
+                              .x_row_stride = 8,
+                              .rows = 2,
+                              .cols = 4,
+                              .dtype = F32,
+                              .fp8_dtype = FO_FP8_E4M3,
+                              .recipe = FO_FP8_TENSORWISE};
+    return a;
+}
+
+static int quantize_fp8_query(const fo_quantize_fp8_args *a) {
+    int64_t bytes = -1;
+    return fo_quantize_fp8_workspace_bytes(a, &bytes);
+}
+
+static void test_errors_quantize_fp8(void) {
+    section("errors: fo_quantize_fp8, fo_quantize_fp8_workspace_bytes");
+    static const char op[] = "fo_quantize_fp8", query[] = "fo_quantize_fp8_workspace_bytes";
+    fo_quantize_fp8_args a;
+#define CALL(why, status, needle, needle2, edit) \
+    STRUCT_CASE(a, op, quantize_fp8_base, fo_quantize_fp8, why, status, needle, needle2, edit)
+    CALL("the base case", OK, NULL, NULL, (void)0);
+    CALL("rowwise needs no workspace", OK, NULL, NULL,
+         (a.recipe = FO_FP8_ROWWISE, a.workspace = 0, a.workspace_bytes = 0));
+    CALL("e5m2", OK, NULL, NULL, a.fp8_dtype = FO_FP8_E5M2);
+    CALL("the transposed copy alone", OK, NULL, NULL, (a.y_t = a.y, a.y = 0));
+    CALL("device_type 7", BAD_DEVICE, "device_type=7", NULL, a.device_type = 7);
+    CALL("negative cols", INVALID, "cols=-4", NULL, a.cols = -4);
+    CALL("dtype code 4", BAD_DTYPE, "dtype=4", NULL, a.dtype = 4);
+    CALL("fp8_dtype code 2", BAD_DTYPE, "fp8_dtype=2", "e5m2=1", a.fp8_dtype = 2);
+    CALL("recipe code 5", INVALID, "recipe=5", "rowwise=1", a.recipe = 5);
+    CALL("y_t with rowwise", INVALID, "y_t", "recipe=1", (a.recipe = FO_FP8_ROWWISE, a.y_t = a.y));
+    CALL("neither y nor y_t", INVALID, "y and y_t are both null", NULL, a.y = 0);
+    CALL("x null", INVALID, "x ", "null", a.x = 0);
+    CALL("scale null", INVALID, "scale ", "null", a.scale = 0);
+    CALL("scale 2 bytes off", INVALID, "scale=0x", "align", a.scale += 2);
+    CALL("amax 1 byte off", INVALID, "amax=0x", "align", a.amax = addr(&E_OUT2) + 17);
+    CALL("workspace too small", TOO_SMALL, "workspace_bytes=4", "8 are needed",
+         a.workspace_bytes = 4);
+    CALL("negative x_row_stride", INVALID, "x row stride -1", NULL, a.x_row_stride = -1);
+    CALL("reserved 1", INVALID, "reserved=1", NULL, a.reserved = 1);
+    CALL("struct_size 8", INVALID, "struct_size=8 ", "sizeof(fo_quantize_fp8_args)",
+         a.struct_size = 8);
+    CALL("struct_size past the library's", INVALID, "struct_size=", NULL, a.struct_size += 8);
+    CALL("empty: null x and y", OK, NULL, NULL, (a.rows = 0, a.y = a.x = 0));
+#undef CALL
+    before_case();
+    expect_status(op, "a NULL struct", fo_quantize_fp8(NULL), INVALID, "null pointer",
+                  "fo_quantize_fp8_args");
+#define QUERY(why, status, needle, needle2, edit) \
+    STRUCT_CASE(a, query, quantize_fp8_base, quantize_fp8_query, why, status, needle, needle2, edit)
+    QUERY("the base case", OK, NULL, NULL, (void)0);
+    QUERY("recipe code 5", INVALID, "recipe=5", NULL, a.recipe = 5);
+#undef QUERY
+    before_case();
+    int64_t bytes = -1;
+    a = quantize_fp8_base();
+    CHECK(
+        fo_quantize_fp8_workspace_bytes(&a, &bytes) == OK && bytes == 8,
+        "fo_quantize_fp8_workspace_bytes: %lld bytes on the CPU for 2 rows, want 8 (a float a row)",
+        (long long)bytes);
+    expect_status(query, "a NULL bytes pointer", fo_quantize_fp8_workspace_bytes(&a, NULL), INVALID,
+                  NULL, NULL);
+}
+
 /* gpt-oss's _apply_gate in double, with its gradients as torch.clamp gives
  * them (passing at the bounds or not, as `closed` says). */
-static double clamped_swiglu_reference(double gate, double up, double alpha, double limit, int closed,
-                                       double *dgate, double *dup) {
+static double clamped_swiglu_reference(double gate, double up, double alpha, double limit,
+                                       int closed, double *dgate, double *dup) {
     const double g = gate > limit ? limit : gate;
     const double u = up > limit ? limit : up < -limit ? -limit : up;
     const double s = 1.0 / (1.0 + exp(-alpha * g));
@@ -986,17 +1143,20 @@ static void test_clamped_swiglu_values(void) {
             for (int closed = 0; closed < 2; closed++)
                 for (size_t s = 0; s < COUNT(shapes); s++) {
                     const int dt = ALL_DTYPES[d];
-                    const int64_t rows = shapes[s].rows, cols = shapes[s].cols, stride = shapes[s].stride;
+                    const int64_t rows = shapes[s].rows, cols = shapes[s].cols,
+                                  stride = shapes[s].stride;
                     const int64_t n = rows * cols, rs = rows > 1 ? stride : 0;
                     /* limit 1.5 with inputs in [-4, 4), and 1.5 itself (exact in every dtype) */
                     const double alpha = 1.702, limit = 1.5;
                     char what[128];
                     snprintf(what, sizeof what, "clamped swiglu %s %s %s %" PRId64 " x %" PRId64,
-                             dtype_label(dt), layout ? "pairs" : "halves", closed ? "closed" : "open",
-                             rows, cols);
-                    guarded gate_up = random_input(&rng, dt, rows, 2 * cols, stride, shapes[s].offset, 0);
+                             dtype_label(dt), layout ? "pairs" : "halves",
+                             closed ? "closed" : "open", rows, cols);
+                    guarded gate_up =
+                        random_input(&rng, dt, rows, 2 * cols, stride, shapes[s].offset, 0);
                     guarded dy = random_input(&rng, dt, rows, cols, cols, shapes[s].offset, 0);
-                    for (int64_t r = 0; r < rows; r++) put(gate_up.data, r * rs + r % 2, dt, r % 4 < 2 ? limit : -limit);
+                    for (int64_t r = 0; r < rows; r++)
+                        put(gate_up.data, r * rs + r % 2, dt, r % 4 < 2 ? limit : -limit);
                     guarded y = new_operand(dt, n, shapes[s].offset);
                     guarded dgate_up = new_operand(dt, 2 * n, shapes[s].offset);
                     double *want = malloc(sizeof(double) * (size_t)(2 * n));
@@ -1005,33 +1165,46 @@ static void test_clamped_swiglu_values(void) {
                     double *tol_grad = malloc(sizeof(double) * (size_t)(2 * n));
                     for (int64_t r = 0; r < rows; r++)
                         for (int64_t c = 0; c < cols; c++) {
-                            const int64_t gi = r * rs + (layout ? 2 * c : c), ui = r * rs + (layout ? 2 * c + 1 : cols + c);
+                            const int64_t gi = r * rs + (layout ? 2 * c : c),
+                                          ui = r * rs + (layout ? 2 * c + 1 : cols + c);
                             const int64_t gout = r * 2 * cols + (layout ? 2 * c : c);
                             const int64_t uout = r * 2 * cols + (layout ? 2 * c + 1 : cols + c);
                             const double d_y = get(dy.data, r * cols + c, dt);
                             double dg, du;
-                            want[r * cols + c] = clamped_swiglu_reference(get(gate_up.data, gi, dt),
-                                                                          get(gate_up.data, ui, dt), alpha,
-                                                                          limit, closed, &dg, &du);
+                            want[r * cols + c] = clamped_swiglu_reference(
+                                get(gate_up.data, gi, dt), get(gate_up.data, ui, dt), alpha, limit,
+                                closed, &dg, &du);
                             tol[r * cols + c] = elementwise_tol(want[r * cols + c], dt);
                             want_grad[gout] = d_y * dg, want_grad[uout] = d_y * du;
                             tol_grad[gout] = elementwise_tol(want_grad[gout], dt);
                             tol_grad[uout] = elementwise_tol(want_grad[uout], dt);
                         }
-                    fo_clamped_swiglu_args a = {
-                        .struct_size = sizeof a, .device_type = CPU, .y = addr(&y), .dgate_up = addr(&dgate_up),
-                        .dy = addr(&dy), .dy_row_stride = cols, .gate_up = addr(&gate_up),
-                        .gate_up_row_stride = stride, .rows = rows, .cols = cols, .dtype = dt,
-                        .layout = layout, .alpha = alpha, .limit = limit, .grad_at_limit = closed};
+                    fo_clamped_swiglu_args a = {.struct_size = sizeof a,
+                                                .device_type = CPU,
+                                                .y = addr(&y),
+                                                .dgate_up = addr(&dgate_up),
+                                                .dy = addr(&dy),
+                                                .dy_row_stride = cols,
+                                                .gate_up = addr(&gate_up),
+                                                .gate_up_row_stride = stride,
+                                                .rows = rows,
+                                                .cols = cols,
+                                                .dtype = dt,
+                                                .layout = layout,
+                                                .alpha = alpha,
+                                                .limit = limit,
+                                                .grad_at_limit = closed};
                     int st = fo_clamped_swiglu_forward(&a);
                     if (CHECK(st == OK, "%s forward: status %d (%s)", what, st, fo_last_error()))
                         check_output(what, &y, want, tol, n, dt);
                     st = fo_clamped_swiglu_backward(&a);
                     if (CHECK(st == OK, "%s backward: status %d (%s)", what, st, fo_last_error()))
                         check_output(what, &dgate_up, want_grad, tol_grad, 2 * n, dt);
-                    CHECK(guards_intact(&gate_up) && guards_intact(&dy), "%s: an input was written", what);
+                    CHECK(guards_intact(&gate_up) && guards_intact(&dy), "%s: an input was written",
+                          what);
                     free(want), free(want_grad), free(tol), free(tol_grad);
-                    guarded_free(&gate_up), guarded_free(&dy), guarded_free(&y), guarded_free(&dgate_up);
+                    guarded_free(&gate_up), guarded_free(&dy), guarded_free(&y),
+                        guarded_free(&dgate_up);
                 }
 }
 
@@ -1042,13 +1215,29 @@ static void test_clamped_swiglu_values(void) {
 /* batch 1, 2 tokens, 1 head each, head_dim 4 (all rotated), f32 (32 bytes
  * a tensor; the 256-byte error buffers hold every operand). */
 static fo_rope_args rope_base(void) {
-    fo_rope_args a = {
-        .struct_size = sizeof a, .device_type = CPU, .device_index = -3, .stream = 12345,
-        .q_out = addr(&E_OUT), .k_out = addr(&E_OUT2), .q = addr(&E_IN), .k = addr(&E_IN),
-        .q_strides = {8, 8, 4, 1}, .k_strides = {8, 8, 4, 1}, .cos = addr(&E_IN2),
-        .sin = addr(&E_IN2), .cos_strides = {8, 4, 1}, .sin_strides = {8, 4, 1}, .batch = 1,
-        .tokens = 2, .q_heads = 1, .k_heads = 1, .head_dim = 4, .rotary_dim = 4,
-        .layout = FO_ROPE_HEADS_FIRST, .dtype = F32, .cos_dtype = F32};
+    fo_rope_args a = {.struct_size = sizeof a,
+                      .device_type = CPU,
+                      .device_index = -3,
+                      .stream = 12345,
+                      .q_out = addr(&E_OUT),
+                      .k_out = addr(&E_OUT2),
+                      .q = addr(&E_IN),
+                      .k = addr(&E_IN),
+                      .q_strides = {8, 8, 4, 1},
+                      .k_strides = {8, 8, 4, 1},
+                      .cos = addr(&E_IN2),
+                      .sin = addr(&E_IN2),
+                      .cos_strides = {8, 4, 1},
+                      .sin_strides = {8, 4, 1},
+                      .batch = 1,
+                      .tokens = 2,
+                      .q_heads = 1,
+                      .k_heads = 1,
+                      .head_dim = 4,
+                      .rotary_dim = 4,
+                      .layout = FO_ROPE_HEADS_FIRST,
+                      .dtype = F32,
+                      .cos_dtype = F32};
     return a;
 }
 
@@ -1083,17 +1272,18 @@ static void test_errors_rope(void) {
     FWD("q_out 2 bytes off", INVALID, "q_out=0x", "align", a.q_out += 2);
     FWD("q's last stride 2", INVALID, "q stride 2 (dimension 3, the last) must be 1", NULL,
         a.q_strides[3] = 2);
-    FWD("k's token stride -4", INVALID, "k stride -4 (dimension 2)", "negative", a.k_strides[2] = -4);
+    FWD("k's token stride -4", INVALID, "k stride -4 (dimension 2)", "negative",
+        a.k_strides[2] = -4);
     FWD("cos's last stride 0", INVALID, "cos stride 0 (dimension 2", NULL, a.cos_strides[2] = 0);
     FWD("q's token stride x tokens overflows", INVALID, "q stride", "overflows",
         a.q_strides[2] = BIG);
     FWD("struct_size 16", INVALID, "struct_size=16 ", "sizeof(fo_rope_args)", a.struct_size = 16);
-    FWD("q_out's tokens 2 apart, rows of 4", INVALID, "q_out strides 8, 8, 2, 1",
-        "over each other", (a.q_out_strides[0] = 8, a.q_out_strides[1] = 8,
-                            a.q_out_strides[2] = 2, a.q_out_strides[3] = 1));
-    FWD("k_out's last stride 2", INVALID, "k_out stride 2 (dimension 3, the last) must be 1",
-        NULL, (a.k_out_strides[0] = 16, a.k_out_strides[1] = 16, a.k_out_strides[2] = 8,
-               a.k_out_strides[3] = 2));
+    FWD("q_out's tokens 2 apart, rows of 4", INVALID, "q_out strides 8, 8, 2, 1", "over each other",
+        (a.q_out_strides[0] = 8, a.q_out_strides[1] = 8, a.q_out_strides[2] = 2,
+         a.q_out_strides[3] = 1));
+    FWD("k_out's last stride 2", INVALID, "k_out stride 2 (dimension 3, the last) must be 1", NULL,
+        (a.k_out_strides[0] = 16, a.k_out_strides[1] = 16, a.k_out_strides[2] = 8,
+         a.k_out_strides[3] = 2));
     FWD("q_out's batch stride -8", INVALID, "q_out stride -8", "negative",
         (a.q_out_strides[0] = -8, a.q_out_strides[1] = 8, a.q_out_strides[2] = 4,
          a.q_out_strides[3] = 1, a.batch = 2, a.q_strides[0] = 0, a.k_strides[0] = 0,
@@ -1103,8 +1293,8 @@ static void test_errors_rope(void) {
         (a.q_out_strides[0] = 16, a.q_out_strides[1] = 16, a.q_out_strides[2] = 8,
          a.q_out_strides[3] = 1));
     FWD("bf16 q, f32 tables", OK, NULL, NULL, a.dtype = BF16);
-    FWD("tokens first", OK, NULL, NULL, (a.layout = FO_ROPE_TOKENS_FIRST, a.q_strides[1] = 4,
-                                         a.q_strides[2] = 4));
+    FWD("tokens first", OK, NULL, NULL,
+        (a.layout = FO_ROPE_TOKENS_FIRST, a.q_strides[1] = 4, a.q_strides[2] = 4));
     FWD("strides 0: one row and one table read everywhere", OK, NULL, NULL,
         (a.q_strides[2] = 0, a.cos_strides[1] = a.sin_strides[1] = 0));
     FWD("size-1 dimensions: their strides unread", OK, NULL, NULL,
@@ -1125,8 +1315,8 @@ static void test_errors_rope(void) {
 typedef struct rope_setup {
     int dtype, cos_dtype, layout, backward;
     int64_t batch, tokens, q_heads, k_heads, head_dim, rotary_dim;
-    int transposed;  /* q and k as views of the other layout (a projection's transpose) */
-    int shared;      /* one table for the batch: batch stride 0 */
+    int transposed; /* q and k as views of the other layout (a projection's transpose) */
+    int shared; /* one table for the batch: batch stride 0 */
     size_t offset;
 } rope_setup;
 
@@ -1147,10 +1337,17 @@ static void run_rope(const rope_setup *s, uint64_t seed) {
              heads_first ? "heads first" : "tokens first", s->batch, s->q_heads, s->k_heads,
              s->tokens, s->head_dim, s->rotary_dim, s->transposed ? ", transposed views" : "",
              s->shared ? ", shared table" : "");
-    fo_rope_args a = {.struct_size = sizeof a, .device_type = CPU, .batch = s->batch,
-                      .tokens = s->tokens, .q_heads = s->q_heads, .k_heads = s->k_heads,
-                      .head_dim = s->head_dim, .rotary_dim = s->rotary_dim, .layout = s->layout,
-                      .dtype = s->dtype, .cos_dtype = s->cos_dtype};
+    fo_rope_args a = {.struct_size = sizeof a,
+                      .device_type = CPU,
+                      .batch = s->batch,
+                      .tokens = s->tokens,
+                      .q_heads = s->q_heads,
+                      .k_heads = s->k_heads,
+                      .head_dim = s->head_dim,
+                      .rotary_dim = s->rotary_dim,
+                      .layout = s->layout,
+                      .dtype = s->dtype,
+                      .cos_dtype = s->cos_dtype};
     guarded in[2], out[2];
     const int64_t heads[2] = {s->q_heads, s->k_heads};
     for (int x = 0; x < 2; x++) {
@@ -1158,8 +1355,10 @@ static void run_rope(const rope_setup *s, uint64_t seed) {
          * first) or [B, H, T, D]; strides given in the layout's order */
         int64_t *st = x ? a.k_strides : a.q_strides, dense[4];
         const int tokens_outer = heads_first == s->transposed;
-        if (tokens_outer) dense_strides(dense, s->tokens, heads[x], s->head_dim);
-        else dense_strides(dense, heads[x], s->tokens, s->head_dim);
+        if (tokens_outer)
+            dense_strides(dense, s->tokens, heads[x], s->head_dim);
+        else
+            dense_strides(dense, heads[x], s->tokens, s->head_dim);
         st[0] = dense[0], st[3] = 1;
         /* st[1], st[2]: the layout's dims 1, 2 */
         const int64_t head_stride = tokens_outer ? dense[2] : dense[1];
@@ -1170,8 +1369,10 @@ static void run_rope(const rope_setup *s, uint64_t seed) {
         in[x] = random_input(&rng, s->dtype, 1, n, n, s->offset, 0);
         out[x] = new_operand(s->dtype, n, s->offset);
     }
-    guarded cos = random_input(&rng, s->cos_dtype, 1, tables * s->tokens * s->rotary_dim, 0, s->offset, 0);
-    guarded sin = random_input(&rng, s->cos_dtype, 1, tables * s->tokens * s->rotary_dim, 0, s->offset, 0);
+    guarded cos =
+        random_input(&rng, s->cos_dtype, 1, tables * s->tokens * s->rotary_dim, 0, s->offset, 0);
+    guarded sin =
+        random_input(&rng, s->cos_dtype, 1, tables * s->tokens * s->rotary_dim, 0, s->offset, 0);
     a.q = addr(&in[0]), a.k = addr(&in[1]), a.q_out = addr(&out[0]), a.k_out = addr(&out[1]);
     a.cos = addr(&cos), a.sin = addr(&sin);
     a.cos_strides[0] = a.sin_strides[0] = s->shared ? 0 : s->tokens * s->rotary_dim;
@@ -1180,30 +1381,38 @@ static void run_rope(const rope_setup *s, uint64_t seed) {
     int st = s->backward ? fo_rope_backward(&a) : fo_rope_forward(&a);
     if (CHECK(st == OK, "%s: status %d (%s)", what, st, fo_last_error())) {
         for (int x = 0; x < 2; x++) {
-            const int64_t *str = x ? a.k_strides : a.q_strides, n = s->batch * s->tokens * heads[x] * s->head_dim;
-            double *want = malloc(sizeof(double) * (size_t)(n + 1)), *tol = malloc(sizeof(double) * (size_t)(n + 1));
+            const int64_t *str = x ? a.k_strides : a.q_strides,
+                          n = s->batch * s->tokens * heads[x] * s->head_dim;
+            double *want = malloc(sizeof(double) * (size_t)(n + 1)),
+                   *tol = malloc(sizeof(double) * (size_t)(n + 1));
             for (int64_t b = 0; b < s->batch; b++)
                 for (int64_t h = 0; h < heads[x]; h++)
                     for (int64_t t = 0; t < s->tokens; t++) {
                         const int64_t i0 = b * str[0] + (heads_first ? h * str[1] + t * str[2]
                                                                      : t * str[1] + h * str[2]);
-                        const int64_t o0 = heads_first ? ((b * heads[x] + h) * s->tokens + t) * s->head_dim
-                                                       : ((b * s->tokens + t) * heads[x] + h) * s->head_dim;
-                        const int64_t c0 = (s->shared ? 0 : b) * s->tokens * s->rotary_dim + t * s->rotary_dim;
+                        const int64_t o0 = heads_first
+                                               ? ((b * heads[x] + h) * s->tokens + t) * s->head_dim
+                                               : ((b * s->tokens + t) * heads[x] + h) * s->head_dim;
+                        const int64_t c0 =
+                            (s->shared ? 0 : b) * s->tokens * s->rotary_dim + t * s->rotary_dim;
                         for (int64_t j = 0; j < s->head_dim; j++) {
                             const double v = get(in[x].data, i0 + j, s->dtype);
                             double w = v;
                             if (j < s->rotary_dim) {
                                 const int lower = j < half;
-                                const double partner = get(in[x].data, i0 + (lower ? j + half : j - half), s->dtype);
+                                const double partner =
+                                    get(in[x].data, i0 + (lower ? j + half : j - half), s->dtype);
                                 const double c = get(cos.data, c0 + j, s->cos_dtype);
                                 /* rotate_half(x)[j] = -x[j + h] (lower), x[j - h] (upper);
                                  * backward: its transpose */
                                 if (!s->backward)
-                                    w = v * c + (lower ? -partner : partner) * get(sin.data, c0 + j, s->cos_dtype);
+                                    w = v * c + (lower ? -partner : partner) *
+                                                    get(sin.data, c0 + j, s->cos_dtype);
                                 else
-                                    w = v * c + (lower ? partner * get(sin.data, c0 + j + half, s->cos_dtype)
-                                                       : -partner * get(sin.data, c0 + j - half, s->cos_dtype));
+                                    w = v * c + (lower ? partner * get(sin.data, c0 + j + half,
+                                                                       s->cos_dtype)
+                                                       : -partner * get(sin.data, c0 + j - half,
+                                                                        s->cos_dtype));
                             }
                             want[o0 + j] = w;
                             tol[o0 + j] = j < s->rotary_dim ? elementwise_tol(w, s->dtype) : 0.0;
@@ -1213,7 +1422,8 @@ static void run_rope(const rope_setup *s, uint64_t seed) {
             free(want), free(tol);
         }
     }
-    CHECK(guards_intact(&in[0]) && guards_intact(&in[1]) && guards_intact(&cos) && guards_intact(&sin),
+    CHECK(guards_intact(&in[0]) && guards_intact(&in[1]) && guards_intact(&cos) &&
+              guards_intact(&sin),
           "%s: an input was written", what);
     for (int x = 0; x < 2; x++) guarded_free(&in[x]), guarded_free(&out[x]);
     guarded_free(&cos), guarded_free(&sin);
@@ -1223,7 +1433,7 @@ static void test_rope_values(void) {
     section("RoPE values against a double reference");
     static const int64_t sizes[][6] = {
         /* batch, tokens, q_heads, k_heads, head_dim, rotary_dim */
-        {1, 1, 1, 1, 2, 2}, {2, 3, 4, 2, 16, 16}, {1, 5, 3, 1, 80, 32}, {2, 2, 2, 2, 10, 6},
+        {1, 1, 1, 1, 2, 2}, {2, 3, 4, 2, 16, 16},   {1, 5, 3, 1, 80, 32}, {2, 2, 2, 2, 10, 6},
         {1, 3, 2, 1, 8, 0}, {3, 4, 1, 3, 600, 520}, {2, 1, 2, 0, 12, 12}};
     uint64_t seed = 500;
     for (size_t d = 0; d < COUNT(ALL_DTYPES); d++)
@@ -1232,9 +1442,18 @@ static void test_rope_values(void) {
                 for (int variant = 0; variant < 8; variant++) {
                     const int dt = ALL_DTYPES[d];
                     if (companion && (dt == F32 || dt == F64)) continue;
-                    rope_setup s = {dt, companion ? F32 : dt, variant & 1, (variant >> 1) & 1,
-                                    sizes[k][0], sizes[k][1], sizes[k][2], sizes[k][3],
-                                    sizes[k][4], sizes[k][5], (variant >> 2) & 1, (int)(k & 1),
+                    rope_setup s = {dt,
+                                    companion ? F32 : dt,
+                                    variant & 1,
+                                    (variant >> 1) & 1,
+                                    sizes[k][0],
+                                    sizes[k][1],
+                                    sizes[k][2],
+                                    sizes[k][3],
+                                    sizes[k][4],
+                                    sizes[k][5],
+                                    (variant >> 2) & 1,
+                                    (int)(k & 1),
                                     (size_t)(k % 3 == 2)};
                     run_rope(&s, seed++);
                 }
@@ -1247,11 +1466,24 @@ static void test_rope_one_tensor(void) {
     uint64_t rng = 9;
     guarded k = random_input(&rng, F32, 1, 2 * 8, 16, 0, 0), out = new_operand(F32, 16, 0);
     guarded table = random_input(&rng, F32, 1, 2 * 8, 16, 0, 0);
-    fo_rope_args a = {.struct_size = sizeof a, .device_type = CPU, .k_out = addr(&out),
-                      .q = 8 /* never read */, .k = addr(&k), .k_strides = {16, 16, 8, 1},
-                      .cos = addr(&table), .sin = addr(&table), .cos_strides = {0, 8, 1},
-                      .sin_strides = {0, 8, 1}, .batch = 1, .tokens = 2, .q_heads = 3,
-                      .k_heads = 1, .head_dim = 8, .rotary_dim = 8, .dtype = F32, .cos_dtype = F32};
+    fo_rope_args a = {.struct_size = sizeof a,
+                      .device_type = CPU,
+                      .k_out = addr(&out),
+                      .q = 8 /* never read */,
+                      .k = addr(&k),
+                      .k_strides = {16, 16, 8, 1},
+                      .cos = addr(&table),
+                      .sin = addr(&table),
+                      .cos_strides = {0, 8, 1},
+                      .sin_strides = {0, 8, 1},
+                      .batch = 1,
+                      .tokens = 2,
+                      .q_heads = 3,
+                      .k_heads = 1,
+                      .head_dim = 8,
+                      .rotary_dim = 8,
+                      .dtype = F32,
+                      .cos_dtype = F32};
     int st = fo_rope_forward(&a);
     CHECK(st == OK, "k only: status %d (%s)", st, fo_last_error());
     double want[16];
@@ -1326,49 +1558,105 @@ static int call_at_page_end(const struct_entry *e, unsigned char *page_end, size
 
 static void test_struct_size(void) {
     section("argument structs: struct_size and NULL");
-    const uintptr_t OUT = addr(&E_OUT), OUT2 = addr(&E_OUT2), IN = addr(&E_IN),
-                    IN2 = addr(&E_IN2);
-    const fo_bias_scale_relu_forward_args relu_fwd = {
-        .struct_size = sizeof relu_fwd, .device_type = CPU, .y = OUT, .mask = OUT2,
-        .x = IN, .x_row_stride = 4, .rows = 2, .cols = 4, .dtype = F32,
-        .bias_dtype = F32, .scale = 1.0};
-    const fo_bias_scale_relu_backward_args relu_bwd = {
-        .struct_size = sizeof relu_bwd, .device_type = CPU, .dx = OUT, .dy = IN,
-        .dy_row_stride = 4, .mask = IN2, .rows = 2, .cols = 4, .dtype = F32,
-        .bias_dtype = F32, .scale = 1.0};
-    const fo_norm_forward_args norm_fwd = {
-        .struct_size = sizeof norm_fwd, .device_type = CPU, .y = OUT, .x = IN,
-        .x_row_stride = 4, .param_dtype = F32, .rows = 2, .cols = 4, .dtype = F32,
-        .kind = FO_NORM_LAYER, .eps = 1e-5};
-    const fo_norm_backward_args norm_bwd = {
-        .struct_size = sizeof norm_bwd, .device_type = CPU, .dx = OUT, .dy = IN,
-        .dy_row_stride = 4, .h = IN2, .h_row_stride = 4, .h_dtype = F32, .mean = IN2,
-        .rstd = IN2, .param_dtype = F32, .rows = 2, .cols = 4, .dtype = F32,
-        .kind = FO_NORM_LAYER};
+    const uintptr_t OUT = addr(&E_OUT), OUT2 = addr(&E_OUT2), IN = addr(&E_IN), IN2 = addr(&E_IN2);
+    const fo_bias_scale_relu_forward_args relu_fwd = {.struct_size = sizeof relu_fwd,
+                                                      .device_type = CPU,
+                                                      .y = OUT,
+                                                      .mask = OUT2,
+                                                      .x = IN,
+                                                      .x_row_stride = 4,
+                                                      .rows = 2,
+                                                      .cols = 4,
+                                                      .dtype = F32,
+                                                      .bias_dtype = F32,
+                                                      .scale = 1.0};
+    const fo_bias_scale_relu_backward_args relu_bwd = {.struct_size = sizeof relu_bwd,
+                                                       .device_type = CPU,
+                                                       .dx = OUT,
+                                                       .dy = IN,
+                                                       .dy_row_stride = 4,
+                                                       .mask = IN2,
+                                                       .rows = 2,
+                                                       .cols = 4,
+                                                       .dtype = F32,
+                                                       .bias_dtype = F32,
+                                                       .scale = 1.0};
+    const fo_norm_forward_args norm_fwd = {.struct_size = sizeof norm_fwd,
+                                           .device_type = CPU,
+                                           .y = OUT,
+                                           .x = IN,
+                                           .x_row_stride = 4,
+                                           .param_dtype = F32,
+                                           .rows = 2,
+                                           .cols = 4,
+                                           .dtype = F32,
+                                           .kind = FO_NORM_LAYER,
+                                           .eps = 1e-5};
+    const fo_norm_backward_args norm_bwd = {.struct_size = sizeof norm_bwd,
+                                            .device_type = CPU,
+                                            .dx = OUT,
+                                            .dy = IN,
+                                            .dy_row_stride = 4,
+                                            .h = IN2,
+                                            .h_row_stride = 4,
+                                            .h_dtype = F32,
+                                            .mean = IN2,
+                                            .rstd = IN2,
+                                            .param_dtype = F32,
+                                            .rows = 2,
+                                            .cols = 4,
+                                            .dtype = F32,
+                                            .kind = FO_NORM_LAYER};
     const fo_geglu_forward_args geglu_fwd = geglu_forward_base();
     const fo_geglu_backward_args geglu_bwd = geglu_backward_base();
     const fo_rope_args rope = rope_base();
-    const fo_square_forward_args square_fwd = {
-        .struct_size = sizeof square_fwd, .device_type = CPU, .y = OUT, .x = IN,
-        .x_row_stride = 4, .rows = 2, .cols = 4, .dtype = F32};
-    const fo_square_backward_args square_bwd = {
-        .struct_size = sizeof square_bwd, .device_type = CPU, .dx = OUT, .dy = IN,
-        .dy_row_stride = 4, .x = IN2, .x_row_stride = 4, .rows = 2, .cols = 4, .dtype = F32};
-    const fo_reduce_sum_args sum =
-        reduce_sum_args(CPU, 0, 0, OUT, 0, 0, IN, 8, F32);
-    const fo_swiglu_forward_args swiglu_fwd = {
-        .struct_size = sizeof swiglu_fwd, .device_type = CPU, .y = OUT, .gate = IN,
-        .gate_row_stride = 4, .up = IN2, .up_row_stride = 4, .rows = 2, .cols = 4,
-        .dtype = F32};
-    const fo_swiglu_backward_args swiglu_bwd = {
-        .struct_size = sizeof swiglu_bwd, .device_type = CPU, .dgate = OUT, .dup = OUT2,
-        .dy = IN, .dy_row_stride = 4, .gate = IN, .gate_row_stride = 4, .up = IN2,
-        .up_row_stride = 4, .rows = 2, .cols = 4, .dtype = F32};
+    const fo_square_forward_args square_fwd = {.struct_size = sizeof square_fwd,
+                                               .device_type = CPU,
+                                               .y = OUT,
+                                               .x = IN,
+                                               .x_row_stride = 4,
+                                               .rows = 2,
+                                               .cols = 4,
+                                               .dtype = F32};
+    const fo_square_backward_args square_bwd = {.struct_size = sizeof square_bwd,
+                                                .device_type = CPU,
+                                                .dx = OUT,
+                                                .dy = IN,
+                                                .dy_row_stride = 4,
+                                                .x = IN2,
+                                                .x_row_stride = 4,
+                                                .rows = 2,
+                                                .cols = 4,
+                                                .dtype = F32};
+    const fo_reduce_sum_args sum = reduce_sum_args(CPU, 0, 0, OUT, 0, 0, IN, 8, F32);
+    const fo_swiglu_forward_args swiglu_fwd = {.struct_size = sizeof swiglu_fwd,
+                                               .device_type = CPU,
+                                               .y = OUT,
+                                               .gate = IN,
+                                               .gate_row_stride = 4,
+                                               .up = IN2,
+                                               .up_row_stride = 4,
+                                               .rows = 2,
+                                               .cols = 4,
+                                               .dtype = F32};
+    const fo_swiglu_backward_args swiglu_bwd = {.struct_size = sizeof swiglu_bwd,
+                                                .device_type = CPU,
+                                                .dgate = OUT,
+                                                .dup = OUT2,
+                                                .dy = IN,
+                                                .dy_row_stride = 4,
+                                                .gate = IN,
+                                                .gate_row_stride = 4,
+                                                .up = IN2,
+                                                .up_row_stride = 4,
+                                                .rows = 2,
+                                                .cols = 4,
+                                                .dtype = F32};
     const struct_entry entries[] = {
         {"fo_bias_scale_relu_forward", call_relu_forward, &relu_fwd, sizeof relu_fwd, 0, 0},
         {"fo_bias_scale_relu_backward", call_relu_backward, &relu_bwd, sizeof relu_bwd, 0, 0},
-        {"fo_bias_scale_relu_backward_workspace_bytes", call_relu_query, &relu_bwd,
-         sizeof relu_bwd, 0, 0},
+        {"fo_bias_scale_relu_backward_workspace_bytes", call_relu_query, &relu_bwd, sizeof relu_bwd,
+         0, 0},
         {"fo_norm_forward", call_norm_forward, &norm_fwd, sizeof norm_fwd, 0, 0},
         {"fo_norm_backward", call_norm_backward, &norm_bwd, sizeof norm_bwd, 0, 0},
         {"fo_norm_backward_workspace_bytes", call_norm_query, &norm_bwd, sizeof norm_bwd, 0, 0},
@@ -1404,8 +1692,8 @@ static void test_struct_size(void) {
         /* the whole struct, its last byte the page's last: accepted */
         before_case();
         int st = call_at_page_end(e, page_end, e->size, size);
-        CHECK(st == OK, "%s, struct_size = sizeof = %" PRId64 ": status %d (%s)", e->op, size,
-              st, fo_last_error());
+        CHECK(st == OK, "%s, struct_size = sizeof = %" PRId64 ": status %d (%s)", e->op, size, st,
+              fo_last_error());
 
         /* a caller of the first version (fields since then read as 0): accepted */
         const int64_t first = e->first ? (int64_t)e->first : size;
@@ -1422,26 +1710,25 @@ static void test_struct_size(void) {
             memcpy(page_end - e->size, e->valid, e->size);
             memcpy(page_end - e->size + e->reserved, &one, sizeof one);
             before_case();
-            expect_status(e->op, "reserved 1", e->call(page_end - e->size), INVALID,
-                          "reserved=1", NULL);
+            expect_status(e->op, "reserved 1", e->call(page_end - e->size), INVALID, "reserved=1",
+                          NULL);
         }
 
         /* refused sizes, each named in the message; nothing written */
-        const int64_t refused[] = {0, -1, 8, first - 8, first - 1, size + 1, size + 8,
-                                   INT64_MIN, INT64_MAX};
+        const int64_t refused[] = {0,        -1,       8,         first - 8, first - 1,
+                                   size + 1, size + 8, INT64_MIN, INT64_MAX};
         for (size_t k = 0; k < COUNT(refused); k++) {
             char why[96], needle[64];
-            snprintf(why, sizeof why, "struct_size %" PRId64 " (sizeof is %" PRId64 ")",
-                     refused[k], size);
+            snprintf(why, sizeof why, "struct_size %" PRId64 " (sizeof is %" PRId64 ")", refused[k],
+                     size);
             snprintf(needle, sizeof needle, "struct_size=%" PRId64 " ", refused[k]);
             /* with all of the struct readable */
             before_case();
-            expect_status(e->op, why, call_at_page_end(e, page_end, e->size, refused[k]),
-                          INVALID, needle, "sizeof(fo_");
+            expect_status(e->op, why, call_at_page_end(e, page_end, e->size, refused[k]), INVALID,
+                          needle, "sizeof(fo_");
             /* with only struct_size itself readable: the refusal reads no more */
             before_case();
-            expect_status(e->op, why,
-                          call_at_page_end(e, page_end, sizeof(int64_t), refused[k]),
+            expect_status(e->op, why, call_at_page_end(e, page_end, sizeof(int64_t), refused[k]),
                           INVALID, needle, NULL);
         }
     }
@@ -1462,30 +1749,43 @@ static void test_empty_operands(void) {
             char what[96];
             snprintf(what, sizeof what, "%s %" PRId64 " x %" PRId64 ", null addresses",
                      dtype_label(dt), rows, cols);
-            int st = relu_forward_call(CPU, 0, 0, 0, 0, 0, 3, 0, rows, cols,
-                                                dt, dt, 1.0f);
+            int st = relu_forward_call(CPU, 0, 0, 0, 0, 0, 3, 0, rows, cols, dt, dt, 1.0f);
             CHECK(st == OK, "relu forward, %s: status %d (%s)", what, st, fo_last_error());
-            st = relu_backward_call(CPU, 0, 0, 0, 0, 0, 0, 0, 3, 0, rows, cols,
-                                             dt, dt, 1.0f);
+            st = relu_backward_call(CPU, 0, 0, 0, 0, 0, 0, 0, 3, 0, rows, cols, dt, dt, 1.0f);
             CHECK(st == OK, "relu backward, %s: status %d (%s)", what, st, fo_last_error());
             st = square_forward_call(CPU, 0, 0, 0, 0, 3, rows, cols, dt);
             CHECK(st == OK, "square forward, %s: status %d (%s)", what, st, fo_last_error());
             st = square_backward_call(CPU, 0, 0, 0, 0, 3, 0, 3, rows, cols, dt);
             CHECK(st == OK, "square backward, %s: status %d (%s)", what, st, fo_last_error());
-            const fo_geglu_forward_args gf = {.struct_size = sizeof gf, .device_type = CPU,
-                                              .gate_row_stride = 3, .up_row_stride = 3,
-                                              .rows = rows, .cols = cols, .dtype = dt};
+            const fo_geglu_forward_args gf = {.struct_size = sizeof gf,
+                                              .device_type = CPU,
+                                              .gate_row_stride = 3,
+                                              .up_row_stride = 3,
+                                              .rows = rows,
+                                              .cols = cols,
+                                              .dtype = dt};
             st = fo_geglu_forward(&gf);
             CHECK(st == OK, "geglu forward, %s: status %d (%s)", what, st, fo_last_error());
-            const fo_geglu_backward_args gb = {.struct_size = sizeof gb, .device_type = CPU,
-                                               .dy_row_stride = 3, .rows = rows, .cols = cols,
-                                               .dtype = dt, .approximate = FO_GELU_TANH};
+            const fo_geglu_backward_args gb = {.struct_size = sizeof gb,
+                                               .device_type = CPU,
+                                               .dy_row_stride = 3,
+                                               .rows = rows,
+                                               .cols = cols,
+                                               .dtype = dt,
+                                               .approximate = FO_GELU_TANH};
             st = fo_geglu_backward(&gb);
             CHECK(st == OK, "geglu backward, %s: status %d (%s)", what, st, fo_last_error());
             /* rows as batch x tokens, cols as head_dim (and rotary_dim) */
-            const fo_rope_args ra = {.struct_size = sizeof ra, .device_type = CPU, .batch = rows,
-                                     .tokens = 3, .q_heads = 2, .k_heads = 1, .head_dim = cols,
-                                     .rotary_dim = cols - cols % 2, .dtype = dt, .cos_dtype = dt};
+            const fo_rope_args ra = {.struct_size = sizeof ra,
+                                     .device_type = CPU,
+                                     .batch = rows,
+                                     .tokens = 3,
+                                     .q_heads = 2,
+                                     .k_heads = 1,
+                                     .head_dim = cols,
+                                     .rotary_dim = cols - cols % 2,
+                                     .dtype = dt,
+                                     .cos_dtype = dt};
             st = fo_rope_forward(&ra);
             CHECK(st == OK, "rope forward, %s: status %d (%s)", what, st, fo_last_error());
             st = fo_rope_backward(&ra);
@@ -1494,13 +1794,11 @@ static void test_empty_operands(void) {
 
         /* Poisoned outputs of an empty call stay untouched... */
         guarded y = guarded_new(0, 0), dbias = guarded_new(5 * dtype_size(dt), 0);
-        int st = relu_forward_call(CPU, 0, 0, addr(&y), addr(&y), 0, 5, 0, 0,
-                                            5, dt, dt, 1.0f);
+        int st = relu_forward_call(CPU, 0, 0, addr(&y), addr(&y), 0, 5, 0, 0, 5, dt, dt, 1.0f);
         CHECK(st == OK && untouched(&y), "%s 0 x 5 relu forward wrote to y or mask",
               dtype_label(dt));
         /* ...except the bias gradient over no rows, which is a sum of nothing: 0 */
-        st = relu_backward_call(CPU, 0, 0, 0, addr(&dbias), 0, 0, 0, 5, 0, 0,
-                                         5, dt, dt, 1.0f);
+        st = relu_backward_call(CPU, 0, 0, 0, addr(&dbias), 0, 0, 0, 5, 0, 0, 5, dt, dt, 1.0f);
         CHECK(st == OK, "%s 0 x 5 relu backward: status %d (%s)", dtype_label(dt), st,
               fo_last_error());
         static const double zeros[5] = {0, 0, 0, 0, 0};
@@ -1533,8 +1831,7 @@ static void test_cuda_device(void) {
     const int built = fo_cuda_built();
     const char *env = getenv("FO_TEST_HAS_GPU");
     const int has_gpu = env && strcmp(env, "1") == 0;
-    const uintptr_t Y = addr(&E_OUT), Y2 = addr(&E_OUT2), X = addr(&E_IN),
-                    X2 = addr(&E_IN2);
+    const uintptr_t Y = addr(&E_OUT), Y2 = addr(&E_OUT2), X = addr(&E_IN), X2 = addr(&E_IN2);
     int64_t bytes = -77;
     int st;
 
@@ -1551,8 +1848,8 @@ static void test_cuda_device(void) {
         expect_status("fo_square_forward", "CPU-only build", st, NOT_BUILT, NULL, NULL);
         before_case();
         st = square_backward_call(CUDA, -1, 0, Y, X, 8, X2, 8, 2, 8, BF16);
-        expect_status("fo_square_backward", "CPU-only build, device_index -1", st,
-                      NOT_BUILT, NULL, NULL);
+        expect_status("fo_square_backward", "CPU-only build, device_index -1", st, NOT_BUILT, NULL,
+                      NULL);
         before_case();
         st = reduce_sum_call(CUDA, 0, 0, Y, 0, 0, X, 16, F64);
         expect_status("fo_reduce_sum", "CPU-only build", st, NOT_BUILT, NULL, NULL);
@@ -1561,28 +1858,27 @@ static void test_cuda_device(void) {
         fo_rope_args ra = rope_base();
         gf.device_type = gb.device_type = ra.device_type = CUDA;
         before_case();
-        expect_status("fo_geglu_forward", "CPU-only build", fo_geglu_forward(&gf), NOT_BUILT,
-                      NULL, NULL);
+        expect_status("fo_geglu_forward", "CPU-only build", fo_geglu_forward(&gf), NOT_BUILT, NULL,
+                      NULL);
         before_case();
         expect_status("fo_geglu_backward", "CPU-only build", fo_geglu_backward(&gb), NOT_BUILT,
                       NULL, NULL);
         before_case();
-        expect_status("fo_rope_forward", "CPU-only build", fo_rope_forward(&ra), NOT_BUILT,
-                      NULL, NULL);
+        expect_status("fo_rope_forward", "CPU-only build", fo_rope_forward(&ra), NOT_BUILT, NULL,
+                      NULL);
         before_case();
-        expect_status("fo_rope_backward", "CPU-only build", fo_rope_backward(&ra), NOT_BUILT,
-                      NULL, NULL);
+        expect_status("fo_rope_backward", "CPU-only build", fo_rope_backward(&ra), NOT_BUILT, NULL,
+                      NULL);
         before_case();
         const fo_bias_scale_relu_backward_args relu =
             relu_backward_args(CUDA, 0, 0, Y, Y2, 0, 0, X, 8, X2, 2, 8, F32, F32, 1);
         st = fo_bias_scale_relu_backward_workspace_bytes(&relu, &bytes);
-        expect_status("fo_bias_scale_relu_backward_workspace_bytes", "CPU-only build",
-                      st, NOT_BUILT, NULL, NULL);
+        expect_status("fo_bias_scale_relu_backward_workspace_bytes", "CPU-only build", st,
+                      NOT_BUILT, NULL, NULL);
         before_case();
         const fo_reduce_sum_args sum = reduce_sum_args(CUDA, 0, 0, Y, 0, 0, X, 16, F32);
         st = fo_reduce_sum_workspace_bytes(&sum, &bytes);
-        expect_status("fo_reduce_sum_workspace_bytes", "CPU-only build", st, NOT_BUILT,
-                      NULL, NULL);
+        expect_status("fo_reduce_sum_workspace_bytes", "CPU-only build", st, NOT_BUILT, NULL, NULL);
         CHECK(bytes == -77, "a refused workspace query wrote *bytes = %" PRId64, bytes);
         return;
     }
@@ -1590,8 +1886,7 @@ static void test_cuda_device(void) {
     /* Refused before any CUDA runtime call: safe with or without a GPU. */
     before_case();
     st = square_forward_call(CUDA, -1, 0, Y, X, 8, 2, 8, F32);
-    expect_status("fo_square_forward", "device_index -1", st, BAD_DEVICE,
-                  "device_index=-1", NULL);
+    expect_status("fo_square_forward", "device_index -1", st, BAD_DEVICE, "device_index=-1", NULL);
 
     int64_t sum_bytes = -1, relu_bytes = -1;
     const fo_reduce_sum_args sum = reduce_sum_args(CUDA, 0, 0, Y, 0, 0, X, 1000, F32);
@@ -1602,16 +1897,15 @@ static void test_cuda_device(void) {
         relu_backward_args(CUDA, 0, 0, Y, Y2, 0, 0, X, 8, X2, 2, 8, F32, F32, 1);
     st = fo_bias_scale_relu_backward_workspace_bytes(&relu, &relu_bytes);
     CHECK(st == OK && relu_bytes >= 0 && (size_t)relu_bytes <= E_IN2.bytes,
-          "relu backward CUDA workspace query: status %d, %" PRId64 " bytes", st,
-          relu_bytes);
+          "relu backward CUDA workspace query: status %d, %" PRId64 " bytes", st, relu_bytes);
     /* without a bias gradient the call needs none, and the query says so */
     fo_bias_scale_relu_backward_args relu_dx_only = relu;
     relu_dx_only.dbias = 0;
     int64_t dx_only_bytes = -1;
     st = fo_bias_scale_relu_backward_workspace_bytes(&relu_dx_only, &dx_only_bytes);
     CHECK(st == OK && dx_only_bytes == 0,
-          "relu backward CUDA workspace query without dbias: status %d, %" PRId64 " bytes",
-          st, dx_only_bytes);
+          "relu backward CUDA workspace query without dbias: status %d, %" PRId64 " bytes", st,
+          dx_only_bytes);
     if (sum_bytes < 0 || (size_t)sum_bytes > E_IN2.bytes || relu_bytes < 0 ||
         (size_t)relu_bytes > E_IN2.bytes)
         return;
@@ -1619,8 +1913,8 @@ static void test_cuda_device(void) {
 
     before_case();
     st = reduce_sum_call(CUDA, 0, 0, Y, WS, -1, X, 1000, F32);
-    expect_status("fo_reduce_sum", "negative workspace_bytes", st, INVALID,
-                  "workspace_bytes=-1", "negative");
+    expect_status("fo_reduce_sum", "negative workspace_bytes", st, INVALID, "workspace_bytes=-1",
+                  "negative");
     if (sum_bytes > 0) {
         char needle[64];
         snprintf(needle, sizeof needle, "workspace_bytes=%" PRId64, sum_bytes - 1);
@@ -1633,15 +1927,13 @@ static void test_cuda_device(void) {
     }
     if (relu_bytes > 0) {
         before_case();
-        st = relu_backward_call(CUDA, 0, 0, Y, Y2, WS, relu_bytes - 1, X, 8,
-                                         X2, 2, 8, F32, F32, 1);
-        expect_status("fo_bias_scale_relu_backward", "workspace 1 byte short", st,
-                      TOO_SMALL, "workspace_bytes=", NULL);
+        st = relu_backward_call(CUDA, 0, 0, Y, Y2, WS, relu_bytes - 1, X, 8, X2, 2, 8, F32, F32, 1);
+        expect_status("fo_bias_scale_relu_backward", "workspace 1 byte short", st, TOO_SMALL,
+                      "workspace_bytes=", NULL);
         before_case();
-        st = relu_backward_call(CUDA, 0, 0, Y, Y2, 0, relu_bytes, X, 8, X2, 2,
-                                         8, F32, F32, 1);
-        expect_status("fo_bias_scale_relu_backward", "null workspace", st, INVALID,
-                      "workspace", "null");
+        st = relu_backward_call(CUDA, 0, 0, Y, Y2, 0, relu_bytes, X, 8, X2, 2, 8, F32, F32, 1);
+        expect_status("fo_bias_scale_relu_backward", "null workspace", st, INVALID, "workspace",
+                      "null");
     }
 
     if (has_gpu) {
@@ -1654,8 +1946,7 @@ static void test_cuda_device(void) {
     st = relu_forward_call(CUDA, 0, 0, Y, Y2, X, 8, X2, 2, 8, F32, F32, 1);
     expect_status("fo_bias_scale_relu_forward", "no GPU", st, CUDA_RUNTIME, "CUDA", NULL);
     before_case();
-    st = relu_backward_call(CUDA, 0, 0, Y, Y2, WS, relu_bytes, X, 8, X2, 2, 8,
-                                     BF16, F32, 1);
+    st = relu_backward_call(CUDA, 0, 0, Y, Y2, WS, relu_bytes, X, 8, X2, 2, 8, BF16, F32, 1);
     expect_status("fo_bias_scale_relu_backward", "no GPU", st, CUDA_RUNTIME, "CUDA", NULL);
     before_case();
     st = square_forward_call(CUDA, 0, 0, Y, X, 8, 2, 8, F16);
@@ -1685,7 +1976,7 @@ typedef struct relu_forward_setup {
     int64_t rows, cols, x_row_stride;
     int with_bias, with_mask;
     float scale;
-    int exact;     /* dyadic inputs: bit-exact outputs; else a tolerance */
+    int exact; /* dyadic inputs: bit-exact outputs; else a tolerance */
     size_t offset; /* elements past a 64-byte boundary, of every operand */
 } relu_forward_setup;
 
@@ -1693,8 +1984,8 @@ typedef struct relu_forward_setup {
  * exactly where the y written is not <= 0 (> 0 or NaN, as torch passes the
  * gradient of a NaN); the bits past cols in a row's last byte are 0 (every
  * byte is written whole). */
-static void check_mask(const char *what, const guarded *mask, const guarded *y,
-                       int64_t rows, int64_t cols, int dtype) {
+static void check_mask(const char *what, const guarded *mask, const guarded *y, int64_t rows,
+                       int64_t cols, int dtype) {
     int64_t row_bytes = mask_row_bytes(cols), bad = 0;
     for (int64_t r = 0; r < rows; r++)
         for (int64_t c = 0; c < row_bytes * 8; c++) {
@@ -1702,8 +1993,9 @@ static void check_mask(const char *what, const guarded *mask, const guarded *y,
             int got = (byte >> (c % 8)) & 1u;
             int want = c < cols && !(get(y->data, r * cols + c, dtype) <= 0.0);
             if (got != want && ++bad <= 5)
-                CHECK(0, "%s: mask bit of row %" PRId64 " col %" PRId64
-                         " is %d, want %d (mask byte 0x%02x)",
+                CHECK(0,
+                      "%s: mask bit of row %" PRId64 " col %" PRId64
+                      " is %d, want %d (mask byte 0x%02x)",
                       what, r, c, got, want, byte);
         }
     CHECK(bad == 0, "%s: %" PRId64 " wrong mask bits", what, bad);
@@ -1716,21 +2008,19 @@ static void run_relu_forward(const relu_forward_setup *s, uint64_t seed) {
              "relu forward %s x, %s bias%s, %" PRId64 " x %" PRId64 " stride %" PRId64
              ", scale %g%s",
              dtype_label(s->dtype), dtype_label(s->bias_dtype), s->with_bias ? "" : " (none)",
-             s->rows, s->cols, s->x_row_stride, (double)s->scale,
-             s->with_mask ? ", mask" : "");
+             s->rows, s->cols, s->x_row_stride, (double)s->scale, s->with_mask ? ", mask" : "");
     uint64_t rng = seed;
     int64_t n = s->rows * s->cols;
-    guarded x = random_input(&rng, s->dtype, s->rows, s->cols, s->x_row_stride,
-                             s->offset, s->exact);
+    guarded x =
+        random_input(&rng, s->dtype, s->rows, s->cols, s->x_row_stride, s->offset, s->exact);
     guarded bias = random_input(&rng, s->bias_dtype, 1, s->cols, 0, s->offset, s->exact);
     guarded y = new_operand(s->dtype, n, s->offset);
     /* the mask is bytes: any address will do, so give it an odd one */
     guarded mask = guarded_new((size_t)(s->rows * mask_row_bytes(s->cols)), 1);
 
-    int st = relu_forward_call(
-        CPU, 0, 0, addr(&y), s->with_mask ? addr(&mask) : 0, addr(&x), s->x_row_stride,
-        s->with_bias ? addr(&bias) : 0, s->rows, s->cols, s->dtype, s->bias_dtype,
-        s->scale);
+    int st = relu_forward_call(CPU, 0, 0, addr(&y), s->with_mask ? addr(&mask) : 0, addr(&x),
+                               s->x_row_stride, s->with_bias ? addr(&bias) : 0, s->rows, s->cols,
+                               s->dtype, s->bias_dtype, s->scale);
     if (CHECK(st == OK, "%s: status %d (%s)", what, st, fo_last_error())) {
         double *want = malloc(sizeof(double) * (size_t)(n + 1));
         double *tol = malloc(sizeof(double) * (size_t)(n + 1));
@@ -1766,36 +2056,35 @@ static void test_relu_forward_values(void) {
         /* dtype, bias_dtype, rows, cols, x_row_stride, bias, mask, scale,
          * exact, offset */
         {F32, F32, 7, 13, 13, 1, 1, 0.75f, 1, 0},
-        {F32, F32, 5, 37, 40, 0, 1, -1.5f, 1, 0},     /* strided rows, no bias */
-        {F32, F32, 4, 16, 0, 1, 1, 2.0f, 1, 1},       /* one row broadcast */
-        {F32, F32, 3, 10, 3, 1, 1, 1.0f, 1, 0},       /* overlapping rows */
-        {F32, F32, 2, 1000, 1003, 1, 1, 0.5f, 1, 0},  /* several CPU chunks, cols % 8 = 0 */
+        {F32, F32, 5, 37, 40, 0, 1, -1.5f, 1, 0}, /* strided rows, no bias */
+        {F32, F32, 4, 16, 0, 1, 1, 2.0f, 1, 1}, /* one row broadcast */
+        {F32, F32, 3, 10, 3, 1, 1, 1.0f, 1, 0}, /* overlapping rows */
+        {F32, F32, 2, 1000, 1003, 1, 1, 0.5f, 1, 0}, /* several CPU chunks, cols % 8 = 0 */
         {F32, F32, 3, 1001, 1001, 1, 1, 0.5f, 1, 1}, /* several chunks, cols % 8 = 1 */
-        {F32, F32, 1, 9, -5, 1, 1, 1.25f, 1, 0},      /* one row: the stride is ignored */
+        {F32, F32, 1, 9, -5, 1, 1, 1.25f, 1, 0}, /* one row: the stride is ignored */
         {F32, F32, 1, 1, 1, 1, 1, -1.0f, 1, 0},
-        {F32, F32, 33, 70, 75, 1, 1, 0.3f, 0, 0},     /* full precision */
+        {F32, F32, 33, 70, 75, 1, 1, 0.3f, 0, 0}, /* full precision */
         {F64, F64, 3, 300, 301, 1, 1, 2.0f, 1, 1},
-        {F64, F64, 9, 31, 31, 1, 1, 0.3f, 0, 0},      /* full precision */
+        {F64, F64, 9, 31, 31, 1, 1, 0.3f, 0, 0}, /* full precision */
         {F16, F16, 4, 21, 24, 1, 1, 0.75f, 1, 1},
-        {F16, F32, 4, 21, 21, 1, 1, -0.5f, 1, 0},     /* f32 bias with a half x */
-        {F16, F16, 3, 8, 8, 0, 0, 1.0f, 1, 0},        /* plain relu */
-        {BF16, BF16, 6, 17, 17, 1, 1, 1.5f, 1, 0},    /* results round to bf16 */
-        {BF16, F32, 6, 17, 20, 1, 1, 0.75f, 1, 1},    /* f32 bias with a bf16 x */
+        {F16, F32, 4, 21, 21, 1, 1, -0.5f, 1, 0}, /* f32 bias with a half x */
+        {F16, F16, 3, 8, 8, 0, 0, 1.0f, 1, 0}, /* plain relu */
+        {BF16, BF16, 6, 17, 17, 1, 1, 1.5f, 1, 0}, /* results round to bf16 */
+        {BF16, F32, 6, 17, 20, 1, 1, 0.75f, 1, 1}, /* f32 bias with a bf16 x */
         {BF16, F32, 2, 1000, 1000, 1, 1, 0.75f, 1, 0},
     };
-    for (size_t i = 0; i < COUNT(setups); i++)
-        run_relu_forward(&setups[i], 1000 + i);
+    for (size_t i = 0; i < COUNT(setups); i++) run_relu_forward(&setups[i], 1000 + i);
 
     /* Special values (f32, scale 2, no bias): NaN stays NaN with mask bit 0;
      * +inf and overflow give +inf with bit 1; -inf gives 0. */
-    static const float specials[] = {NAN, INFINITY, -INFINITY, 0.0f, -0.0f,
+    static const float specials[] = {NAN,     INFINITY, -INFINITY,    0.0f,  -0.0f,
                                      FLT_MAX, -FLT_MAX, FLT_TRUE_MIN, -1.0f, 1.0f};
     enum { NS = COUNT(specials) };
     guarded x = guarded_new(sizeof specials, 0), y = guarded_new(sizeof specials, 0),
             mask = guarded_new(2, 0);
     memcpy(x.data, specials, sizeof specials);
-    int st = relu_forward_call(CPU, 0, 0, addr(&y), addr(&mask), addr(&x), NS,
-                                        0, 1, NS, F32, F32, 2.0f);
+    int st =
+        relu_forward_call(CPU, 0, 0, addr(&y), addr(&mask), addr(&x), NS, 0, 1, NS, F32, F32, 2.0f);
     CHECK(st == OK, "special values: status %d (%s)", st, fo_last_error());
     double want[NS];
     for (int i = 0; i < NS; i++) {
@@ -1827,26 +2116,22 @@ static void run_relu_backward(const relu_backward_setup *s, uint64_t seed) {
     snprintf(what, sizeof what,
              "relu backward %s dy, %s dbias, %" PRId64 " x %" PRId64 " stride %" PRId64
              ", scale %g%s%s",
-             dtype_label(s->dtype), dtype_label(s->bias_dtype), s->rows, s->cols,
-             s->dy_row_stride, (double)s->scale, s->with_dx ? ", dx" : "",
-             s->with_dbias ? ", dbias" : "");
+             dtype_label(s->dtype), dtype_label(s->bias_dtype), s->rows, s->cols, s->dy_row_stride,
+             (double)s->scale, s->with_dx ? ", dx" : "", s->with_dbias ? ", dbias" : "");
     uint64_t rng = seed;
     int64_t n = s->rows * s->cols, row_bytes = mask_row_bytes(s->cols);
     int64_t dy_stride = s->rows > 1 ? s->dy_row_stride : 0;
-    guarded dy = random_input(&rng, s->dtype, s->rows, s->cols, s->dy_row_stride,
-                              s->offset, 1);
+    guarded dy = random_input(&rng, s->dtype, s->rows, s->cols, s->dy_row_stride, s->offset, 1);
     /* random mask bytes, the unused bits past cols included: they must be
      * ignored */
     guarded mask = guarded_new((size_t)(s->rows * row_bytes), 1);
-    for (int64_t i = 0; i < s->rows * row_bytes; i++)
-        mask.data[i] = (unsigned char)rng_next(&rng);
+    for (int64_t i = 0; i < s->rows * row_bytes; i++) mask.data[i] = (unsigned char)rng_next(&rng);
     guarded dx = new_operand(s->dtype, n, s->offset);
     guarded dbias = new_operand(s->bias_dtype, s->cols, s->offset);
 
-    int st = relu_backward_call(
-        CPU, 0, 0, s->with_dx ? addr(&dx) : 0, s->with_dbias ? addr(&dbias) : 0, 0, 0,
-        addr(&dy), s->dy_row_stride, addr(&mask), s->rows, s->cols, s->dtype,
-        s->bias_dtype, s->scale);
+    int st = relu_backward_call(CPU, 0, 0, s->with_dx ? addr(&dx) : 0,
+                                s->with_dbias ? addr(&dbias) : 0, 0, 0, addr(&dy), s->dy_row_stride,
+                                addr(&mask), s->rows, s->cols, s->dtype, s->bias_dtype, s->scale);
     if (CHECK(st == OK, "%s: status %d (%s)", what, st, fo_last_error())) {
         double *want_dx = calloc((size_t)n + 1, sizeof(double));
         double *want_dbias = calloc((size_t)s->cols + 1, sizeof(double));
@@ -1890,12 +2175,12 @@ static void test_relu_round_trip(int dtype, int bias_dtype) {
     guarded y = guarded_new(R * C * dtype_size(dtype), 0),
             dx = guarded_new(R * C * dtype_size(dtype), 0),
             mask = guarded_new(R * mask_row_bytes(C), 0);
-    int st = relu_forward_call(CPU, 0, 0, addr(&y), addr(&mask), addr(&x), C,
-                                        addr(&bias), R, C, dtype, bias_dtype, scale);
-    int st2 = relu_backward_call(CPU, 0, 0, addr(&dx), 0, 0, 0, addr(&dy), C,
-                                          addr(&mask), R, C, dtype, bias_dtype, scale);
-    if (CHECK(st == OK && st2 == OK, "round trip %s: statuses %d, %d (%s)",
-              dtype_label(dtype), st, st2, fo_last_error())) {
+    int st = relu_forward_call(CPU, 0, 0, addr(&y), addr(&mask), addr(&x), C, addr(&bias), R, C,
+                               dtype, bias_dtype, scale);
+    int st2 = relu_backward_call(CPU, 0, 0, addr(&dx), 0, 0, 0, addr(&dy), C, addr(&mask), R, C,
+                                 dtype, bias_dtype, scale);
+    if (CHECK(st == OK && st2 == OK, "round trip %s: statuses %d, %d (%s)", dtype_label(dtype), st,
+              st2, fo_last_error())) {
         double want[R * C];
         for (int i = 0; i < R * C; i++)
             want[i] = get(y.data, i, dtype) > 0.0 ? get(dy.data, i, dtype) * scale : 0.0;
@@ -1915,21 +2200,20 @@ static void test_relu_backward_values(void) {
         /* dtype, bias_dtype, rows, cols, dy_row_stride, dx, dbias, scale,
          * offset */
         {F32, F32, 7, 13, 16, 1, 1, 0.75f, 0},
-        {F32, F32, 300, 9, 9, 1, 1, -2.0f, 1},     /* many rows summed */
-        {F32, F32, 5, 20, 0, 1, 1, 1.0f, 0},       /* dy broadcast over rows */
-        {F32, F32, 4, 12, 5, 1, 1, 1.0f, 0},       /* overlapping dy rows */
-        {F32, F32, 3, 10, 10, 1, 0, 2.0f, 0},      /* dx only */
-        {F32, F32, 3, 10, 10, 0, 1, 2.0f, 0},      /* dbias only */
-        {F32, F32, 1, 1000, -3, 1, 1, 0.5f, 0},    /* one row, stride ignored; chunks */
-        {F64, F64, 3, 300, 305, 1, 1, 0.5f, 1},    /* several CPU chunks */
+        {F32, F32, 300, 9, 9, 1, 1, -2.0f, 1}, /* many rows summed */
+        {F32, F32, 5, 20, 0, 1, 1, 1.0f, 0}, /* dy broadcast over rows */
+        {F32, F32, 4, 12, 5, 1, 1, 1.0f, 0}, /* overlapping dy rows */
+        {F32, F32, 3, 10, 10, 1, 0, 2.0f, 0}, /* dx only */
+        {F32, F32, 3, 10, 10, 0, 1, 2.0f, 0}, /* dbias only */
+        {F32, F32, 1, 1000, -3, 1, 1, 0.5f, 0}, /* one row, stride ignored; chunks */
+        {F64, F64, 3, 300, 305, 1, 1, 0.5f, 1}, /* several CPU chunks */
         {F16, F16, 4, 21, 21, 1, 1, 1.5f, 1},
-        {F16, F32, 4, 21, 24, 1, 1, 1.0f, 0},      /* f32 dbias with an f16 dy */
-        {BF16, F32, 6, 17, 17, 1, 1, 0.75f, 0},    /* f32 dbias with a bf16 dy */
-        {BF16, F32, 64, 3, 3, 0, 1, 1.0f, 0},      /* its sums need f32's bits */
-        {BF16, BF16, 50, 11, 11, 1, 1, 1.0f, 1},   /* dbias rounds to bf16 */
+        {F16, F32, 4, 21, 24, 1, 1, 1.0f, 0}, /* f32 dbias with an f16 dy */
+        {BF16, F32, 6, 17, 17, 1, 1, 0.75f, 0}, /* f32 dbias with a bf16 dy */
+        {BF16, F32, 64, 3, 3, 0, 1, 1.0f, 0}, /* its sums need f32's bits */
+        {BF16, BF16, 50, 11, 11, 1, 1, 1.0f, 1}, /* dbias rounds to bf16 */
     };
-    for (size_t i = 0; i < COUNT(setups); i++)
-        run_relu_backward(&setups[i], 2000 + i);
+    for (size_t i = 0; i < COUNT(setups); i++) run_relu_backward(&setups[i], 2000 + i);
     test_relu_round_trip(F32, F32);
     test_relu_round_trip(BF16, F32);
     test_relu_round_trip(F16, F16);
@@ -1960,8 +2244,8 @@ static void run_square(const square_setup *s, uint64_t seed) {
 
     snprintf(what, sizeof what, "square forward %s %" PRId64 " x %" PRId64 " stride %" PRId64,
              dtype_label(s->dtype), s->rows, s->cols, s->x_row_stride);
-    int st = square_forward_call(CPU, 0, 0, addr(&out), addr(&x), s->x_row_stride, s->rows,
-                               s->cols, s->dtype);
+    int st = square_forward_call(CPU, 0, 0, addr(&out), addr(&x), s->x_row_stride, s->rows, s->cols,
+                                 s->dtype);
     if (CHECK(st == OK, "%s: status %d (%s)", what, st, fo_last_error())) {
         for (int64_t r = 0; r < s->rows; r++)
             for (int64_t c = 0; c < s->cols; c++) {
@@ -1976,12 +2260,12 @@ static void run_square(const square_setup *s, uint64_t seed) {
              "square backward %s %" PRId64 " x %" PRId64 " strides dy %" PRId64 " x %" PRId64,
              dtype_label(s->dtype), s->rows, s->cols, s->dy_row_stride, s->x_row_stride);
     st = square_backward_call(CPU, 0, 0, addr(&out), addr(&dy), s->dy_row_stride, addr(&x),
-                            s->x_row_stride, s->rows, s->cols, s->dtype);
+                              s->x_row_stride, s->rows, s->cols, s->dtype);
     if (CHECK(st == OK, "%s: status %d (%s)", what, st, fo_last_error())) {
         for (int64_t r = 0; r < s->rows; r++)
             for (int64_t c = 0; c < s->cols; c++)
-                want[r * s->cols + c] = 2.0 * get(x.data, r * xs + c, s->dtype) *
-                                        get(dy.data, r * ds + c, s->dtype);
+                want[r * s->cols + c] =
+                    2.0 * get(x.data, r * xs + c, s->dtype) * get(dy.data, r * ds + c, s->dtype);
         check_output(what, &out, want, NULL, n, s->dtype);
     }
     CHECK(guards_intact(&x) && guards_intact(&dy), "%s: an input was written", what);
@@ -2028,17 +2312,22 @@ static void test_square_bits(void) {
         {"f16 negative NaN stays NaN", F16, 0, 0xFE00, 0, 0, 1},
         {"f16 inf^2 = inf", F16, 0, 0x7C00, 0, 0x7C00, 0},
         /* backward: dx = 2 * x * dy */
-        {"bf16 2*129*0.75 = 193.5: a tie of 193 and 194, to even 194 (up)", BF16, 1, 0x4301, 0x3F40, 0x4342, 0},
-        {"bf16 2*131*0.75 = 196.5: a tie of 196 and 197, to even 196 (down)", BF16, 1, 0x4303, 0x3F40, 0x4344, 0},
+        {"bf16 2*129*0.75 = 193.5: a tie of 193 and 194, to even 194 (up)", BF16, 1, 0x4301, 0x3F40,
+         0x4342, 0},
+        {"bf16 2*131*0.75 = 196.5: a tie of 196 and 197, to even 196 (down)", BF16, 1, 0x4303,
+         0x3F40, 0x4344, 0},
         {"bf16 2*1.5*-0.5 = -1.5", BF16, 1, 0x3FC0, 0xBF00, 0xBFC0, 0},
         {"f16 2*(1+2^-10)*0.75: a tie, to even (up)", F16, 1, 0x3C01, 0x3A00, 0x3E02, 0},
         {"f16 2*(1+3*2^-10)*0.75: a tie, to even (down)", F16, 1, 0x3C03, 0x3A00, 0x3E04, 0},
         {"f16 2*256*256 overflows to +inf", F16, 1, 0x5C00, 0x5C00, 0x7C00, 0},
         {"f16 2*2^-24*0.5 = 2^-24, subnormal kept", F16, 1, 0x0001, 0x3800, 0x0001, 0},
         /* subnormal ties (squares never give one) */
-        {"f16 2*2^-24*0.25 = 0.5 * 2^-24: a tie of 0 and 2^-24, to 0", F16, 1, 0x0001, 0x3400, 0x0000, 0},
-        {"f16 2*3*2^-24*0.25 = 1.5 * 2^-24: a tie, to even 2 (up)", F16, 1, 0x0003, 0x3400, 0x0002, 0},
-        {"f16 2*5*2^-24*0.25 = 2.5 * 2^-24: a tie, to even 2 (down)", F16, 1, 0x0005, 0x3400, 0x0002, 0},
+        {"f16 2*2^-24*0.25 = 0.5 * 2^-24: a tie of 0 and 2^-24, to 0", F16, 1, 0x0001, 0x3400,
+         0x0000, 0},
+        {"f16 2*3*2^-24*0.25 = 1.5 * 2^-24: a tie, to even 2 (up)", F16, 1, 0x0003, 0x3400, 0x0002,
+         0},
+        {"f16 2*5*2^-24*0.25 = 2.5 * 2^-24: a tie, to even 2 (down)", F16, 1, 0x0005, 0x3400,
+         0x0002, 0},
         {"f16 2*inf*0 = NaN", F16, 1, 0x7C00, 0x0000, 0, 1},
     };
     guarded x = guarded_new(2, 0), dy = guarded_new(2, 0), out = guarded_new(2, 0);
@@ -2047,12 +2336,11 @@ static void test_square_bits(void) {
         put_bits(x.data, 0, c->dtype, c->x);
         put_bits(dy.data, 0, c->dtype, c->dy);
         guarded_fill(&out, POISON);
-        int st = c->backward ? square_backward_call(CPU, 0, 0, addr(&out), addr(&dy), 1,
-                                               addr(&x), 1, 1, 1, c->dtype)
-                          : square_forward_call(CPU, 0, 0, addr(&out), addr(&x), 1, 1, 1,
-                                              c->dtype);
-        if (!CHECK(st == OK, "%s: status %d (%s)", c->why, st, fo_last_error()))
-            continue;
+        int st = c->backward
+                     ? square_backward_call(CPU, 0, 0, addr(&out), addr(&dy), 1, addr(&x), 1, 1, 1,
+                                            c->dtype)
+                     : square_forward_call(CPU, 0, 0, addr(&out), addr(&x), 1, 1, 1, c->dtype);
+        if (!CHECK(st == OK, "%s: status %d (%s)", c->why, st, fo_last_error())) continue;
         uint16_t got = (uint16_t)get_bits(out.data, 0, c->dtype);
         if (c->want_nan)
             CHECK(bits_are_nan(got, c->dtype), "%s: got 0x%04x, want a NaN", c->why, got);
@@ -2093,23 +2381,21 @@ static void test_square_exhaustive(int dtype) {
         if (!bits_are_nan((uint64_t)i, dtype) &&
             half_encode(half_decode((uint16_t)i, dtype), dtype) != i)
             bad++;
-    CHECK(bad == 0, "%s: the test's reference fails to round-trip %" PRId64 " values",
-          what, bad);
+    CHECK(bad == 0, "%s: the test's reference fails to round-trip %" PRId64 " values", what, bad);
 
     /* Two fills: the element whose correct output equals the poison pattern
      * is seen written by the other run. */
     static const unsigned char fills[] = {POISON, 0x5A};
     for (size_t f = 0; f < COUNT(fills); f++) {
         guarded_fill(&out, fills[f]);
-        int st = square_backward_call(CPU, 0, 0, addr(&out), addr(&dy), 256, addr(&x), 256,
-                                    256, 256, dtype);
-        if (!CHECK(st == OK, "%s backward: status %d (%s)", what, st, fo_last_error()))
-            break;
+        int st = square_backward_call(CPU, 0, 0, addr(&out), addr(&dy), 256, addr(&x), 256, 256,
+                                      256, dtype);
+        if (!CHECK(st == OK, "%s backward: status %d (%s)", what, st, fo_last_error())) break;
         bad = 0;
         for (int i = 0; i < N; i++) {
             uint64_t got = get_bits(out.data, i, dtype);
-            int ok = bits_are_nan((uint64_t)i, dtype) ? bits_are_nan(got, dtype)
-                                                       : got == (uint64_t)i;
+            int ok =
+                bits_are_nan((uint64_t)i, dtype) ? bits_are_nan(got, dtype) : got == (uint64_t)i;
             if (!ok && ++bad <= 5)
                 CHECK(0, "%s backward with dy 0.5: 0x%04x gave 0x%04" PRIx64, what, i, got);
         }
@@ -2127,8 +2413,8 @@ static void test_square_exhaustive(int dtype) {
             uint64_t got = get_bits(out.data, i, dtype);
             int ok = isnan(v) ? bits_are_nan(got, dtype) : got == want;
             if (!ok && ++bad <= 5)
-                CHECK(0, "%s forward: 0x%04x (%g) squared gave 0x%04" PRIx64 ", want 0x%04x",
-                      what, i, v, got, want);
+                CHECK(0, "%s forward: 0x%04x (%g) squared gave 0x%04" PRIx64 ", want 0x%04x", what,
+                      i, v, got, want);
         }
         CHECK(bad == 0, "%s forward: %" PRId64 " patterns wrong", what, bad);
         CHECK(guards_intact(&out), "%s forward: written out of bounds", what);
@@ -2142,20 +2428,15 @@ static void test_square_values(void) {
     section("fo_square_forward / fo_square_backward values (CPU)");
     static const square_setup setups[] = {
         /* dtype, rows, cols, x_row_stride, dy_row_stride, offset */
-        {F32, 7, 13, 13, 13, 0},
-        {F32, 5, 37, 40, 0, 1},      /* strided x, dy broadcast over rows */
+        {F32, 7, 13, 13, 13, 0},       {F32, 5, 37, 40, 0, 1}, /* strided x, dy broadcast over rows
+                                                                */
         {F32, 3, 1001, 1001, 1003, 0}, /* several CPU chunks */
-        {F32, 4, 10, 3, 7, 0},       /* overlapping rows */
-        {F32, 1, 17, -4, -9, 0},     /* one row: strides ignored */
-        {F64, 3, 300, 300, 310, 1},
-        {F64, 2, 5, 0, 5, 0},
-        {F16, 4, 21, 24, 21, 1},
-        {F16, 2, 520, 520, 520, 0},
-        {BF16, 4, 21, 21, 30, 0},
-        {BF16, 6, 8, 8, 0, 1},
+        {F32, 4, 10, 3, 7, 0}, /* overlapping rows */
+        {F32, 1, 17, -4, -9, 0}, /* one row: strides ignored */
+        {F64, 3, 300, 300, 310, 1},    {F64, 2, 5, 0, 5, 0},     {F16, 4, 21, 24, 21, 1},
+        {F16, 2, 520, 520, 520, 0},    {BF16, 4, 21, 21, 30, 0}, {BF16, 6, 8, 8, 0, 1},
     };
-    for (size_t i = 0; i < COUNT(setups); i++)
-        run_square(&setups[i], 3000 + i);
+    for (size_t i = 0; i < COUNT(setups); i++) run_square(&setups[i], 3000 + i);
 }
 
 /* ========================================================================
@@ -2165,8 +2446,8 @@ static void test_square_values(void) {
 /* Sums x (numel elements of dtype, at `offset` past a 64-byte boundary) and
  * checks out against want (tolerance tol, or the exact bits when tol < 0).
  * Sums twice: a fixed order gives the same bits both times. */
-static void check_reduce_sum(const char *what, const guarded *x, int64_t numel,
-                             int dtype, double want, double tol) {
+static void check_reduce_sum(const char *what, const guarded *x, int64_t numel, int dtype,
+                             double want, double tol) {
     guarded out = guarded_new(dtype_size(dtype), 0);
     int st = reduce_sum_call(CPU, 0, 0, addr(&out), 0, 0, numel ? addr(x) : 0, numel, dtype);
     if (CHECK(st == OK, "%s: status %d (%s)", what, st, fo_last_error())) {
@@ -2175,8 +2456,8 @@ static void check_reduce_sum(const char *what, const guarded *x, int64_t numel,
         uint64_t first = get_bits(out.data, 0, dtype);
         guarded_fill(&out, 0x5A);
         st = reduce_sum_call(CPU, 0, 0, addr(&out), 0, 0, numel ? addr(x) : 0, numel, dtype);
-        CHECK(st == OK && get_bits(out.data, 0, dtype) == first,
-              "%s: a second run gave other bits", what);
+        CHECK(st == OK && get_bits(out.data, 0, dtype) == first, "%s: a second run gave other bits",
+              what);
     }
     CHECK(guards_intact(x), "%s: x was written", what);
     guarded_free(&out);
@@ -2223,8 +2504,7 @@ static void test_reduce_sum_values(void) {
     {
         enum { N = 1000003 };
         guarded x = guarded_new(N * 2, 0);
-        for (int i = 0; i < N; i++)
-            put(x.data, i, BF16, 1.0);
+        for (int i = 0; i < N; i++) put(x.data, i, BF16, 1.0);
         CHECK(half_encode(1000003.0, BF16) == 0x4974, "reference: bf16(1000003)");
         check_reduce_sum("reduce_sum of 1000003 bf16 ones", &x, N, BF16, 1000003.0, -1.0);
         guarded_free(&x);
@@ -2261,19 +2541,17 @@ static void test_reduce_sum_values(void) {
  * into out (dense: y, dx, dbias, the sum, then the mask). Odd sizes: each
  * row ends in a short piece. */
 enum { SPLIT_ROWS = 1031, SPLIT_COLS = 1029 };
-static int split_outputs(int threads, const guarded *x, const guarded *bias,
-                         const guarded *dy, unsigned char *out) {
+static int split_outputs(int threads, const guarded *x, const guarded *bias, const guarded *dy,
+                         unsigned char *out) {
     const int64_t n = (int64_t)SPLIT_ROWS * SPLIT_COLS;
     unsigned char *y = out, *dx = y + n * 8, *dbias = dx + n * 8;
     unsigned char *sum = dbias + SPLIT_COLS * 8, *mask = sum + 8; /* doubles first */
     fo_set_cpu_threads(threads);
-    int st = relu_forward_call(CPU, 0, 0, (uintptr_t)y, (uintptr_t)mask, addr(x),
-                                        SPLIT_COLS, addr(bias), SPLIT_ROWS, SPLIT_COLS, F64,
-                                        F64, 0.5);
+    int st = relu_forward_call(CPU, 0, 0, (uintptr_t)y, (uintptr_t)mask, addr(x), SPLIT_COLS,
+                               addr(bias), SPLIT_ROWS, SPLIT_COLS, F64, F64, 0.5);
     if (st == OK)
-        st = relu_backward_call(CPU, 0, 0, (uintptr_t)dx, (uintptr_t)dbias, 0, 0,
-                                         addr(dy), SPLIT_COLS, (uintptr_t)mask, SPLIT_ROWS,
-                                         SPLIT_COLS, F64, F64, 0.5);
+        st = relu_backward_call(CPU, 0, 0, (uintptr_t)dx, (uintptr_t)dbias, 0, 0, addr(dy),
+                                SPLIT_COLS, (uintptr_t)mask, SPLIT_ROWS, SPLIT_COLS, F64, F64, 0.5);
     if (st == OK) st = reduce_sum_call(CPU, 0, 0, (uintptr_t)sum, 0, 0, addr(x), n, F64);
     fo_set_cpu_threads(0);
     return CHECK(st == OK, "%d threads: status %d (%s)", threads, st, fo_last_error());
@@ -2294,7 +2572,8 @@ static void test_cpu_threads(void) {
      * follow the split: 1, 2 and 7 threads asked for (the work is worth 4
      * or 5) must give the same bytes */
     const int64_t n = (int64_t)SPLIT_ROWS * SPLIT_COLS;
-    const size_t bytes = (size_t)(n * 8 + n * 8 + SPLIT_COLS * 8 + 8 + SPLIT_ROWS * ((SPLIT_COLS + 7) / 8));
+    const size_t bytes =
+        (size_t)(n * 8 + n * 8 + SPLIT_COLS * 8 + 8 + SPLIT_ROWS * ((SPLIT_COLS + 7) / 8));
     guarded x = guarded_new((size_t)n * 8, 0), dy = guarded_new((size_t)n * 8, 0);
     guarded bias = guarded_new(SPLIT_COLS * 8, 0);
     uint64_t rng = 5000;
@@ -2346,6 +2625,7 @@ int main(void) {
     test_errors_geglu();
     test_errors_clamped_swiglu();
     test_errors_dyt();
+    test_errors_quantize_fp8();
     test_errors_rope();
     test_struct_size();
     test_empty_operands();
