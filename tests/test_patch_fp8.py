@@ -1,0 +1,87 @@
+"""patch(model, fp8=...): the attention and MLP projections become
+Float8Linear (their GEMMs in FP8, emulated where torch._scaled_mm has no
+kernel), sharing their Parameters; the LM head keeps its precision; the CPU
+and GPUs below compute capability 8.9 get an error naming the device."""
+
+import copy
+import types
+
+import pytest
+import torch
+
+import fused_ops_py as fo
+from fused_ops_py.patching.fp8 import check_fp8_device, patch_fp8
+
+pytestmark = pytest.mark.usefixtures("restored_modeling_functions")
+
+
+def tiny_llama(dtype=torch.float32):
+    transformers = pytest.importorskip("transformers", reason="transformers is not installed")
+    config = transformers.LlamaConfig(
+        vocab_size=128,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+    )
+    torch.manual_seed(0)
+    return transformers.LlamaForCausalLM(config).to(dtype)
+
+
+def sqnr_db(approx, exact):
+    return (10 * torch.log10(exact.double().square().sum() / (approx.double() - exact.double()).square().sum())).item()
+
+
+@pytest.mark.parametrize("recipe", ["tensorwise", "rowwise"])
+def test_projections_become_float8_linear_with_the_same_parameters(recipe):
+    model = tiny_llama()
+    reference = copy.deepcopy(model)
+    weights = {name: p for name, p in model.named_parameters()}
+    assert patch_fp8(model, recipe) == (2 * 7, [])  # q, k, v, o, gate, up, down a layer
+    layer = model.model.layers[0]
+    for linear in (
+        *(getattr(layer.self_attn, n) for n in ("q_proj", "k_proj", "v_proj", "o_proj")),
+        *(getattr(layer.mlp, n) for n in ("gate_proj", "up_proj", "down_proj")),
+    ):
+        assert isinstance(linear, fo.Float8Linear) and linear.recipe == recipe
+    assert type(model.lm_head) is torch.nn.Linear  # the LM head keeps its precision
+    assert all(p is weights[name] for name, p in model.named_parameters())  # the very same Parameters
+    assert model.state_dict().keys() == reference.state_dict().keys()
+    tokens = torch.randint(0, 128, (2, 24), generator=torch.Generator().manual_seed(1))
+    out = model(tokens, labels=tokens)
+    want = reference(tokens, labels=tokens)
+    # FP8's rounding of every projection's operands: e4m3 keeps ~5% a value
+    assert sqnr_db(out.logits, want.logits) > 20
+    assert abs(out.loss.item() - want.loss.item()) < 0.02 * want.loss.item()
+    out.loss.backward()
+    want.loss.backward()
+    for (name, p), q in zip(model.named_parameters(), reference.parameters()):
+        assert p.grad is not None and torch.isfinite(p.grad).all(), name
+        assert sqnr_db(p.grad, q.grad) > 10, name  # gradients: e5m2 (tensorwise) or e4m3 through two GEMMs
+    assert patch_fp8(model, recipe) == (0, [])  # nothing left to replace
+
+
+def test_projections_that_scaled_mm_cannot_take_are_kept():
+    model = torch.nn.Module()
+    model.q_proj = torch.nn.Linear(64, 40)  # 40: not a multiple of 16
+    model.k_proj = torch.nn.Linear(64, 64)
+    model.other = torch.nn.Linear(64, 64)  # not a projection patch knows
+    count, kept = patch_fp8(model, "tensorwise")
+    assert count == 1 and kept == ["q_proj (Linear)"]
+    assert isinstance(model.k_proj, fo.Float8Linear) and type(model.other) is torch.nn.Linear
+
+
+def test_fp8_needs_a_gpu_of_compute_capability_8_9(monkeypatch):
+    model = tiny_llama()
+    with pytest.raises(ValueError, match=r"the model is on cpu; FP8 GEMMs .* compute capability 8.9"):
+        fo.patch(model, fp8=True)
+    assert type(model.model.layers[0].self_attn.q_proj) is torch.nn.Linear  # nothing changed
+    with pytest.raises(ValueError, match="fp8='blockwise' must be False, True, 'tensorwise' or 'rowwise'"):
+        fo.patch(model, fp8="blockwise")
+    on_a100 = types.SimpleNamespace(parameters=lambda: iter([types.SimpleNamespace(device=torch.device("cuda:0"))]))
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device: (8, 0))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device: "NVIDIA A100-SXM4-80GB")
+    with pytest.raises(ValueError, match=r"cuda:0, a NVIDIA A100-SXM4-80GB of compute capability 8.0"):
+        check_fp8_device(on_a100)
