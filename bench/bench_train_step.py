@@ -18,6 +18,8 @@ an "oom" or "error: ..." note; the targets are stated above the table.
     python bench/bench_train_step.py --model qwen3_moe --breakdown    # about 5-6 min (5.4 on an H200)
     python bench/bench_train_step.py --vocabs 32000 --providers eager,patch --no-decode
     python bench/bench_train_step.py --tiny --steps 2 --out /tmp/ts   # smoke test, any device
+    python bench/bench_train_step.py --no-decode --providers liger,patch,patch_fp8,patch_fp8_rowwise,\
+        patch_fp8_compile,torchao_fp8,torchao_fp8_compile,torchao_fp8_rowwise_compile   # the FP8 rows
 
 Writes train_step.csv and train_step.md (train_step_<model>.* for a model other than llama) and with
 --breakdown train_step_<model>_breakdown.csv/.md under --out (default bench/results/<gpu>/).
@@ -43,7 +45,17 @@ import torch.nn.functional as F
 PROVIDERS = ["eager", "liger", "compile", "patch", "patch_compile", "patch_norms"] + (
     ["torch_lce"] if hasattr(F, "linear_cross_entropy") else []
 )
-COMPILED = ("compile", "patch_compile")
+# FP8 rows (GPUs of compute capability 8.9 on, each asked for by --providers): patch(fp8=...) and torchao.float8
+# (convert_to_float8_training, the LM head kept in bf16 as patch keeps it), eager and compiled
+FP8_PROVIDERS = [
+    "patch_fp8",
+    "patch_fp8_rowwise",
+    "patch_fp8_compile",
+    "torchao_fp8",
+    "torchao_fp8_compile",
+    "torchao_fp8_rowwise_compile",
+]
+COMPILED = ("compile", "patch_compile", "patch_fp8_compile", "torchao_fp8_compile", "torchao_fp8_rowwise_compile")
 DECODE = ["decode_eager", "decode_patch"]
 FULL = dict(
     num_hidden_layers=4,
@@ -105,6 +117,10 @@ CHECKS = [
     ("patch_compile", "target_time_met", "ms", ("compile", "patch"), 0.95),
     ("patch_norms", "target_mem_met", "peak_gib", ("eager",), 1.0),
     ("decode_patch", "target_time_met", "tokens_per_s", ("decode_eager",), 1.0),
+    ("patch_fp8", "target_time_met", "ms", ("torchao_fp8_compile",), 0.95),
+    ("patch_fp8", "target_time_liger_met", "ms", ("liger",), 0.85),
+    ("patch_fp8", "target_mem_met", "peak_gib", ("liger",), 1.0),
+    ("patch_fp8_compile", "target_time_met", "ms", ("patch_fp8",), 1.0),
 ]
 MOE_CHECKS = [
     ("patch", "target_time_met", "ms", ("liger",), 1.0),  # against Liger's fused MoE experts
@@ -141,6 +157,7 @@ FIELDS = [
     "first_loss",
     "note",
     "target_time_met",
+    "target_time_liger_met",
     "target_mem_met",
 ]
 ROW_PREFIX = "row as json: "  # how a --row process hands its row to the parent, on stdout
@@ -223,7 +240,16 @@ def prepare(provider, model, ids, labels):
         norms_only = provider == "patch_norms"
         options = dict(mlp=False, cross_entropy=False) if norms_only else {}
         options.update(patch_options(fo, rope=not norms_only))
+        if provider.startswith("patch_fp8"):
+            options["fp8"] = "rowwise" if "rowwise" in provider else "tensorwise"
         note = f"patch({', '.join(f'{k}={v}' for k, v in options.items())}): {fo.patch(model, **options)} replaced"
+    if provider.startswith("torchao_fp8"):
+        from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+
+        recipe = "rowwise" if "rowwise" in provider else "tensorwise"
+        config = Float8LinearConfig.from_recipe_name(recipe)
+        convert_to_float8_training(model, config=config, module_filter_fn=lambda module, fqn: fqn != "lm_head")
+        note = f"torchao float8 {recipe} (lm_head in bf16)"
     if provider in COMPILED:
         model = torch.compile(model)
     if provider == "torch_lce":
@@ -478,7 +504,8 @@ def main(argv=None):
     p.add_argument(
         "--providers",
         type=lambda s: s.split(","),
-        help=f"comma-separated, of {','.join(PROVIDERS)}; default all (llama), eager,liger,patch (qwen3_moe)",
+        help=f"comma-separated, of {','.join(PROVIDERS + FP8_PROVIDERS)}; default all but the FP8 rows (llama), "
+        "eager,liger,patch (qwen3_moe)",
     )
     p.add_argument("--steps", type=int, default=10, help="timed steps (at least 10 for a result)")
     p.add_argument("--warmup", type=int, default=3)
@@ -487,12 +514,14 @@ def main(argv=None):
     p.add_argument("--breakdown", action="store_true", help="profile the eager and patch rows' kernels by category")
     p.add_argument("--out", type=Path, help="default bench/results/<gpu>/")
     p.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)  # smoke test, any device
-    p.add_argument("--row", choices=PROVIDERS + DECODE, help=argparse.SUPPRESS)  # one row, in this process
+    p.add_argument(
+        "--row", choices=PROVIDERS + FP8_PROVIDERS + DECODE, help=argparse.SUPPRESS
+    )  # one row, in this process
     args = p.parse_args(argv)
     spec = MODELS[args.model]
     args.vocabs, args.providers = args.vocabs or spec["vocabs"], args.providers or spec["providers"]
-    if unknown := set(args.providers) - set(PROVIDERS):
-        p.error(f"unknown providers {sorted(unknown)}; choose from {','.join(PROVIDERS)}")
+    if unknown := set(args.providers) - set(PROVIDERS + FP8_PROVIDERS):
+        p.error(f"unknown providers {sorted(unknown)}; choose from {','.join(PROVIDERS + FP8_PROVIDERS)}")
     if not (torch.cuda.is_available() or args.tiny):
         sys.exit("bench_train_step.py needs a CUDA GPU (--tiny runs anywhere)")
     from bench_ops import device_name, results_dir  # imports fused_ops_py: after --help
@@ -527,7 +556,7 @@ def main(argv=None):
     for vocab in args.vocabs:
         case, eager_tokens = [], None  # this vocab's rows: targets are set once the rows they check against are done
         for provider in args.providers + (DECODE if args.decode else []):
-            if device.type != "cuda" and provider in ("liger", *COMPILED):
+            if device.type != "cuda" and (provider in ("liger", *COMPILED) or "fp8" in provider):
                 row = dict(vocab=vocab, provider=provider, note="skipped: needs CUDA")
             else:
                 row = row_in_a_process(argv, vocab, provider)
