@@ -7,6 +7,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "fused_ops.h"
+
 #ifdef __CUDACC__
 #define FO_HOST_DEVICE __host__ __device__
 #else
@@ -18,7 +20,7 @@
 #define FO_FP8_E5M2_MAX 57344.0f
 
 static inline FO_HOST_DEVICE float fo_fp8_max(int fp8_dtype) {
-    return fp8_dtype == 0 ? FO_FP8_E4M3_MAX : FO_FP8_E5M2_MAX;
+    return fp8_dtype == FO_FP8_E4M3 ? FO_FP8_E4M3_MAX : FO_FP8_E5M2_MAX;
 }
 
 /* q, the multiplier that maps amax to the format's max: in double and

@@ -723,9 +723,10 @@ FO_API int fo_dyt_backward(const fo_dyt_args *args);
 
 /*
  * FP8 quantization with a dynamic scale, as torchao.float8 computes it:
- *   amax  = the largest |x| among the finite elements (NaN and inf are left
- *           out) of a row (FO_FP8_ROWWISE) or of the tensor
- *           (FO_FP8_TENSORWISE), in float32;
+ *   amax  = the largest |x| among the finite elements of x rounded to
+ *           float32 (NaN and inf are left out; a float64 value beyond
+ *           float32's range rounds to inf) of a row (FO_FP8_ROWWISE) or of
+ *           the tensor (FO_FP8_TENSORWISE);
  *   q     = float32(fp8_max / double(max(amax, 1e-12))), for rowwise then
  *           rounded down to a power of two;
  *   y     = fp8(clamp(float32(x) * q, -fp8_max, fp8_max)), to nearest, ties
@@ -738,9 +739,15 @@ FO_API int fo_dyt_backward(const fo_dyt_args *args);
  *             GEMMs that reduce over rows (FO_FP8_TENSORWISE only).
  *   scale:    output, float32, one a row (rowwise) or one.
  *   amax:     output, optional, float32, like scale.
- *   x:        rows x cols with row stride x_row_stride, `dtype`.
- *   workspace: fo_quantize_fp8_workspace_bytes (tensorwise needs one).
- * Empty x still writes its scales (amax 0).
+ *   x:        rows x cols with row stride x_row_stride (>= 0) elements,
+ *             `dtype`.
+ *   workspace: fo_quantize_fp8_workspace_bytes bytes (tensorwise needs
+ *             some, an empty x too), 4-byte aligned, on x's device.
+ * y and y_t must not overlap each other or x. Empty x still writes its
+ * scales (amax 0).
+ * @return FO_OK, FO_ERR_INVALID_ARGUMENT, FO_ERR_UNSUPPORTED_DTYPE (dtype or
+ *         fp8_dtype), FO_ERR_UNSUPPORTED_DEVICE, FO_ERR_WORKSPACE_TOO_SMALL,
+ *         FO_ERR_CUDA_NOT_BUILT or FO_ERR_CUDA_RUNTIME.
  */
 enum fo_fp8_dtype { FO_FP8_E4M3 = 0, FO_FP8_E5M2 = 1 };
 enum fo_fp8_recipe { FO_FP8_TENSORWISE = 0, FO_FP8_ROWWISE = 1 };

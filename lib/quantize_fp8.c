@@ -1,6 +1,8 @@
 /* quantize_fp8.c: FP8 quantization with a dynamic scale (rowwise or
  * tensorwise, optionally with the transposed copy): argument checks and
  * CPU/CUDA dispatch (the CPU kernels: cpu/quantize_fp8.c). */
+#include <inttypes.h>
+
 #include "cpu/cpu_kernels.h"
 #include "internal.h"
 
@@ -16,6 +18,13 @@ static int check_call(const char *op, const fo_quantize_fp8_args *c) {
         (status = fo_check_dtype(op, "dtype", c->dtype)) ||
         (status = fo_check_reserved(op, c->reserved)))
         return status;
+    /* scale and amax (rowwise) and the CPU's workspace (tensorwise) hold a
+     * float a row even where cols is 0, which fo_check_shape leaves rows
+     * unbounded beside */
+    if (c->rows > INT64_MAX / 16)
+        return fo_fail(FO_ERR_INVALID_ARGUMENT,
+                       "%s: rows=%" PRId64 " overflows 64-bit byte offsets of the per-row scales",
+                       op, c->rows);
     if (c->fp8_dtype != FO_FP8_E4M3 && c->fp8_dtype != FO_FP8_E5M2)
         return fo_fail(FO_ERR_UNSUPPORTED_DTYPE,
                        "%s: fp8_dtype=%d is not an FP8 dtype code (e4m3=0, e5m2=1)", op,
@@ -71,6 +80,9 @@ int fo_quantize_fp8(const fo_quantize_fp8_args *args) {
         (status = check_call(op, &c)) ||
         (status = fo_check_workspace(op, c.workspace, c.workspace_bytes, workspace_bytes(&c))))
         return status;
+    if (c.workspace % sizeof(float) != 0) /* the CUDA kernels keep floats there */
+        return fo_fail(FO_ERR_INVALID_ARGUMENT,
+                       "%s: workspace=0x%" PRIxPTR " is not aligned to 4 bytes", op, c.workspace);
     if (c.device_type == FO_DEVICE_CUDA) return fo_cuda_quantize_fp8(c.device_index, c.stream, &c);
     fo_cpu()->quantize_fp8(&c);
     return FO_OK;

@@ -123,6 +123,7 @@ def opcheck_samples(device):
         (ops.reduce_sum, (x,)),
         (ops.quantize_fp8, (x.detach(), "rowwise", torch.float8_e4m3fn, False)),  # no gradient
         (ops.quantize_fp8, (x.detach(), "tensorwise", torch.float8_e5m2, True)),
+        (ops.quantize_fp8, (x.detach()[:, :0], "tensorwise", torch.float8_e4m3fn, True)),  # no columns
         (ops.norm, (x, None, weight, bias, norm_op.LAYER, 1e-5, 0.0, [24], none)),
         (ops.norm, (x, residual, weight, None, norm_op.RMS, 1e-6, 0.0, [24], none)),
         (ops.norm, (x, residual, weight, bias, norm_op.LAYER, 1e-5, 0.25, [24], seed)),

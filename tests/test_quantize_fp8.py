@@ -2,6 +2,8 @@
 scaling, byte for byte; its edges, the transposed copy, the CPU and CUDA
 kernels agreeing exactly, compile, CUDA graphs and errors."""
 
+import math
+
 import pytest
 import torch
 from conftest import DEVICES, random
@@ -83,12 +85,14 @@ def test_edges_zero_rows_huge_values_inf_and_nan(device, recipe):
     assert torch.equal(b, want_y) and torch.equal(scale.cpu(), want_scale)
 
 
-@pytest.mark.parametrize("shape", [(64, 48), (3, 40, 24), (130, 72), (7, 13), (1, 1)], ids=str)
+@pytest.mark.parametrize(
+    "shape", [(64, 48), (3, 40, 24), (130, 72), (7, 13), (1, 1), (16, 0), (0, 16), (2, 3, 0)], ids=str
+)
 @pytest.mark.parametrize("fp8", FP8, ids=["e4m3", "e5m2"])
 def test_transposed_copy_is_the_same_bytes_transposed(device, dtype, fp8, shape):
     x = random(shape, dtype, device)
     y, scale, y_t = fo.fused_quantize_fp8(x, recipe="tensorwise", dtype=fp8, transpose=True)
-    rows = x.numel() // shape[-1]
+    rows = math.prod(shape[:-1])
     assert y_t.shape == (shape[-1], rows) and y_t.dtype == fp8
     assert torch.equal(codes(y_t), codes(y).reshape(rows, shape[-1]).t())
     want_y, want_scale = reference(x, "tensorwise", fp8)
@@ -107,8 +111,9 @@ def test_strided_rows_read_in_place(device, dtype, recipe):
 @pytest.mark.skipif(len(DEVICES) < 2, reason="needs CUDA")
 @pytest.mark.parametrize("recipe", RECIPES)
 @pytest.mark.parametrize("fp8", FP8, ids=["e4m3", "e5m2"])
-def test_cpu_and_cuda_write_the_same_bytes(dtype, fp8, recipe):
-    x = random((300, 1000), dtype, "cpu") * torch.logspace(-8, 4, 1000).to(dtype)
+@pytest.mark.parametrize("shape", [(300, 1000), (5, 9000), (64, 4096)], ids=str)  # warp, block re-read, aligned
+def test_cpu_and_cuda_write_the_same_bytes(dtype, fp8, recipe, shape):
+    x = random(shape, dtype, "cpu") * torch.logspace(-8, 4, shape[1]).to(dtype)
     x[5, 7], x[9, 9], x[11, 11] = float("nan"), float("inf"), 0
     transpose = recipe == "tensorwise"
     on_cpu = fo.fused_quantize_fp8(x, recipe=recipe, dtype=fp8, transpose=transpose)
@@ -148,6 +153,8 @@ def test_errors_name_the_argument_and_value():
         fo.fused_quantize_fp8(x, dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="transpose=True needs recipe='tensorwise'"):
         fo.fused_quantize_fp8(x, recipe="rowwise", transpose=True)
+    with pytest.raises(TypeError, match="transpose='yes'"):
+        fo.fused_quantize_fp8(x, recipe="tensorwise", transpose="yes")
     with pytest.raises(ValueError, match="0-d"):
         fo.fused_quantize_fp8(torch.tensor(1.0))
     with pytest.raises(TypeError, match="x has dtype torch.int32"):

@@ -6,6 +6,7 @@ values, at least 1e-12), rounded down to a power of two for rowwise; the
 output is clamp(x * q) in FP8, and the scale returned is 1 / q, the
 dequantization factor that torch._scaled_mm takes."""
 
+import math
 from typing import Tuple
 
 import torch
@@ -31,6 +32,8 @@ def check_quantize(fn, x, recipe, dtype, transpose):
         raise ValueError(f"{fn}: recipe={recipe!r}; it must be 'rowwise' or 'tensorwise'")
     if dtype not in FP8_CODES:
         raise TypeError(f"{fn}: dtype={dtype}; it must be torch.float8_e4m3fn or torch.float8_e5m2")
+    if not isinstance(transpose, bool):
+        raise TypeError(f"{fn}: transpose={transpose!r}; it must be a bool")
     if transpose and recipe != "tensorwise":
         raise ValueError(
             f"{fn}: transpose=True needs recipe='tensorwise' (one scale fits both copies), got recipe={recipe!r}"
@@ -101,7 +104,7 @@ def _register():
 
     @quantize_fp8_op.register_fake
     def _(x, recipe, dtype, transpose):
-        rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
+        rows = math.prod(x.shape[:-1])  # as as_rows counts them, also when the last dimension is 0
         return (
             x.new_empty(x.shape, dtype=dtype),
             x.new_empty(scale_shape(x, recipe), dtype=torch.float32),

@@ -89,7 +89,7 @@ static void rowwise_rows(const void *ctx, int64_t r0, int64_t r1) {
     }
 }
 
-/* The workspace's floats (the API does not promise it aligned). */
+/* The workspace's floats (memcpy: no aliasing or alignment assumed). */
 static float workspace_float(const fo_quantize_fp8_args *a, int64_t i) {
     float v;
     memcpy(&v, (const char *)a->workspace + i * (int64_t)sizeof v, sizeof v);

@@ -247,7 +247,7 @@ __global__ void __launch_bounds__(kThreads)
                           const float *__restrict__ partials, int partial_count,
                           const T *__restrict__ x, int64_t x_row_stride, int64_t rows,
                           int64_t cols) {
-    __shared__ uint8_t tile[kTile][kTile + 16];
+    __shared__ alignas(16) uint8_t tile[kTile][kTile + 16];  // rows 16-byte aligned: 8-byte stores
     const float q = tensor_multiplier<E4M3>(partials, partial_count, scale, amax_out);
     const int64_t col0 = int64_t(blockIdx.x) * kTile;
     constexpr int kChunksAcross = kTile / kChunk;  // 8
@@ -261,11 +261,7 @@ __global__ void __launch_bounds__(kThreads)
             uint2 codes = make_uint2(0, 0);
             if (r < rows && c0 < cols) {
                 float v[kChunk];
-                if (VEC) {
-                    load8<T, VEC>(v, x + r * x_row_stride, c0, cols);
-                } else {
-                    load8<T, false>(v, x + r * x_row_stride, c0, cols);
-                }
+                load8<T, VEC>(v, x + r * x_row_stride, c0, cols);
                 codes = encode8<E4M3>(v, q);
                 if (y) store8<VEC>(y + r * cols, c0, cols, codes);
             }
@@ -276,7 +272,7 @@ __global__ void __launch_bounds__(kThreads)
         const int out = threadIdx.x / 4, part = threadIdx.x % 4;
         const int64_t c = col0 + out, r0 = row0 + part * 16;
         if (c < cols) {
-            uint8_t b[16];
+            alignas(16) uint8_t b[16];
 #pragma unroll
             for (int i = 0; i < 16; i++) b[i] = tile[part * 16 + i][out];
             uint8_t *dst = y_t + c * rows + r0;

@@ -1091,6 +1091,8 @@ static void test_errors_quantize_fp8(void) {
     CALL("amax 1 byte off", INVALID, "amax=0x", "align", a.amax = addr(&E_OUT2) + 17);
     CALL("workspace too small", TOO_SMALL, "workspace_bytes=4", "8 are needed",
          a.workspace_bytes = 4);
+    CALL("workspace 2 bytes off", INVALID, "workspace=0x", "aligned to 4",
+         (a.workspace += 2, a.workspace_bytes = 8));
     CALL("negative x_row_stride", INVALID, "x row stride -1", NULL, a.x_row_stride = -1);
     CALL("reserved 1", INVALID, "reserved=1", NULL, a.reserved = 1);
     CALL("struct_size 8", INVALID, "struct_size=8 ", "sizeof(fo_quantize_fp8_args)",
