@@ -1,6 +1,7 @@
-"""FP8 casts on the GPU: fused_quantize_fp8 against torchao.float8's cast as
-torch.compile makes it (the same math: amax, scale, clamp, convert), rowwise
-and tensorwise, with and without the transposed copy, bf16 in.
+"""FP8 casts on the GPU: fused_quantize_fp8 against torchao.float8's scaling
+math (amax, scale, clamp, convert: torchao's functions restated in torch, so
+that any torchao version compares) compiled by torch.compile, rowwise and
+tensorwise, with and without the transposed copy, bf16 in.
 
 Kernel time: replays of a CUDA graph of one call, median, L2 flushed
 (triton's do_bench). GB/s counts the fewest bytes: x read once, the FP8

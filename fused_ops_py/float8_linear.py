@@ -138,12 +138,16 @@ class Float8LinearFunction(torch.autograd.Function):
         ctx.x_shape = x_fp8.shape
         ctx.weight_dtype = weight.dtype
         ctx.bias_dtype = None if bias is None else bias.dtype
+        # only what the wanted gradients read: x's for dW, the weight's for dx
+        for_dx, for_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[3]
+        keep = lambda tensor, wanted: tensor if wanted else None  # noqa: E731
         if recipe == "tensorwise":
-            ctx.save_for_backward(rows_fp8, rows_scale, weight_fp8, weight_scale)
+            saved = (rows_fp8, rows_scale, weight_fp8, weight_scale)
         elif x is not None:
-            ctx.save_for_backward(x, None, weight, None)
+            saved = (x, None, weight, None)
         else:
-            ctx.save_for_backward(rows_fp8, rows_scale, weight, None)
+            saved = (rows_fp8, rows_scale, weight, None)
+        ctx.save_for_backward(*(keep(t, w) for t, w in zip(saved, (for_dw, for_dw, for_dx, for_dx))))
         return out.reshape(x_fp8.shape[:-1] + (weight.shape[0],))
 
     @staticmethod
@@ -222,7 +226,9 @@ class Float8Linear(nn.Linear):
     def from_linear(cls, linear, recipe="tensorwise"):
         """A Float8Linear holding linear's own weight and bias Parameters."""
         _check_dtype("Float8Linear.from_linear", "linear.weight", linear.weight.dtype)
-        module = cls(linear.in_features, linear.out_features, bias=False, device="meta", recipe=recipe)
+        module = cls(
+            linear.in_features, linear.out_features, bias=False, device="meta", dtype=linear.weight.dtype, recipe=recipe
+        )
         module.weight = linear.weight
         module.bias = linear.bias
         return module
@@ -235,7 +241,7 @@ class Float8Linear(nn.Linear):
                 raise TypeError(f"{fn}: Float8Input.data has dtype {data.dtype}; it must be {E4M3}")
             expected = data.shape[:-1] + (1,) if self.recipe == "rowwise" else None
             if scale.dtype != torch.float32 or (
-                scale.shape != expected if expected is not None else scale.numel() != 1
+                scale.shape != expected if expected is not None else scale.shape not in ((), (1,))
             ):
                 raise ValueError(
                     f"{fn}: Float8Input.scale has shape {tuple(scale.shape)} and dtype {scale.dtype}; recipe "

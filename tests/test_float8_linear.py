@@ -368,3 +368,18 @@ def test_compile_fullgraph(recipe, dtype, backend):
         grads.append((out, leaf.grad, linear.weight.grad, linear.bias.grad))
     for eager, traced in zip(*grads):
         assert_close(traced, eager, dtype)
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_only_the_wanted_gradients_are_computed_and_saved(recipe):
+    linear, layer = make_layer(recipe, torch.float32)
+    x = random((24, IN_FEATURES), torch.float32, "cpu", seed=2).requires_grad_()
+    grad_out = random((24, OUT_FEATURES), torch.float32, "cpu", seed=3)
+    full = torch.autograd.grad(layer(x), (x, layer.weight), grad_out)
+    layer.weight.requires_grad_(False)  # a frozen weight: dx alone, x's bytes not kept
+    out = layer(x)
+    assert sum(t is not None for t in out.grad_fn.saved_tensors) == (2 if recipe == "tensorwise" else 1)
+    assert torch.equal(torch.autograd.grad(out, x, grad_out)[0], full[0])
+    layer.weight.requires_grad_(True)
+    out = layer(x.detach())  # an input without a gradient: dW alone, the weight's bytes not kept
+    assert torch.equal(torch.autograd.grad(out, layer.weight, grad_out)[0], full[1])

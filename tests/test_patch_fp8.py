@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import fused_ops_py as fo
+from fused_ops_py.patching import fp8
 from fused_ops_py.patching.fp8 import check_fp8_device, patch_fp8
 
 pytestmark = pytest.mark.usefixtures("restored_modeling_functions")
@@ -68,9 +69,15 @@ def test_projections_that_scaled_mm_cannot_take_are_kept():
     model.q_proj = torch.nn.Linear(64, 40)  # 40: not a multiple of 16
     model.k_proj = torch.nn.Linear(64, 64)
     model.other = torch.nn.Linear(64, 64)  # not a projection patch knows
+    shared = torch.nn.Linear(64, 64)
+    model.gate_proj = model.up_proj = shared  # one module under two names: both replaced
     count, kept = patch_fp8(model, "tensorwise")
-    assert count == 1 and kept == ["q_proj (Linear)"]
+    assert count == 3 and kept == ["q_proj (Linear: out_features=40, not a multiple of 16)"]
     assert isinstance(model.k_proj, fo.Float8Linear) and type(model.other) is torch.nn.Linear
+    assert isinstance(model.gate_proj, fo.Float8Linear) and isinstance(model.up_proj, fo.Float8Linear)
+    assert model.gate_proj.weight is shared.weight and model.up_proj.weight is shared.weight
+    with pytest.raises(ValueError, match="k_proj is already a Float8Linear with recipe='tensorwise'"):
+        patch_fp8(model, "rowwise")
 
 
 def test_fp8_needs_a_gpu_of_compute_capability_8_9(monkeypatch):
@@ -80,8 +87,10 @@ def test_fp8_needs_a_gpu_of_compute_capability_8_9(monkeypatch):
     assert type(model.model.layers[0].self_attn.q_proj) is torch.nn.Linear  # nothing changed
     with pytest.raises(ValueError, match="fp8='blockwise' must be False, True, 'tensorwise' or 'rowwise'"):
         fo.patch(model, fp8="blockwise")
-    on_a100 = types.SimpleNamespace(parameters=lambda: iter([types.SimpleNamespace(device=torch.device("cuda:0"))]))
+    # a projection on an sm_80 GPU (this machine may have none: its device and capability are stood in)
+    on_a100 = types.SimpleNamespace(weight=types.SimpleNamespace(device=torch.device("cuda:0")))
+    monkeypatch.setattr(fp8, "_projections", lambda model: [(model, on_a100)])
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device: (8, 0))
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device: "NVIDIA A100-SXM4-80GB")
     with pytest.raises(ValueError, match=r"cuda:0, a NVIDIA A100-SXM4-80GB of compute capability 8.0"):
-        check_fp8_device(on_a100)
+        check_fp8_device(model)

@@ -8,13 +8,12 @@ rounding of each GEMM's operands: the user asks for it."""
 import torch
 from torch import nn
 
-from ..float8_linear import RECIPES, Float8Linear
+from ..float8_linear import _ALIGNMENT, GEMM_DTYPES, RECIPES, Float8Linear
 from ._source import has_hooks
 
 # q/k/v/o (and Phi-3's fused qkv), gate/up/down (and the fused gate_up)
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "qkv_proj", "gate_proj", "up_proj", "down_proj", "gate_up_proj")
 DEFAULT_RECIPE = "tensorwise"  # the faster recipe under torchao and here (docs/performance.md)
-_ALIGNMENT = 16  # torch._scaled_mm's: in and out features
 
 
 def fp8_recipe(fp8):
@@ -29,45 +28,70 @@ def fp8_recipe(fp8):
 
 
 def check_fp8_device(model):
-    """FP8 GEMMs need a GPU of compute capability 8.9 (Ada) or later: the
-    CPU and older GPUs get a ValueError naming the device."""
-    parameter = next(model.parameters(), None)
-    device = parameter.device if parameter is not None else torch.device("cpu")
-    if device.type != "cuda":
-        raise ValueError(
-            f"fused_ops_py.patch(fp8=...): the model is on {device}; FP8 GEMMs (torch._scaled_mm) need a CUDA GPU "
-            "of compute capability 8.9 or later"
-        )
-    capability = torch.cuda.get_device_capability(device)
-    if capability < (8, 9):
-        raise ValueError(
-            f"fused_ops_py.patch(fp8=...): the model is on {device}, a {torch.cuda.get_device_name(device)} of "
-            f"compute capability {capability[0]}.{capability[1]}; FP8 GEMMs need 8.9 (Ada, Hopper) or later"
-        )
+    """FP8 GEMMs need a GPU of compute capability 8.9 (Ada) or later: a
+    projection on the CPU or an older GPU gets a ValueError naming its
+    device (the projections' weights, not the first parameter: embeddings
+    may sit elsewhere)."""
+    devices = {m.weight.device for _, m in _projections(model)} or {torch.device("cpu")}
+    for device in sorted(devices, key=str):
+        if device.type != "cuda":
+            raise ValueError(
+                f"fused_ops_py.patch(fp8=...): the model is on {device}; FP8 GEMMs (torch._scaled_mm) need a CUDA "
+                "GPU of compute capability 8.9 or later"
+            )
+        capability = torch.cuda.get_device_capability(device)
+        if capability < (8, 9):
+            raise ValueError(
+                f"fused_ops_py.patch(fp8=...): the model is on {device}, a {torch.cuda.get_device_name(device)} of "
+                f"compute capability {capability[0]}.{capability[1]}; FP8 GEMMs need 8.9 (Ada, Hopper) or later"
+            )
 
 
-def _replaceable(linear):
-    return (
-        type(linear) is nn.Linear
-        and linear.in_features % _ALIGNMENT == 0
-        and linear.out_features % _ALIGNMENT == 0
-        and linear.weight.dtype in (torch.float16, torch.bfloat16, torch.float32)
-        and not has_hooks(linear)
-    )
+def _projections(model):
+    """(parent, name) of every projection-named nn.Module child with a weight,
+    each name of a module held under two names too."""
+    return [
+        (parent, child)
+        for _, parent in model.named_modules()
+        for name, child in list(parent._modules.items())
+        if name in PROJECTIONS and isinstance(getattr(child, "weight", None), torch.Tensor)
+    ]
+
+
+def _why_kept(linear):
+    """Why a projection stays as it is, or None if it can be replaced."""
+    if type(linear) is not nn.Linear:
+        return "not nn.Linear itself"
+    for name in ("in_features", "out_features"):
+        if getattr(linear, name) % _ALIGNMENT:
+            return f"{name}={getattr(linear, name)}, not a multiple of {_ALIGNMENT}"
+    if linear.weight.dtype not in GEMM_DTYPES:
+        return f"weight dtype {linear.weight.dtype}"
+    if has_hooks(linear):
+        return "it has hooks"
+    return None
 
 
 def patch_fp8(model, recipe, apply=True):
     """The projections -> Float8Linear (with apply); returns (how many, the
-    names of the projections it keeps: not nn.Linear itself, features not
-    multiples of 16, or hooked)."""
+    projections it keeps, each with why). A model patched with another
+    recipe is refused: mixing recipes would be silent."""
     replaced, kept = 0, []
     for parent_name, parent in list(model.named_modules()):
-        for name, child in list(parent.named_children()):
-            if name not in PROJECTIONS or isinstance(child, Float8Linear):
+        for name, child in list(parent._modules.items()):
+            if name not in PROJECTIONS or child is None:
                 continue
             path = f"{parent_name}.{name}" if parent_name else name
-            if not _replaceable(child):
-                kept.append(f"{path} ({type(child).__name__})")
+            if isinstance(child, Float8Linear):
+                if child.recipe != recipe:
+                    raise ValueError(
+                        f"fused_ops_py.patch(fp8={recipe!r}): {path} is already a Float8Linear with "
+                        f"recipe={child.recipe!r}"
+                    )
+                continue
+            why = _why_kept(child)
+            if why is not None:
+                kept.append(f"{path} ({type(child).__name__}: {why})")
                 continue
             if apply:
                 setattr(parent, name, Float8Linear.from_linear(child, recipe=recipe))
