@@ -2,8 +2,8 @@
  * the CPU backend: "never crash, never corrupt". Built and run by
  * tests/fuzz/run.sh (clang, -fsanitize=fuzzer,address,undefined).
  *
- * Each input decodes into one call: an op (the seventeen entry points, or one
- * of the four *_workspace_bytes queries), its dtypes (invalid codes too), its
+ * Each input decodes into one call: an op (the eighteen entry points, or one
+ * of the five *_workspace_bytes queries), its dtypes (invalid codes too), its
  * shape (0, negative, huge), the struct_size of an argument struct (or a
  * NULL struct), the row strides of its inputs (dense, padded,
  * 0, overlapping, negative, at the library's overflow limit, raw; RoPE's
@@ -171,8 +171,9 @@ enum role { IN, OUT, SCRATCH };
 enum addr_mode { EXACT, ELEMENT_ALIGNED, MISALIGNED, NULL_ADDR, GUARD };
 static const char *const mode_names[] = {"exact", "element-aligned", "misaligned", "null",
                                          "guard"};
-/* Operand "dtypes" that are plain bytes: a relu mask, a workspace. */
-enum { MASK_BYTES = -1000, WORKSPACE_BYTES = -1001 };
+/* Operand "dtypes" that are plain bytes: a relu mask, a workspace, FP8
+ * elements (no fo_dtype code: fo_quantize_fp8's outputs). */
+enum { MASK_BYTES = -1000, WORKSPACE_BYTES = -1001, FP8_BYTES = -1002 };
 
 typedef struct operand {
     const char *name;
@@ -196,8 +197,7 @@ typedef struct operand {
 } operand;
 
 static int64_t esize(const operand *o) {
-    if (o->dtype == MASK_BYTES || o->dtype == WORKSPACE_BYTES)
-        return 1;
+    if (o->dtype == MASK_BYTES || o->dtype == WORKSPACE_BYTES || o->dtype == FP8_BYTES) return 1;
     return (int64_t)dtype_size(o->dtype);
 }
 
@@ -331,15 +331,29 @@ enum op {
     CLAMPED_BACKWARD,
     DYT_FORWARD,
     DYT_BACKWARD,
+    QUANTIZE_FP8,
     OP_COUNT
 };
 static const char *const op_names[] = {
-    "fo_bias_scale_relu_forward", "fo_bias_scale_relu_backward", "fo_square_forward",
-    "fo_square_backward",         "fo_reduce_sum",               "fo_norm_forward",
-    "fo_norm_backward",           "*_workspace_bytes",           "fo_swiglu_forward",
-    "fo_swiglu_backward",         "fo_geglu_forward",            "fo_geglu_backward",
-    "fo_rope_forward",            "fo_rope_backward",            "fo_clamped_swiglu_forward",
-    "fo_clamped_swiglu_backward", "fo_dyt_forward",              "fo_dyt_backward",
+    "fo_bias_scale_relu_forward",
+    "fo_bias_scale_relu_backward",
+    "fo_square_forward",
+    "fo_square_backward",
+    "fo_reduce_sum",
+    "fo_norm_forward",
+    "fo_norm_backward",
+    "*_workspace_bytes",
+    "fo_swiglu_forward",
+    "fo_swiglu_backward",
+    "fo_geglu_forward",
+    "fo_geglu_backward",
+    "fo_rope_forward",
+    "fo_rope_backward",
+    "fo_clamped_swiglu_forward",
+    "fo_clamped_swiglu_backward",
+    "fo_dyt_forward",
+    "fo_dyt_backward",
+    "fo_quantize_fp8",
 };
 
 /* Operand slots of each op, in the order of its arguments. */
@@ -356,6 +370,7 @@ enum { RO_QOUT, RO_KOUT, RO_Q, RO_K, RO_COS, RO_SIN };
 enum { CS_OUT, CS_DY, CS_GATE_UP }; /* out: y (forward) or dgate_up */
 enum { DF_Y, DF_X, DF_ALPHA, DF_W, DF_B };
 enum { DB_DX, DB_DALPHA, DB_DW, DB_DB, DB_WS, DB_DY, DB_X, DB_ALPHA, DB_W, DB_B };
+enum { QF_Y, QF_YT, QF_SCALE, QF_AMAX, QF_WS, QF_X };
 #define MAX_OPERANDS 11
 
 typedef struct call {
@@ -378,6 +393,9 @@ typedef struct call {
     double alpha, limit;
     int64_t grad_at_limit;
     int stray; /* DyT: the other entry point's fields hold values it must not read */
+    /* FP8 quantization: its codes and reserved field; the inputs' values are
+     * scaled by 2^exponent (tiny rows, subnormals, overflow to inf) */
+    int fp8_dtype, recipe, reserved, exponent;
     int64_t struct_size; /* of the op's argument struct; 0 for the others */
     int null_args;       /* pass NULL for the argument struct */
     operand o[MAX_OPERANDS];
@@ -553,6 +571,13 @@ static int enter_dyt_backward(const void *a, int64_t *bytes) {
 static int enter_dyt_query(const void *a, int64_t *bytes) {
     return fo_dyt_backward_workspace_bytes(a, bytes);
 }
+static int enter_quantize_fp8(const void *a, int64_t *bytes) {
+    (void)bytes;
+    return fo_quantize_fp8(a);
+}
+static int enter_quantize_fp8_query(const void *a, int64_t *bytes) {
+    return fo_quantize_fp8_workspace_bytes(a, bytes);
+}
 static int enter_rope_forward(const void *a, int64_t *bytes) {
     (void)bytes;
     return fo_rope_forward(a);
@@ -688,6 +713,29 @@ static fo_dyt_args dyt_struct(const call *c) {
     a.alpha = o[DB_ALPHA].address, a.weight = o[DB_W].address, a.bias = o[DB_B].address;
     if (c->stray)
         a.y = PLACEHOLDER;
+    return a;
+}
+
+static fo_quantize_fp8_args quantize_struct(const call *c) {
+    const operand *o = c->o;
+    fo_quantize_fp8_args a = {.struct_size = sizeof a,
+                              .device_type = c->device_type,
+                              .device_index = c->device_index,
+                              .stream = c->stream,
+                              .y = o[QF_Y].address,
+                              .y_t = o[QF_YT].address,
+                              .scale = o[QF_SCALE].address,
+                              .amax = o[QF_AMAX].address,
+                              .workspace = o[QF_WS].address,
+                              .workspace_bytes = c->workspace_bytes,
+                              .x = o[QF_X].address,
+                              .x_row_stride = o[QF_X].stride,
+                              .rows = c->rows,
+                              .cols = c->cols,
+                              .dtype = c->dtype,
+                              .fp8_dtype = c->fp8_dtype,
+                              .recipe = c->recipe,
+                              .reserved = c->reserved};
     return a;
 }
 
@@ -1124,6 +1172,85 @@ static void decode_dyt(call *c, input *in, int backward) {
         must_fail(&c->v, "param_dtype %d beside dtype %d", pd, c->dtype);
 }
 
+/* FP8 quantization: x (rows x cols, strided) into y and/or y_t (dense FP8
+ * bytes; y_t, the transpose, tensorwise only), scale and amax (float32: one
+ * a row rowwise, one tensorwise; amax optional), with the workspace its
+ * query asks for (tensorwise on the CPU: a float a row), right, short,
+ * larger, or at an odd address, which the header's "4-byte aligned"
+ * refuses. */
+static void decode_quantize(call *c, input *in) {
+    static const int bad_fp8[] = {2, -1, 255, INT_MIN};
+    static const int bad_recipes[] = {2, -1, 7, INT_MAX};
+    static const int bad_reserved[] = {1, -1, INT_MIN, 256};
+    /* 2^-42: amax under 1e-12; 2^-130, 2^-145: subnormal floats (0 in f16);
+     * 2^100, 2^1000: inf in f16 (and f32, for the latter) */
+    static const int exponents[] = {-4, -12, -20, -42, -60, -130, -145, 8, 20, 100, 1000};
+    c->dtype = take_dtype(in);
+    c->rows = take_extent(in, 17);
+    c->cols = take_extent(in, 300);
+    uint8_t b = u8(in);
+    c->fp8_dtype = b < 240 ? b & 1 : bad_fp8[b & 3];
+    b = u8(in);
+    c->recipe = b < 240 ? b & 1 : bad_recipes[b & 3];
+    b = u8(in);
+    c->reserved = b < 248 ? 0 : bad_reserved[b & 3];
+    b = u8(in);
+    c->exponent = b < 144 ? 0 : exponents[b % COUNT(exponents)];
+    uint8_t flags = u8(in);
+    const int rowwise = c->recipe == FO_FP8_ROWWISE;
+    /* y, y and y_t, y_t, or y (rarely neither); y_t beside rowwise only
+     * rarely (it must fail) */
+    int pass_y = (flags & 3) != 2, pass_yt = (flags & 3) == 1 || (flags & 3) == 2;
+    if ((flags & 3) == 3 && (flags & 0x40)) pass_y = 0;
+    if (pass_yt && rowwise && !(flags & 0x20)) pass_yt = 0, pass_y = 1;
+    /* one scale a row (rowwise), or one; the shape where the recipe is not
+     * a code (the call fails) */
+    const int64_t scales = rowwise ? c->rows : 1;
+    operand *y = add(c, QF_Y, "y", OUT, FP8_BYTES, c->rows, c->cols, 0, pass_y, in);
+    operand *yt = add(c, QF_YT, "y_t", OUT, FP8_BYTES, c->cols, c->rows, 0, pass_yt, in);
+    add(c, QF_SCALE, "scale", OUT, F32, 1, scales, 1, 1, in);
+    operand *amax = add(c, QF_AMAX, "amax", OUT, F32, 1, scales, 0, flags & 4, in);
+    /* the size the query gives, before the operands have addresses (on the
+     * CPU, the only device fuzzed, the addresses do not change it) */
+    fo_quantize_fp8_args query = quantize_struct(c);
+    query.y = y->passed ? PLACEHOLDER : 0;
+    query.y_t = yt->passed ? PLACEHOLDER : 0;
+    query.amax = amax->passed ? PLACEHOLDER : 0;
+    query.scale = query.x = PLACEHOLDER;
+    query.x_row_stride = c->cols;
+    int64_t needed = 0;
+    if (fo_quantize_fp8_workspace_bytes(&query, &needed) != FO_OK) needed = 0;
+    add_workspace(c, QF_WS, needed, 1, in);
+    const operand *ws = &c->o[QF_WS];
+    add(c, QF_X, "x", IN, c->dtype, c->rows, c->cols, 1, 1, in);
+    take_struct_size(c, in, sizeof(fo_quantize_fp8_args));
+    judge_common(c);
+    if (c->fp8_dtype != FO_FP8_E4M3 && c->fp8_dtype != FO_FP8_E5M2)
+        must_fail(&c->v, "fp8_dtype %d", c->fp8_dtype);
+    if (c->recipe != FO_FP8_TENSORWISE && c->recipe != FO_FP8_ROWWISE)
+        must_fail(&c->v, "recipe %d", c->recipe);
+    if (c->reserved != 0) must_fail(&c->v, "reserved %d", c->reserved);
+    /* "y_t ... (FO_FP8_TENSORWISE only)": an address given is refused, even
+     * an empty operand's */
+    if (yt->passed && c->recipe != FO_FP8_TENSORWISE)
+        must_fail(&c->v, "y_t with recipe %d", c->recipe);
+    /* "y ... (optional when y_t is given)" */
+    if (!y->passed && !yt->passed && c->rows > 0 && c->cols > 0)
+        must_fail(&c->v, "neither y nor y_t");
+    /* rows past INT64_MAX / 16 beside cols 0: the per-row scales (and the
+     * CPU's per-row workspace) pass the library's bound of byte offsets */
+    if (c->rows > INT64_MAX / 16) may_fail(&c->v);
+    /* an element-aligned workspace (1-byte elements) starts at an odd
+     * address, where place() allocates it (one too big gets the guard page,
+     * which is aligned) */
+    if (ws->passed && ws->mode == ELEMENT_ALIGNED && c->workspace_bytes <= MAX_BYTES) {
+        if (needed > 0)
+            must_fail(&c->v, "the workspace is not 4-byte aligned");
+        else
+            may_fail(&c->v); /* no workspace is needed: its address is unused */
+    }
+}
+
 /* a * b where a, b and a * b are in [0, INT64_MAX / 16] (the library's
  * bound of byte offsets: a size past it is refused even beside a 0), else
  * -1. */
@@ -1467,6 +1594,10 @@ static int invoke(const call *c) {
                                 c->op == DYT_FORWARD ? enter_dyt_forward : enter_dyt_backward,
                                 NULL);
     }
+    case QUANTIZE_FP8: {
+        const fo_quantize_fp8_args a = quantize_struct(c);
+        return call_with_struct(c, &a, sizeof a, enter_quantize_fp8, NULL);
+    }
     default:
         abort();
     }
@@ -1531,22 +1662,25 @@ static double special_value(int dtype, unsigned which) {
 }
 
 /* The elements of an input of a known dtype. */
-static void fill_values(operand *o, input *in, int wild) {
+static void fill_values(const call *c, operand *o, input *in) {
     int64_t n = (int64_t)o->bytes / alloc_size(o);
+    /* FP8 quantization leaves NaN out of amax: its gaps hold the largest
+     * finite value instead, which changes amax where it is read */
+    const double gap = c->op != QUANTIZE_FP8 ? NAN : o->dtype == F64 ? FLT_MAX : largest(o->dtype);
     for (int64_t e = 0; e < n; e++) {
         /* Elements between rows (a stride over cols) are never read: they
          * hold NaN, which any kernel that reads one carries to an output. */
         if (o->rows > 1 && o->stride > o->cols && e % o->stride >= o->cols) {
-            put(o->data, e, o->dtype, NAN);
+            put(o->data, e, o->dtype, gap);
             continue;
         }
         uint8_t b = data_u8(in);
-        if (wild && b >= 0xF8)
+        if (c->wild && b >= 0xF8)
             put(o->data, e, o->dtype, special_value(o->dtype, b));
-        else if (wild && b >= 0xF0)
+        else if (c->wild && b >= 0xF0)
             put_bits(o->data, e, o->dtype, rng_next(&in->rng));
         else
-            put(o->data, e, o->dtype, ((int)b - 128) / 16.0);
+            put(o->data, e, o->dtype, ldexp(((int)b - 128) / 16.0, c->exponent));
     }
 }
 
@@ -1563,7 +1697,7 @@ static void fill(call *c, input *in) {
             for (size_t k = 0; k < o->bytes; k++)
                 o->data[k] = o->role == IN ? data_u8(in) : (uint8_t)rng_next(&in->rng);
         } else {
-            fill_values(o, in, c->wild);
+            fill_values(c, o, in);
         }
         o->saved = malloc(o->bytes ? o->bytes : 1);
         if (!o->saved)
@@ -1612,6 +1746,9 @@ static void describe(const call *c) {
     if (c->op == DYT_FORWARD || c->op == DYT_BACKWARD)
         append(&used, "\n    the other entry point's fields %s",
                c->stray ? "hold PLACEHOLDER and -1 sizes" : "are 0");
+    if (c->op == QUANTIZE_FP8)
+        append(&used, "\n    fp8_dtype %d recipe %d reserved %d values x 2^%d", c->fp8_dtype,
+               c->recipe, c->reserved, c->exponent);
     if (c->op == ROPE_FORWARD || c->op == ROPE_BACKWARD)
         append(&used,
                "\n    batch %" PRId64 " tokens %" PRId64 " q_heads %" PRId64 " k_heads %" PRId64
@@ -2193,7 +2330,114 @@ static void check_dyt_backward(const call *c) {
     free(dw_sum), free(dw_mag), free(dw_under), free(db_sum), free(db_mag);
 }
 
+/* FP8 from the formats' definitions, independent of lib/cpu/quantize_fp8.c's
+ * rounding of float bits: every code decoded to a double (e4m3fn: bias 7,
+ * 3 mantissa bits, 0x7F NaN, no inf; e5m2: bias 15, 2 mantissa bits,
+ * IEEE-like), and an encoder that searches the finite codes for the one
+ * nearest, ties to the even code. */
+static double fp8_decode(unsigned code, int fp8_dtype) {
+    const int e4m3 = fp8_dtype == FO_FP8_E4M3, mantissa = e4m3 ? 3 : 2, bias = e4m3 ? 7 : 15;
+    const unsigned magnitude = code & 0x7F, e = magnitude >> mantissa,
+                   m = magnitude & ((1u << mantissa) - 1);
+    double v;
+    if (e4m3 ? magnitude == 0x7F : e == 31)
+        v = e4m3 || m ? NAN : INFINITY;
+    else if (e == 0) /* subnormal: m steps of 2^(1 - bias - mantissa) */
+        v = ldexp(m, 1 - bias - mantissa);
+    else
+        v = ldexp((double)((1u << mantissa) + m), (int)e - bias - mantissa);
+    return code & 0x80 ? -v : v;
+}
+
+/* The non-negative finite values of each format, by code (made at start-up
+ * and checked against the formats' known points). */
+static double fp8_values[2][128];
+static const unsigned fp8_top[2] = {0x7E, 0x7B}; /* the largest finite codes */
+
+static uint8_t fp8_reference(float v, int fp8_dtype) {
+    if (isnan(v)) return 0x7F; /* the header's NaN, whatever the sign */
+    const double a = fabs((double)v), *values = fp8_values[fp8_dtype];
+    const unsigned top = fp8_top[fp8_dtype];
+    if (!(a <= values[top]))
+        fail("the reference was asked to encode %a, past the FP8 range", (double)v);
+    unsigned lo = 0, hi = top; /* the last code whose value is <= a */
+    while (lo < hi) {
+        const unsigned mid = (lo + hi + 1) / 2;
+        if (values[mid] <= a)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    unsigned best = lo;
+    if (lo < top) {
+        const double below = a - values[lo], above = values[lo + 1] - a;
+        if (above < below || (above == below && (lo + 1) % 2 == 0)) best = lo + 1;
+    }
+    return (uint8_t)((signbit(v) ? 0x80 : 0) | best);
+}
+
+/* The header's formulas: amax of the finite |x| (x as float32, float64
+ * rounded once), q = float32(fp8_max / double(max(amax, 1e-12))) (rowwise:
+ * the power of two at or under it, taken with frexpf), y = the FP8 of
+ * clamp(float32(x) * q) in float32, scale = 1 / q; each to the bit, y_t
+ * the transpose of y. Empty x still has its scales (amax 0). */
+static void check_quantize(const call *c) {
+    const operand *y = &c->o[QF_Y], *yt = &c->o[QF_YT], *scale = &c->o[QF_SCALE],
+                  *amax = &c->o[QF_AMAX], *x = &c->o[QF_X];
+    const int rowwise = c->recipe == FO_FP8_ROWWISE;
+    const float limit = c->fp8_dtype == FO_FP8_E4M3 ? 448.0f : 57344.0f;
+    const int64_t groups = rowwise ? c->rows : 1;
+    for (int64_t g = 0; g < groups; g++) {
+        /* the group's rows; none where cols is 0 (rows is unbounded then) */
+        const int64_t r0 = rowwise ? g : 0, r1 = c->cols == 0 ? r0 : rowwise ? g + 1 : c->rows;
+        float m = 0.0f;
+        for (int64_t r = r0; r < r1; r++)
+            for (int64_t col = 0; col < c->cols; col++) {
+                const float v = (float)at(x, r * x->stride + col, c->dtype);
+                if (isfinite(v) && fabsf(v) > m) m = fabsf(v);
+            }
+        float q = (float)((double)limit / ((double)m < 1e-12 ? 1e-12 : (double)m));
+        if (rowwise) {
+            int e;
+            (void)frexpf(q, &e); /* q = f 2^e with f in [0.5, 1) */
+            q = ldexpf(1.0f, e - 1);
+        }
+        const float want_scale = 1.0f / q;
+        float got;
+        memcpy(&got, scale->data + g * (int64_t)sizeof got, sizeof got);
+        if (memcmp(&got, &want_scale, sizeof got) != 0)
+            fail("scale[%" PRId64 "] is %a, want %a (1 / q, amax %a)", g, (double)got,
+                 (double)want_scale, (double)m);
+        if (amax->passed) {
+            memcpy(&got, amax->data + g * (int64_t)sizeof got, sizeof got);
+            if (memcmp(&got, &m, sizeof got) != 0)
+                fail("amax[%" PRId64 "] is %a, want %a", g, (double)got, (double)m);
+        }
+        for (int64_t r = r0; r < r1; r++)
+            for (int64_t col = 0; col < c->cols; col++) {
+                const float xv = (float)at(x, r * x->stride + col, c->dtype);
+                float v = xv * q;
+                if (v > limit)
+                    v = limit;
+                else if (v < -limit)
+                    v = -limit;
+                const uint8_t want = fp8_reference(v, c->fp8_dtype);
+                if (y->passed && y->data[r * c->cols + col] != want)
+                    fail("y[%" PRId64 ", %" PRId64 "] is %#04x, want %#04x (x %a, q %a, x q %a)", r,
+                         col, y->data[r * c->cols + col], want, (double)xv, (double)q, (double)v);
+                if (yt->passed && yt->data[col * c->rows + r] != want)
+                    fail("y_t[%" PRId64 ", %" PRId64 "] is %#04x, want %#04x (x %a, q %a, x q %a)",
+                         col, r, yt->data[col * c->rows + r], want, (double)xv, (double)q,
+                         (double)v);
+            }
+    }
+}
+
 static void check_values(const call *c) {
+    if (c->op == QUANTIZE_FP8) {
+        check_quantize(c); /* scales even for empty x */
+        return;
+    }
     if (c->cols == 0 && c->op != DYT_BACKWARD)
         return; /* nothing to check, however many rows there are (DyT's dalpha: 0) */
     switch (c->op) {
@@ -2306,15 +2550,17 @@ static void run_call(call *c, input *in) {
  * struct of a valid call but for the fuzzed device, shape, dtype and
  * struct_size (its other checks are the call's, fuzzed with the call). */
 static void run_query(call *c, input *in) {
-    int which = u8(in) % 4;
+    int which = u8(in) % 5;
     c->rows = take_extent(in, 17);
     c->cols = which == 1 ? 1 : take_extent(in, 300);
     c->dtype = take_dtype(in);
     int null_bytes = u8(in) >= 240;
-    take_struct_size(c, in, which == 0   ? sizeof(fo_bias_scale_relu_backward_args)
-                            : which == 1 ? sizeof(fo_reduce_sum_args)
-                            : which == 2 ? sizeof(fo_norm_backward_args)
-                                         : sizeof(fo_dyt_args));
+    take_struct_size(c, in,
+                     which == 0   ? sizeof(fo_bias_scale_relu_backward_args)
+                     : which == 1 ? sizeof(fo_reduce_sum_args)
+                     : which == 2 ? sizeof(fo_norm_backward_args)
+                     : which == 3 ? sizeof(fo_dyt_args)
+                                  : sizeof(fo_quantize_fp8_args));
     if (c->device_type != FO_DEVICE_CPU)
         must_fail(&c->v, "device_type %d (a CPU-only build)", c->device_type);
     if (c->rows < 0 || c->cols < 0)
@@ -2331,10 +2577,10 @@ static void run_query(call *c, input *in) {
     if (c->v.level != FAIL && (__builtin_mul_overflow(c->rows, c->cols, &elements) ||
                                elements > INT64_MAX / 16 || c->rows > INT64_MAX / 16))
         may_fail(&c->v); /* a size no operand (dy, h, mean, ...) can have */
-    static const char *const names[] = {"fo_bias_scale_relu_backward_workspace_bytes",
-                                        "fo_reduce_sum_workspace_bytes",
-                                        "fo_norm_backward_workspace_bytes",
-                                        "fo_dyt_backward_workspace_bytes"};
+    static const char *const names[] = {
+        "fo_bias_scale_relu_backward_workspace_bytes", "fo_reduce_sum_workspace_bytes",
+        "fo_norm_backward_workspace_bytes", "fo_dyt_backward_workspace_bytes",
+        "fo_quantize_fp8_workspace_bytes"};
     snprintf(call_text, sizeof call_text,
              "%s device %d rows/numel %" PRId64 " cols %" PRId64 " dtype %d bytes %s "
              "struct_size %" PRId64 "%s; model: %s%s",
@@ -2372,7 +2618,7 @@ static void run_query(call *c, input *in) {
         a.h_dtype = a.param_dtype = c->dtype;
         a.kind = FO_NORM_LAYER;
         status = call_with_struct(c, &a, sizeof a, enter_norm_query, bytes);
-    } else {
+    } else if (which == 3) {
         c->param_dtype = c->dtype;
         fo_dyt_args a = dyt_struct(c);
         a.dweight = PLACEHOLDER;
@@ -2380,6 +2626,16 @@ static void run_query(call *c, input *in) {
         a.dy = a.x = a.alpha = a.weight = PLACEHOLDER;
         a.dy_row_stride = a.x_row_stride = c->cols;
         status = call_with_struct(c, &a, sizeof a, enter_dyt_query, bytes);
+    } else {
+        /* either recipe and FP8 dtype; y_t beside tensorwise only */
+        c->recipe = c->rows & 1 ? FO_FP8_ROWWISE : FO_FP8_TENSORWISE;
+        c->fp8_dtype = c->cols & 1 ? FO_FP8_E5M2 : FO_FP8_E4M3;
+        fo_quantize_fp8_args a = quantize_struct(c);
+        a.y = a.scale = a.x = PLACEHOLDER;
+        a.y_t = c->recipe == FO_FP8_TENSORWISE && (c->cols & 2) ? PLACEHOLDER : 0;
+        a.amax = c->cols & 4 ? PLACEHOLDER : 0;
+        a.x_row_stride = c->cols;
+        status = call_with_struct(c, &a, sizeof a, enter_quantize_fp8_query, bytes);
     }
     if (status != FO_OK) {
         if (c->v.level == PASS)
@@ -2419,6 +2675,35 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
             abort();
         }
     }
+    /* The FP8 tables, and known points of the formats: the smallest
+     * subnormal, the smallest normal, 1, the largest finite value. */
+    for (int f = 0; f < 2; f++)
+        for (unsigned k = 0; k < 128; k++) fp8_values[f][k] = fp8_decode(k, f);
+    static const struct {
+        int fp8_dtype;
+        unsigned code;
+        double value;
+    } fp8_kat[] = {{FO_FP8_E4M3, 0x01, 0x1p-9},  {FO_FP8_E4M3, 0x08, 0x1p-6},
+                   {FO_FP8_E4M3, 0x38, 1.0},     {FO_FP8_E4M3, 0x7E, 448.0},
+                   {FO_FP8_E4M3, 0xC0, -2.0},    {FO_FP8_E5M2, 0x01, 0x1p-16},
+                   {FO_FP8_E5M2, 0x04, 0x1p-14}, {FO_FP8_E5M2, 0x3C, 1.0},
+                   {FO_FP8_E5M2, 0x7B, 57344.0}, {FO_FP8_E5M2, 0x7C, INFINITY}};
+    for (size_t i = 0; i < COUNT(fp8_kat); i++)
+        if (fp8_decode(fp8_kat[i].code, fp8_kat[i].fp8_dtype) != fp8_kat[i].value) {
+            fprintf(stderr, "fuzz_ops: the reference FP8 decoder fails known point %zu\n", i);
+            abort();
+        }
+    if (!isnan(fp8_decode(0x7F, FO_FP8_E4M3)) || !isnan(fp8_decode(0xFF, FO_FP8_E4M3)) ||
+        !isnan(fp8_decode(0x7D, FO_FP8_E5M2))) {
+        fprintf(stderr, "fuzz_ops: the reference FP8 decoder's NaN codes are wrong\n");
+        abort();
+    }
+    for (int f = 0; f < 2; f++) /* increasing up to the largest finite code */
+        for (unsigned k = 1; k <= fp8_top[f]; k++)
+            if (!(fp8_values[f][k] > fp8_values[f][k - 1])) {
+                fprintf(stderr, "fuzz_ops: the FP8 table is not increasing at %#x\n", k);
+                abort();
+            }
     print_calls = getenv("FUZZ_PRINT_CALLS") != NULL;
     guard_page = mmap(NULL, GUARD_SIZE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (guard_page == MAP_FAILED) {
@@ -2457,6 +2742,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     case CLAMPED_BACKWARD: decode_clamped(&c, &in, 1); break;
     case DYT_FORWARD: decode_dyt(&c, &in, 0); break;
     case DYT_BACKWARD: decode_dyt(&c, &in, 1); break;
+    case QUANTIZE_FP8:
+        decode_quantize(&c, &in);
+        break;
     case ROPE_FORWARD:
     case ROPE_BACKWARD: decode_rope(&c, &in); break;
     default: run_query(&c, &in); return 0;
