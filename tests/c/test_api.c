@@ -1080,6 +1080,8 @@ static void test_errors_quantize_fp8(void) {
     CALL("the transposed copy alone", OK, NULL, NULL, (a.y_t = a.y, a.y = 0));
     CALL("device_type 7", BAD_DEVICE, "device_type=7", NULL, a.device_type = 7);
     CALL("negative cols", INVALID, "cols=-4", NULL, a.cols = -4);
+    CALL("rows 2^62 with no columns", INVALID, "rows=4611686018427387904", NULL,
+         (a.rows = (int64_t)1 << 62, a.cols = 0));
     CALL("dtype code 4", BAD_DTYPE, "dtype=4", NULL, a.dtype = 4);
     CALL("fp8_dtype code 2", BAD_DTYPE, "fp8_dtype=2", "e5m2=1", a.fp8_dtype = 2);
     CALL("recipe code 5", INVALID, "recipe=5", "rowwise=1", a.recipe = 5);
