@@ -13,7 +13,7 @@ from ._source import has_hooks
 
 # q/k/v/o (and Phi-3's fused qkv), gate/up/down (and the fused gate_up)
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "qkv_proj", "gate_proj", "up_proj", "down_proj", "gate_up_proj")
-DEFAULT_RECIPE = "tensorwise"  # the faster recipe under torchao and here (docs/performance.md)
+DEFAULT_RECIPE = "tensorwise"  # torchao's faster recipe on the Llama step; bench_train_step's FP8 rows decide ours
 
 
 def fp8_recipe(fp8):
@@ -48,8 +48,8 @@ def check_fp8_device(model):
 
 
 def _projections(model):
-    """(parent, name) of every projection-named nn.Module child with a weight,
-    each name of a module held under two names too."""
+    """(parent, child) for every projection-named child with a weight tensor
+    (a module held under two names, once for each)."""
     return [
         (parent, child)
         for _, parent in model.named_modules()
