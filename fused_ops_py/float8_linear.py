@@ -23,13 +23,13 @@ Where `_scaled_mm` has no kernel (the CPU, a GPU below sm_89) `_emulated_scaled_
 dequantizes and multiplies in float32; it is plain torch, so torch.compile traces
 the whole Function.
 
-An input already in FP8: `Float8Input(data, scale, hp)`. A fused norm that writes
-its output y in one pass can also write y's FP8 bytes and scales there, with the
-layer's recipe and e4m3 (`quantize_fp8(y, recipe=layer.recipe)`), and pass
-`Float8Input(y_fp8, scale, y)`: the linear then casts nothing for the forward.
-`hp` (y itself) is where grad_input flows, so it is needed whenever the norm
-needs a gradient; the backward reads it only for the rowwise weight gradient,
-which quantizes x along the tokens. Saved for backward: the FP8 bytes for
+An input already in FP8: `Float8Input(data, scale, hp)`, y's e4m3 bytes and
+scales for the layer's recipe (as `fused_quantize_fp8(y, recipe=layer.recipe)`
+returns them) beside y itself: a caller that casts y once can hand it to several
+projections, and the linear then casts nothing for the forward. `hp` (y) is
+where grad_input flows, so it is needed whenever y needs a gradient; the
+backward reads it only for the rowwise weight gradient, which quantizes x along
+the tokens. Saved for backward, only for the gradients wanted: the FP8 bytes for
 tensorwise (half of bf16's memory), hp for rowwise. With `hp=None` the input is
 a constant (no grad_input; inference, or a first layer), the output takes the
 weight's dtype, and a rowwise weight gradient dequantizes the bytes (exact: the
