@@ -6,6 +6,10 @@
 #                              build, then the benchmark against the peers,
 #                              its plots, and the host time a call
 #   bench/gpu_check.sh multi   build, then the 2-GPU tests (DDP, FSDP2)
+#   bench/gpu_check.sh fp8     build, then the FP8 tests (CUDA against CPU,
+#                              _scaled_mm against its emulation), the casts
+#                              against torchao's math, the Llama step's FP8 rows
+#                              at 32000 vocab and the convergence runs
 #   bench/gpu_check.sh patch   build, then patch(model)'s tests and sweep over
 #                              every *ForCausalLM class on the GPU (whenever
 #                              patching changes), RoPE's and the clamped
@@ -111,6 +115,18 @@ if [ "$stage" = multi ]; then
     tar -czf "$OUT/gpu_multi_logs.tar.gz" --exclude=sass.txt -C /tmp logs
     exit "$status"
 fi
+if [ "$stage" = fp8 ]; then
+    python3 -m pytest -q -rs tests/test_quantize_fp8.py tests/test_float8_linear.py tests/test_patch_fp8.py 2>&1 |
+        tee /tmp/logs/fp8_tests.txt | tail -5
+    status=${PIPESTATUS[0]}
+    python3 bench/bench_fp8.py --out "$OUT" 2>&1 | tail -3
+    python3 bench/bench_train_step.py --vocabs 32000 --no-decode --out "$OUT" --providers \
+        liger,patch,patch_fp8,patch_fp8_rowwise,patch_fp8_compile,torchao_fp8,torchao_fp8_compile,torchao_fp8_rowwise_compile \
+        2>&1 | tee /tmp/logs/fp8_step.txt | tail -12
+    python3 bench/fp8_convergence.py --out "$OUT" 2>&1 | tee /tmp/logs/fp8_convergence.txt | tail -5
+    tar -czf "$OUT/gpu_fp8_logs.tar.gz" -C /tmp logs
+    exit "$status"
+fi
 if [ "$stage" = patch ]; then
     python3 -m pytest -q -rs tests/test_patching.py tests/test_patch_sweep.py tests/test_rope.py tests/test_clamped_swiglu.py 2>&1 | tee /tmp/logs/patch.txt | tail -15
     status=${PIPESTATUS[0]}
@@ -123,4 +139,4 @@ if [ "$stage" = patch ]; then
     tar -czf "$OUT/gpu_patch_logs.tar.gz" -C /tmp logs
     exit "$status"
 fi
-echo "unknown stage $stage (test, bench, multi or patch)"; exit 2
+echo "unknown stage $stage (test, bench, multi, fp8 or patch)"; exit 2
