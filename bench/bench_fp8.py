@@ -15,10 +15,11 @@ the peer's (they compute the same scales).
 import argparse
 import csv
 import json
+import types
 from pathlib import Path
 
 import torch
-from triton.testing import do_bench
+from bench_ops import copy_ceiling_gbs, graph_bench
 
 import fused_ops_py as fo
 
@@ -39,28 +40,14 @@ def torchao_cast(x, recipe, transpose):
     return (*out, y.t().contiguous()) if transpose else out
 
 
-def graph_time(fn):
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, stream=stream):
-        fn()
-    return do_bench(graph.replay, warmup=25, rep=200, return_mode="median")
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="bench/results/local")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    src = torch.ones(1 << 30, dtype=torch.uint8, device="cuda")
-    dst = torch.empty_like(src)
-    ceiling = 2 * src.numel() / do_bench(lambda: dst.copy_(src), return_mode="median") / 1e6
+    timing = types.SimpleNamespace(warmup_ms=25, rep_ms=200, quick=False)  # bench_ops' options
+    ceiling = copy_ceiling_gbs(torch.device("cuda"), timing)
     # one specialization a shape, recipe and transpose: past dynamo's default limit of 8
     torch._dynamo.config.recompile_limit = 64
     compiled = torch.compile(torchao_cast, dynamic=False)
@@ -76,10 +63,10 @@ def main():
                 torch.equal(*(t.view(torch.uint8) if t.dtype == FP8 else t for t in ab)) for ab in zip(mine, peer)
             )
             for provider, fn in (
-                ("fused", lambda: fo.fused_quantize_fp8(x, recipe=recipe, transpose=transpose)),
-                ("torchao-compile", lambda: compiled(x, recipe, transpose)),
+                ("fused", lambda x: fo.fused_quantize_fp8(x, recipe=recipe, transpose=transpose)),
+                ("torchao-compile", lambda x: compiled(x, recipe, transpose)),
             ):
-                ms = graph_time(fn)
+                ms, _ = graph_bench(fn, (x,), None, "fwd", timing)
                 gbs = nbytes / ms / 1e6
                 rows.append(
                     dict(

@@ -1,5 +1,6 @@
 """Shared test parameters: devices, dtypes with their tolerances, shapes."""
 
+import math
 import sys
 import types
 
@@ -52,6 +53,34 @@ def random(shape, dtype, device, seed=0):
     """Random normal values (never zeros: they hide unwritten outputs)."""
     generator = torch.Generator().manual_seed(seed)
     return torch.randn(shape, generator=generator, dtype=torch.float64).to(dtype).to(device)
+
+
+def fp8_reference(x, recipe="rowwise", dtype=torch.float8_e4m3fn):
+    """(x_fp8, scale) with x ~= x_fp8.float() * scale: torchao.float8's scaling in
+    plain torch, the reference fused_quantize_fp8 and Float8Linear must match. amax over the finite values of each
+    row (rowwise) or of the tensor (tensorwise); the multiplier fmax / amax, for
+    rowwise rounded down to a power of two (torchao's scales); scale [..., 1] for
+    rowwise, 0-d for tensorwise."""
+    fmax = torch.finfo(dtype).max
+    shape = x.shape if x.dim() else (1,)
+    # a dense copy: a view of a transposed x would carry its column-major strides
+    rows = x.reshape(math.prod(shape[:-1]), shape[-1]).float().contiguous()
+    magnitude = rows.abs()
+    finite = torch.where(torch.isfinite(magnitude), magnitude, torch.zeros_like(magnitude))
+    if not finite.numel():  # amax refuses an empty reduction
+        amax = finite.new_zeros((rows.shape[0], 1) if recipe == "rowwise" else ())
+    elif recipe == "rowwise":
+        amax = finite.amax(dim=1, keepdim=True)
+    else:
+        amax = finite.amax()
+    multiplier = (fmax / amax.double().clamp(min=1e-12)).float()
+    if recipe == "rowwise":
+        multiplier = (multiplier.view(torch.int32) & -(1 << 23)).view(torch.float32)
+    data = (rows * multiplier).clamp(-fmax, fmax).to(dtype).reshape(x.shape)
+    scale = multiplier.reciprocal()
+    if recipe == "rowwise":
+        scale = scale.reshape(x.shape[:-1] + (1,))
+    return data, scale
 
 
 def assert_close(actual, expected, dtype):

@@ -5,7 +5,7 @@ import math
 
 import pytest
 import torch
-from conftest import assert_close, random
+from conftest import assert_close, fp8_reference, random
 from torch import nn
 
 import fused_ops_py.float8_linear as float8_linear
@@ -22,34 +22,6 @@ IN_FEATURES, OUT_FEATURES = 64, 48
 # grad_weight's GEMM on the GPU)
 INPUT_SHAPES = [(24, IN_FEATURES), (2, 5, IN_FEATURES)]
 INPUT_DTYPES = [torch.bfloat16, torch.float32]
-
-
-def _reference_quantize(x, *, recipe="rowwise", dtype=E4M3):
-    """(x_fp8, scale) with x ~= x_fp8.float() * scale: torchao.float8's scaling in
-    plain torch, the reference fused_quantize_fp8 must match. amax over the finite values of each
-    row (rowwise) or of the tensor (tensorwise); the multiplier fmax / amax, for
-    rowwise rounded down to a power of two (torchao's scales); scale [..., 1] for
-    rowwise, 0-d for tensorwise."""
-    fmax = torch.finfo(dtype).max
-    shape = x.shape if x.dim() else (1,)
-    # a dense copy: a view of a transposed x would carry its column-major strides
-    rows = x.reshape(math.prod(shape[:-1]), shape[-1]).float().contiguous()
-    magnitude = rows.abs()
-    finite = torch.where(torch.isfinite(magnitude), magnitude, torch.zeros_like(magnitude))
-    if not finite.numel():  # amax refuses an empty reduction
-        amax = finite.new_zeros((rows.shape[0], 1) if recipe == "rowwise" else ())
-    elif recipe == "rowwise":
-        amax = finite.amax(dim=1, keepdim=True)
-    else:
-        amax = finite.amax()
-    multiplier = (fmax / amax.double().clamp(min=1e-12)).float()
-    if recipe == "rowwise":
-        multiplier = (multiplier.view(torch.int32) & -(1 << 23)).view(torch.float32)
-    data = (rows * multiplier).clamp(-fmax, fmax).to(dtype).reshape(x.shape)
-    scale = multiplier.reciprocal()
-    if recipe == "rowwise":
-        scale = scale.reshape(x.shape[:-1] + (1,))
-    return data, scale
 
 
 def dtype_id(dtype):
@@ -86,7 +58,7 @@ def test_quantize_matches_by_hand(recipe, fp8):
     x[2] = 0  # a zero row
     x[4, 3] = float("nan")
     x[5, 0] = float("inf")
-    data, scale = _reference_quantize(x, recipe=recipe, dtype=fp8)
+    data, scale = fp8_reference(x, recipe=recipe, dtype=fp8)
     expected, scales = quantize_by_hand(x, recipe, fp8)
     torch.testing.assert_close(data.double(), expected, rtol=0, atol=0, equal_nan=True)
     if recipe == "rowwise":
@@ -99,14 +71,14 @@ def test_quantize_matches_by_hand(recipe, fp8):
 def test_quantize_properties():
     fmax = torch.finfo(E4M3).max
     x = random((6, 32), torch.float32, "cpu") * torch.logspace(-4, 4, 6).reshape(6, 1)
-    data, scale = _reference_quantize(x, recipe="tensorwise", dtype=E4M3)
+    data, scale = fp8_reference(x, recipe="tensorwise", dtype=E4M3)
     assert scale.dim() == 0 and scale.dtype == torch.float32
     # the element of largest magnitude maps to the format's largest value
     largest = x.abs().argmax()
     assert data.flatten()[largest].float().abs().item() == fmax
     assert data.float().abs().max().item() == fmax
 
-    data, scale = _reference_quantize(x, recipe="rowwise", dtype=E4M3)
+    data, scale = fp8_reference(x, recipe="rowwise", dtype=E4M3)
     row_amax = data.float().abs().amax(dim=1)
     # a power-of-two multiplier takes each row's amax to within a factor 2 of fmax
     assert bool((row_amax > fmax / 2).all()) and bool((row_amax <= fmax).all())
@@ -122,7 +94,7 @@ def test_quantize_edges():
     x[1, 5] = float("nan")
     x[2, 0], x[2, 1], x[2, 2] = float("inf"), -float("inf"), 1.0
     for recipe in RECIPES:
-        data, scale = _reference_quantize(x, recipe=recipe, dtype=E4M3)
+        data, scale = fp8_reference(x, recipe=recipe, dtype=E4M3)
         assert bool(torch.isfinite(scale).all()) and bool((scale > 0).all())
         assert bool((data[0].float() == 0).all()) and bool((data[3].float() == 0).all())  # zero rows
         assert torch.isnan(data[1, 5].float()) and int(torch.isnan(data.float()).sum()) == 1
@@ -130,22 +102,22 @@ def test_quantize_edges():
         # NaN and inf are left out of amax: the other values scale as without them
         clean = x.clone()
         clean[1, 5], clean[2, :2] = 0, 0
-        expected, expected_scale = _reference_quantize(clean, recipe=recipe, dtype=E4M3)
+        expected, expected_scale = fp8_reference(clean, recipe=recipe, dtype=E4M3)
         torch.testing.assert_close(scale, expected_scale, rtol=0, atol=0)
         assert torch.equal(data[1, 6:].float(), expected[1, 6:].float())
     # leading dimensions flatten into rows; the scale keeps them
-    data, scale = _reference_quantize(random((2, 3, 16), torch.bfloat16, "cpu"), recipe="rowwise", dtype=E4M3)
+    data, scale = fp8_reference(random((2, 3, 16), torch.bfloat16, "cpu"), recipe="rowwise", dtype=E4M3)
     assert data.shape == (2, 3, 16) and scale.shape == (2, 3, 1)
     # a transposed view gives dense bytes (the GEMMs' B operands are such casts, transposed back)
-    assert _reference_quantize(torch.randn(32, 16).t(), recipe="rowwise", dtype=E4M3)[0].is_contiguous()
+    assert fp8_reference(torch.randn(32, 16).t(), recipe="rowwise", dtype=E4M3)[0].is_contiguous()
     for recipe in RECIPES:  # no rows, or rows of nothing
         for shape in [(0, 16), (16, 0)]:
-            data, scale = _reference_quantize(torch.ones(shape), recipe=recipe, dtype=E4M3)
+            data, scale = fp8_reference(torch.ones(shape), recipe=recipe, dtype=E4M3)
             assert data.shape == shape and bool(torch.isfinite(scale).all())
 
 
 def dequantized(x, recipe, dtype):
-    data, scale = _reference_quantize(x, recipe=recipe, dtype=dtype)
+    data, scale = fp8_reference(x, recipe=recipe, dtype=dtype)
     return data.double() * scale.double()
 
 
@@ -233,7 +205,7 @@ def test_float8_input(recipe):
 
     linear.weight.grad = linear.bias.grad = None
     hp = x.clone().requires_grad_()
-    data, scale = _reference_quantize(x, recipe=recipe, dtype=E4M3)
+    data, scale = fp8_reference(x, recipe=recipe, dtype=E4M3)
     carried = layer(Float8Input(data, scale, hp))
     carried.backward(grad_out)
     assert torch.equal(carried, out)
@@ -277,7 +249,7 @@ def test_gemm_operands_fit_scaled_mm(recipe, monkeypatch):
     _, layer = make_layer(recipe, torch.bfloat16)
     x = random((2, 5, IN_FEATURES), torch.bfloat16, "cpu", seed=2).requires_grad_()
     layer(x).sum().backward()
-    data, scale = _reference_quantize(x.detach(), recipe=recipe, dtype=E4M3)
+    data, scale = fp8_reference(x.detach(), recipe=recipe, dtype=E4M3)
     assert data.is_contiguous()
     layer(Float8Input(data.transpose(0, 1).contiguous().transpose(0, 1), scale)).sum().backward()
     tokens = 10
@@ -332,7 +304,7 @@ def test_errors():
         layer(torch.randn(4, 16))
     with pytest.raises(TypeError, match="x has dtype torch.float64"):
         layer(torch.randn(4, 32, dtype=torch.float64))
-    data, scale = _reference_quantize(torch.randn(4, 32), recipe="tensorwise", dtype=E4M3)
+    data, scale = fp8_reference(torch.randn(4, 32), recipe="tensorwise", dtype=E4M3)
     with pytest.raises(ValueError, match=r"Float8Input.scale has shape \(\).*\(4, 1\)"):
         layer(Float8Input(data, scale))
     with pytest.raises(TypeError, match="Float8Input.data has dtype torch.float8_e5m2"):

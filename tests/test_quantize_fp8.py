@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from conftest import DEVICES, random
+from conftest import DEVICES, fp8_reference, random
 
 import fused_ops_py as fo
 
@@ -19,20 +19,9 @@ SHAPES = [(37, 300), (4, 5, 64), (1, 8), (3, 1024), (6, 4096), (2, 9000), (65, 1
 
 def reference(x, recipe, dtype):
     """(y bytes, scale) as torchao.float8 computes them, NaN as 0x7F."""
-    fmax = torch.finfo(dtype).max
-    rows = x.detach().cpu().float().reshape(x.shape[:-1].numel(), x.shape[-1])
-    finite = torch.where(torch.isfinite(rows), rows.abs(), torch.zeros_like(rows))
-    if recipe == "rowwise":
-        amax = finite.amax(dim=1, keepdim=True) if rows.numel() else torch.zeros(rows.shape[0], 1)
-    else:
-        amax = finite.amax() if rows.numel() else torch.zeros(())
-    q = (fmax / amax.double().clamp(min=1e-12)).float()
-    if recipe == "rowwise":
-        q = torch.exp2(torch.floor(torch.log2(q)))
-    y = (rows * q).clamp(-fmax, fmax).to(dtype).view(torch.uint8)
-    y = torch.where(torch.isnan(rows), torch.full_like(y, 0x7F), y)
-    scale = (1 / q).reshape((*x.shape[:-1], 1) if recipe == "rowwise" else ())
-    return y.reshape(x.shape), scale
+    x = x.detach().cpu()
+    data, scale = fp8_reference(x, recipe, dtype)
+    return torch.where(torch.isnan(x), torch.full_like(data.view(torch.uint8), 0x7F), data.view(torch.uint8)), scale
 
 
 def codes(y):

@@ -95,11 +95,17 @@ __device__ __forceinline__ void store8(uint8_t *__restrict__ row, int64_t c0, in
     }
 }
 
-// The max over a block of 256 threads, in every thread (max is exact in any order).
-__device__ float block_max(float v) {
-    __shared__ float warps[kThreads / 32];
+// The max over a warp, in every lane (max is exact in any order).
+__device__ __forceinline__ float warp_max(float v) {
     for (int offset = 16; offset > 0; offset /= 2)
         v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    return v;
+}
+
+// The max over a block of 256 threads, in every thread.
+__device__ float block_max(float v) {
+    __shared__ float warps[kThreads / 32];
+    v = warp_max(v);
     __syncthreads();  // warps[] may still be read from a previous call
     if (threadIdx.x % 32 == 0) warps[threadIdx.x / 32] = v;
     __syncthreads();
@@ -133,12 +139,10 @@ __global__ void __launch_bounds__(kThreads)
         load8<T, VEC>(v, row, c * kChunk, cols);
         amax = finite_max(amax, v);
     }
-    if constexpr (GROUP == 32) {
-        for (int offset = 16; offset > 0; offset /= 2)
-            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
-    } else {
+    if constexpr (GROUP == 32)
+        amax = warp_max(amax);
+    else
         amax = block_max(amax);
-    }
     const float q = fo_fp8_multiplier(amax, E4M3 ? FO_FP8_E4M3 : FO_FP8_E5M2, 1);
     uint8_t *out = y + r * cols;
 #pragma unroll
