@@ -55,8 +55,8 @@ __device__ __forceinline__ void load_param_chunk(acc_t<T> (&out)[kChunk], const 
 // ONE: forward_geometry's grid covers every (chunk, row) once, so a thread
 // takes one chunk of one row, its indices in 32 bits, with no loops: 30
 // registers instead of 40, so a full SM of 2048 threads keeps a third more
-// loads in flight (16384 x 4096 bf16 on the H200: 91% of the copy ceiling,
-// bench/results/h200/dyt.md; 83% before). Otherwise the loops below cover the rest.
+// loads in flight (bench/results/h200/dyt.md). Otherwise the loops below
+// cover the rest.
 template <typename T, typename P, Access ACCESS, bool ONE>
 __global__ void dyt_forward_kernel(T *__restrict__ y, const T *__restrict__ x, int64_t x_row_stride,
                                    const P *__restrict__ alpha, const P *__restrict__ weight,
