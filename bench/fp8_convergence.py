@@ -126,37 +126,10 @@ def train(run, shape, recipe, device):
     return rows
 
 
-def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--recipe", default="tensorwise", choices=["tensorwise", "rowwise"])
-    p.add_argument("--runs", type=lambda s: s.split(","), default=RUNS)
-    p.add_argument("--tiny", action="store_true")
-    p.add_argument("--out", type=Path)
-    p.add_argument("--run", choices=RUNS, help=argparse.SUPPRESS)  # one run, in this process
-    args = p.parse_args(argv)
-    shape = TINY if args.tiny else FULL
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if args.run:
-        print(ROW_PREFIX + json.dumps(train(args.run, shape, args.recipe, device)), flush=True)
-        return 0
-    from bench_ops import device_name, results_dir
+def write_results(rows, out, shape, recipe, device):
+    """fp8_convergence.csv, .md and (with matplotlib) .png under out."""
+    from bench_ops import device_name
 
-    out = args.out or results_dir(device_name(device))
-    out.mkdir(parents=True, exist_ok=True)
-    rows = []
-    for run in args.runs:
-        if run != "bf16" and device.type != "cuda":
-            print(f"{run}: skipped, needs a GPU of compute capability 8.9 or later", flush=True)
-            continue
-        argv_run = [sys.executable, __file__, "--run", run, "--recipe", args.recipe] + (["--tiny"] if args.tiny else [])
-        done = subprocess.run(argv_run, capture_output=True, text=True)
-        lines = [line for line in done.stdout.splitlines() if line.startswith(ROW_PREFIX)]
-        if done.returncode or not lines:
-            print(f"{run}: error: {done.stderr.strip().splitlines()[-1:]}", flush=True)
-            continue
-        rows += json.loads(lines[-1].removeprefix(ROW_PREFIX))
-        final = [r for r in rows if r["run"] == run][-1]
-        print(f"{run}: final train loss {final['train_loss']:.4f}, validation loss {final['val_loss']:.4f}", flush=True)
     fields = ["step", "run", "train_loss", "val_loss", "note"]
     with open(out / "fp8_convergence.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=fields)
@@ -164,7 +137,7 @@ def main(argv=None):
         writer.writerows(rows)
     final = {r["run"]: r["val_loss"] for r in rows if r["val_loss"] != "" and r["step"] == shape["steps"] - 1}
     lines = [
-        f"# FP8 convergence ({args.recipe}), {device_name(device)}",
+        f"# FP8 convergence ({recipe}), {device_name(device)}",
         "",
         f"{shape['layers']} layers, hidden {shape['hidden']}, {shape['steps']} steps of "
         f"{shape['batch']} x {shape['seq']} bytes of the Python standard library (every 20th file held out); "
@@ -199,6 +172,40 @@ def main(argv=None):
         fig.savefig(out / "fp8_convergence.png", dpi=120, bbox_inches="tight")
     except ImportError:
         pass
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--recipe", default="tensorwise", choices=["tensorwise", "rowwise"])
+    p.add_argument("--runs", type=lambda s: s.split(","), default=RUNS)
+    p.add_argument("--tiny", action="store_true")
+    p.add_argument("--out", type=Path)
+    p.add_argument("--run", choices=RUNS, help=argparse.SUPPRESS)  # one run, in this process
+    args = p.parse_args(argv)
+    shape = TINY if args.tiny else FULL
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if args.run:
+        print(ROW_PREFIX + json.dumps(train(args.run, shape, args.recipe, device)), flush=True)
+        return 0
+    from bench_ops import device_name, results_dir
+
+    out = args.out or results_dir(device_name(device))
+    out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for run in args.runs:
+        if run != "bf16" and device.type != "cuda":
+            print(f"{run}: skipped, needs a GPU of compute capability 8.9 or later", flush=True)
+            continue
+        argv_run = [sys.executable, __file__, "--run", run, "--recipe", args.recipe] + (["--tiny"] if args.tiny else [])
+        done = subprocess.run(argv_run, capture_output=True, text=True)
+        lines = [line for line in done.stdout.splitlines() if line.startswith(ROW_PREFIX)]
+        if done.returncode or not lines:
+            print(f"{run}: error: {done.stderr.strip().splitlines()[-1:]}", flush=True)
+            continue
+        rows += json.loads(lines[-1].removeprefix(ROW_PREFIX))
+        final = [r for r in rows if r["run"] == run][-1]
+        print(f"{run}: final train loss {final['train_loss']:.4f}, validation loss {final['val_loss']:.4f}", flush=True)
+        write_results(rows, out, shape, args.recipe, device)  # after each run: a later one may not finish
     print(f"wrote {out}/fp8_convergence.csv, .md" + (", .png" if (out / "fp8_convergence.png").exists() else ""))
     return 0
 

@@ -6,7 +6,9 @@ dynamic scale and hands the scales to `torch._scaled_mm`, which applies them in
 its epilogue. Two recipes, as torchao.float8 names them:
 
 - "tensorwise": one scale per tensor. Gradients are e5m2 (see `_GRAD_DTYPES`).
-  The weight gradient reuses the forward's FP8 bytes of x, transposed.
+  Each cast of x and dY writes the row-major and the transposed copy in one
+  pass (`fused_quantize_fp8(..., transpose=True)`): the weight gradient reads
+  the transposed ones, so no FP8 transpose runs apart.
 - "rowwise": one power-of-two scale per row of each operand along the GEMM's
   reduced axis, e4m3 throughout. Each GEMM reduces over another axis, so W is
   quantized again per column for grad_input and x and dY per column (along the
@@ -19,28 +21,37 @@ dY [M, N]; `_scaled_mm` takes a row-major A and a column-major B:
     grad_input  [M, K] = dY_fp8 @ W_fp8       A = dY by rows, B = (W^T by rows)^T
     grad_weight [N, K] = dY^T_fp8 @ x_fp8     A = dY^T by rows, B = (x^T by rows)^T
 
+Saved for backward, only for the gradients wanted: x's transposed FP8 copy
+(tensorwise; half of bf16's memory) or x (rowwise), and the weight Parameter
+itself. The backward casts W again rather than keeping an FP8 copy of every
+weight between forward and backward: the same bytes (the cast is
+deterministic), for one more read of W instead of the memory of all of them.
+
 Where `_scaled_mm` has no kernel (the CPU, a GPU below sm_89) `_emulated_scaled_mm`
 dequantizes and multiplies in float32; it is plain torch, so torch.compile traces
 the whole Function.
 
-An input already in FP8: `Float8Input(data, scale, hp)`, y's e4m3 bytes and
-scales for the layer's recipe (as `fused_quantize_fp8(y, recipe=layer.recipe)`
-returns them) beside y itself: a caller that casts y once can hand it to several
-projections, and the linear then casts nothing for the forward. `hp` (y) is
-where grad_input flows, so it is needed whenever y needs a gradient; the
+An input already in FP8: `Float8Input(data, scale, hp, data_t)`, y's e4m3 bytes
+and scales for the layer's recipe (as `fused_quantize_fp8(y, recipe=layer.recipe)`
+returns them, with `transpose=True` for data_t) beside y itself: a caller that
+casts y once hands it to several projections (`SharedInputCast` does that for
+q/k/v and gate/up), and the linear then casts nothing for the forward. `hp` (y)
+is where grad_input flows, so it is needed whenever y needs a gradient; the
 backward reads it only for the rowwise weight gradient, which quantizes x along
-the tokens. Saved for backward, only for the gradients wanted: the FP8 bytes for
-tensorwise (half of bf16's memory), hp for rowwise. With `hp=None` the input is
-a constant (no grad_input; inference, or a first layer), the output takes the
-weight's dtype, and a rowwise weight gradient dequantizes the bytes (exact: the
-scales are powers of two) and quantizes them along the tokens: a second rounding.
+the tokens. Without data_t a tensorwise weight gradient transposes data. With
+`hp=None` the input is a constant (no grad_input; inference, or a first layer),
+the output takes the weight's dtype, and a rowwise weight gradient dequantizes
+the bytes (exact: the scales are powers of two) and quantizes them along the
+tokens: a second rounding.
 """
 
+import weakref
 from typing import NamedTuple, Optional
 
 import torch
 from torch import nn
 
+from ._core import compiling
 from .ops.quantize_fp8 import fused_quantize_fp8 as quantize_fp8
 
 RECIPES = ("tensorwise", "rowwise")
@@ -62,11 +73,13 @@ _ALIGNMENT = 16
 class Float8Input(NamedTuple):
     """x handed to Float8Linear already cast to FP8 (see the module docstring).
     data: e4m3 [..., in_features]; scale: the dequantization factor, 0-d or [1]
-    (tensorwise) or [..., 1] (rowwise), float32; hp: the high-precision x, or None."""
+    (tensorwise) or [..., 1] (rowwise), float32; hp: the high-precision x, or None;
+    data_t: tensorwise only, data's transpose [in_features, rows], or None."""
 
     data: torch.Tensor
     scale: torch.Tensor
     hp: Optional[torch.Tensor] = None
+    data_t: Optional[torch.Tensor] = None
 
 
 def _has_fp8_gemm(device):
@@ -118,13 +131,61 @@ def _scaled_gemm(a, b, scale_a, scale_b, out_dtype, bias=None, fast_accum=False)
     return torch._scaled_mm(a, b, scale_a, scale_b, bias=bias, out_dtype=out_dtype, use_fast_accum=fast_accum)
 
 
+def _version(x):
+    """x's version counter; None for an inference tensor, which keeps none."""
+    try:
+        return x._version
+    except RuntimeError:
+        return None
+
+
+class SharedInputCast:
+    """One FP8 cast of an input that several Float8Linear read (q/k/v,
+    gate/up: `readers` of them). The first to see a tensor casts it; the
+    others take the same bytes while it is the same tensor, unchanged (its
+    version counter), and the last of them drops them. Each reader gets what
+    its own cast would give: the cast is deterministic."""
+
+    def __init__(self, readers):
+        self.readers = readers
+        self._drop()
+
+    def _drop(self):
+        self._source = self._version = self._recipe = self._cast = None
+        self._left = 0
+
+    def __call__(self, x, recipe, transposed):
+        """A Float8Input of x (with data_t if transposed) for recipe."""
+        cast = self._cast
+        fresh = not (
+            self._left
+            and self._source() is x
+            and self._version == _version(x)
+            and self._recipe == recipe
+            and (cast.data_t is not None or not transposed)
+        )
+        if fresh:
+            data, scale, *data_t = quantize_fp8(x, recipe=recipe, dtype=E4M3, transpose=transposed)
+            cast = Float8Input(data, scale, x, data_t[0] if data_t else None)
+            self._source, self._version, self._recipe, self._cast = weakref.ref(x), _version(x), recipe, cast
+            self._left = self.readers
+        self._left -= 1
+        if not self._left:
+            self._drop()
+        return cast
+
+
 class Float8LinearFunction(torch.autograd.Function):
     """x @ weight^T + bias with FP8 operands. x: the high-precision input or None;
     x_fp8, x_scale: its FP8 bytes and scale, or None to quantize x here."""
 
     @staticmethod
-    def forward(ctx, x, x_fp8, x_scale, weight, bias, recipe):
-        if x_fp8 is None:
+    def forward(ctx, x, x_fp8, x_scale, x_t, weight, bias, recipe):
+        # only what the wanted gradients read: x's for dW, the weight's for dx
+        for_dx, for_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[4]
+        if x_fp8 is None and recipe == "tensorwise" and for_dw:
+            x_fp8, x_scale, x_t = quantize_fp8(x, recipe=recipe, dtype=E4M3, transpose=True)
+        elif x_fp8 is None:
             x_fp8, x_scale = quantize_fp8(x, recipe=recipe, dtype=E4M3)
         out_dtype = weight.dtype if x is None else x.dtype
         in_features = weight.shape[1]
@@ -138,37 +199,35 @@ class Float8LinearFunction(torch.autograd.Function):
         ctx.x_shape = x_fp8.shape
         ctx.weight_dtype = weight.dtype
         ctx.bias_dtype = None if bias is None else bias.dtype
-        # only what the wanted gradients read: x's for dW, the weight's for dx
-        for_dx, for_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[3]
         keep = lambda tensor, wanted: tensor if wanted else None  # noqa: E731
-        if recipe == "tensorwise":
-            saved = (rows_fp8, rows_scale, weight_fp8, weight_scale)
+        if recipe == "tensorwise":  # x^T by rows; without data_t, x by rows (transposed in backward)
+            saved = (x_t if x_t is not None else rows_fp8, rows_scale, weight)
         elif x is not None:
-            saved = (x, None, weight, None)
+            saved = (x, None, weight)
         else:
-            saved = (rows_fp8, rows_scale, weight, None)
-        ctx.save_for_backward(*(keep(t, w) for t, w in zip(saved, (for_dw, for_dw, for_dx, for_dx))))
+            saved = (rows_fp8, rows_scale, weight)
+        ctx.x_transposed = x_t is not None
+        ctx.save_for_backward(*(keep(t, w) for t, w in zip(saved, (for_dw, for_dw, for_dx))))
         return out.reshape(x_fp8.shape[:-1] + (weight.shape[0],))
 
     @staticmethod
     def backward(ctx, grad_out):
-        saved_x, saved_x_scale, saved_weight, weight_scale = ctx.saved_tensors
+        saved_x, saved_x_scale, saved_weight = ctx.saved_tensors
         recipe = ctx.recipe
         out_features = grad_out.shape[-1]
         dy = grad_out.reshape(-1, out_features)
-        need_input, need_weight = ctx.needs_input_grad[0], ctx.needs_input_grad[3]
+        need_input, need_weight = ctx.needs_input_grad[0], ctx.needs_input_grad[4]
         grad_dtype = _GRAD_DTYPES[recipe]
         grad_input = grad_weight = grad_bias = None
         if recipe == "tensorwise" and (need_input or need_weight):
-            # one cast of dY; every transposed operand is the same bytes transposed
-            dy_fp8, dy_scale = quantize_fp8(dy, recipe=recipe, dtype=grad_dtype)
+            # one cast of dY, both copies; W^T by rows is W cast again with its transposed copy
+            dy_fp8, dy_scale, *dy_t_fp8 = quantize_fp8(dy, recipe=recipe, dtype=grad_dtype, transpose=need_weight)
             if need_input:
-                weight_col_major = saved_weight.t().contiguous().t()
-                grad_input = _scaled_gemm(dy_fp8, weight_col_major, dy_scale, weight_scale, grad_out.dtype)
+                _, weight_scale, weight_t_fp8 = quantize_fp8(saved_weight, recipe=recipe, dtype=E4M3, transpose=True)
+                grad_input = _scaled_gemm(dy_fp8, weight_t_fp8.t(), dy_scale, weight_scale, grad_out.dtype)
             if need_weight:
-                x_col_major = saved_x.t().contiguous().t()
-                dy_t_fp8 = dy_fp8.t().contiguous()
-                grad_weight = _scaled_gemm(dy_t_fp8, x_col_major, dy_scale, saved_x_scale, ctx.weight_dtype)
+                x_t_fp8 = saved_x if ctx.x_transposed else saved_x.t().contiguous()
+                grad_weight = _scaled_gemm(dy_t_fp8[0], x_t_fp8.t(), dy_scale, saved_x_scale, ctx.weight_dtype)
         elif recipe == "rowwise":
             if need_input:
                 dy_fp8, dy_scale = quantize_fp8(dy, recipe=recipe, dtype=grad_dtype)
@@ -186,9 +245,9 @@ class Float8LinearFunction(torch.autograd.Function):
                 grad_weight = _scaled_gemm(dy_t_fp8, x_t_fp8.t(), dy_t_scale, x_t_scale.t(), ctx.weight_dtype)
         if grad_input is not None:
             grad_input = grad_input.reshape(ctx.x_shape)
-        if ctx.needs_input_grad[4]:
+        if ctx.needs_input_grad[5]:
             grad_bias = dy.sum(0, dtype=torch.float32).to(ctx.bias_dtype)
-        return grad_input, None, None, grad_weight, grad_bias, None
+        return grad_input, None, None, None, grad_weight, grad_bias, None
 
 
 def _check_recipe(fn, recipe):
@@ -221,6 +280,7 @@ class Float8Linear(nn.Linear):
         _check_dtype("Float8Linear", "dtype", torch.get_default_dtype() if dtype is None else dtype)
         super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
         self.recipe = recipe
+        self.input_cast = None  # a SharedInputCast, when sibling projections read the same input
 
     @classmethod
     def from_linear(cls, linear, recipe="tensorwise"):
@@ -236,28 +296,43 @@ class Float8Linear(nn.Linear):
     def forward(self, x):
         fn = "Float8Linear.forward"
         if isinstance(x, Float8Input):
-            data, scale, hp = x
-            if data.dtype != E4M3:
-                raise TypeError(f"{fn}: Float8Input.data has dtype {data.dtype}; it must be {E4M3}")
-            expected = data.shape[:-1] + (1,) if self.recipe == "rowwise" else None
-            if scale.dtype != torch.float32 or (
-                scale.shape != expected if expected is not None else scale.shape not in ((), (1,))
-            ):
-                raise ValueError(
-                    f"{fn}: Float8Input.scale has shape {tuple(scale.shape)} and dtype {scale.dtype}; recipe "
-                    f"{self.recipe!r} takes float32 of shape {tuple(expected) if expected else '() or (1,)'}"
-                )
-            if hp is not None and hp.shape != data.shape:
-                raise ValueError(f"{fn}: Float8Input.hp has shape {tuple(hp.shape)} but data {tuple(data.shape)}")
+            data, scale, hp, data_t = x
+            self._check_float8_input(fn, x)
         else:
-            data = scale = None
+            data = scale = data_t = None
             hp = x
         checked = hp if hp is not None else data
         if checked.dim() == 0 or checked.shape[-1] != self.in_features:
             raise ValueError(f"{fn}: x has shape {tuple(checked.shape)}; its last dimension must be {self.in_features}")
         if hp is not None:
             _check_dtype(fn, "x", hp.dtype)
-        return Float8LinearFunction.apply(hp, data, scale, self.weight, self.bias, self.recipe)
+        if data is None and self.input_cast is not None and not compiling():
+            wants_t = self.recipe == "tensorwise" and torch.is_grad_enabled() and self.weight.requires_grad
+            data, scale, _, data_t = self.input_cast(hp, self.recipe, wants_t)
+        return Float8LinearFunction.apply(hp, data, scale, data_t, self.weight, self.bias, self.recipe)
+
+    def _check_float8_input(self, fn, x):
+        data, scale, hp, data_t = x
+        if data.dtype != E4M3:
+            raise TypeError(f"{fn}: Float8Input.data has dtype {data.dtype}; it must be {E4M3}")
+        expected = data.shape[:-1] + (1,) if self.recipe == "rowwise" else None
+        if scale.dtype != torch.float32 or (
+            scale.shape != expected if expected is not None else scale.shape not in ((), (1,))
+        ):
+            raise ValueError(
+                f"{fn}: Float8Input.scale has shape {tuple(scale.shape)} and dtype {scale.dtype}; recipe "
+                f"{self.recipe!r} takes float32 of shape {tuple(expected) if expected else '() or (1,)'}"
+            )
+        if hp is not None and hp.shape != data.shape:
+            raise ValueError(f"{fn}: Float8Input.hp has shape {tuple(hp.shape)} but data {tuple(data.shape)}")
+        if data_t is not None:
+            want = (data.shape[-1], data.numel() // max(data.shape[-1], 1))
+            if self.recipe != "tensorwise" or data_t.dtype != E4M3 or tuple(data_t.shape) != want:
+                raise ValueError(
+                    f"{fn}: Float8Input.data_t has shape {tuple(data_t.shape)} and dtype {data_t.dtype}; it must be "
+                    f"data's transpose, {E4M3} of shape {want}, and only for recipe 'tensorwise' (this layer's is "
+                    f"{self.recipe!r})"
+                )
 
     def extra_repr(self):
         return f"{super().extra_repr()}, recipe={self.recipe!r}"

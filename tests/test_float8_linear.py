@@ -8,6 +8,7 @@ import torch
 from conftest import assert_close, fp8_reference, random
 from torch import nn
 
+import fused_ops_py as fo
 import fused_ops_py.float8_linear as float8_linear
 from fused_ops_py.float8_linear import (
     E4M3,
@@ -15,6 +16,7 @@ from fused_ops_py.float8_linear import (
     RECIPES,
     Float8Input,
     Float8Linear,
+    SharedInputCast,
 )
 
 IN_FEATURES, OUT_FEATURES = 64, 48
@@ -348,10 +350,77 @@ def test_only_the_wanted_gradients_are_computed_and_saved(recipe):
     x = random((24, IN_FEATURES), torch.float32, "cpu", seed=2).requires_grad_()
     grad_out = random((24, OUT_FEATURES), torch.float32, "cpu", seed=3)
     full = torch.autograd.grad(layer(x), (x, layer.weight), grad_out)
-    layer.weight.requires_grad_(False)  # a frozen weight: dx alone, x's bytes not kept
+    layer.weight.requires_grad_(False)  # a frozen weight: dx alone, x's bytes not kept, only the weight
     out = layer(x)
-    assert sum(t is not None for t in out.grad_fn.saved_tensors) == (2 if recipe == "tensorwise" else 1)
+    saved = [t for t in out.grad_fn.saved_tensors if t is not None]
+    assert len(saved) == 1 and saved[0] is layer.weight
     assert torch.equal(torch.autograd.grad(out, x, grad_out)[0], full[0])
     layer.weight.requires_grad_(True)
     out = layer(x.detach())  # an input without a gradient: dW alone, the weight's bytes not kept
     assert torch.equal(torch.autograd.grad(out, layer.weight, grad_out)[0], full[1])
+
+
+def test_a_transposed_copy_in_the_input_gives_the_same_gradients():
+    """Float8Input's data_t (tensorwise): the weight gradient reads it instead
+    of transposing data, and every result is the same."""
+    dtype = torch.bfloat16
+    linear, layer = make_layer("tensorwise", dtype)
+    x = random((3, 8, IN_FEATURES), dtype, "cpu", seed=2)
+    grad_out = random((3, 8, OUT_FEATURES), dtype, "cpu", seed=3)
+    results = []
+    for transposed in (False, True):
+        linear.weight.grad = linear.bias.grad = None
+        hp = x.clone().requires_grad_()
+        data, scale, *data_t = fo.fused_quantize_fp8(x, recipe="tensorwise", transpose=transposed)
+        out = layer(Float8Input(data, scale, hp, *data_t))
+        out.backward(grad_out)
+        results.append((out, hp.grad, linear.weight.grad, linear.bias.grad))
+    for without, with_t in zip(*results):
+        assert torch.equal(with_t, without)
+    data, scale, data_t = fo.fused_quantize_fp8(x, recipe="tensorwise", transpose=True)
+    with pytest.raises(ValueError, match=r"Float8Input.data_t has shape \(24, 64\).*shape \(64, 24\)"):
+        layer(Float8Input(data, scale, x, data_t.t()))
+    _, rowwise = make_layer("rowwise", dtype)
+    data, scale = fo.fused_quantize_fp8(x, recipe="rowwise")
+    with pytest.raises(ValueError, match="only for recipe 'tensorwise'"):
+        rowwise(Float8Input(data, scale, x, data_t))
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_a_shared_cast_gives_each_reader_its_own_results(recipe, monkeypatch):
+    """Three layers reading one input through a SharedInputCast: one cast of
+    it, and outputs and gradients equal to each casting for itself; an input
+    written in place between readers is cast again."""
+    layers = [make_layer(recipe, torch.bfloat16)[1] for _ in range(3)]
+    for i, layer in enumerate(layers):
+        with torch.no_grad():
+            layer.weight.mul_(1 + i)
+    x = random((3, 8, IN_FEATURES), torch.bfloat16, "cpu", seed=2)
+    grad_out = random((3, 8, OUT_FEATURES), torch.bfloat16, "cpu", seed=3)
+    casts = []
+    quantize = float8_linear.quantize_fp8
+    monkeypatch.setattr(float8_linear, "quantize_fp8", lambda t, **kw: casts.append(t) or quantize(t, **kw))
+    results = []
+    for shared in (None, SharedInputCast(3)):
+        for layer in layers:
+            layer.input_cast = shared
+            layer.weight.grad = layer.bias.grad = None
+        hp = x.clone().requires_grad_()
+        del casts[:]
+        outs = [layer(hp) for layer in layers]
+        input_casts = sum(t is hp for t in casts)
+        torch.autograd.backward(outs, [grad_out] * 3)
+        results.append((input_casts, outs, hp.grad, [(layer.weight.grad, layer.bias.grad) for layer in layers]))
+    (alone, *unshared), (together, *shared_results) = results
+    assert (alone, together) == (3, 1)
+    assert all(torch.equal(a, b) for a, b in zip(unshared[0], shared_results[0]))
+    assert torch.equal(unshared[1], shared_results[1])
+    assert all(torch.equal(a, b) for pa, pb in zip(unshared[2], shared_results[2]) for a, b in zip(pa, pb))
+
+    cast = SharedInputCast(2)
+    y = x.clone()
+    first = cast(y, recipe, False)
+    y.add_(1)  # written between the readers: the second casts it again
+    second = cast(y, recipe, False)
+    assert torch.equal(second.data.view(torch.uint8), fo.fused_quantize_fp8(y, recipe=recipe)[0].view(torch.uint8))
+    assert not torch.equal(first.data.view(torch.uint8), second.data.view(torch.uint8))

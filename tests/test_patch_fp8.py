@@ -64,6 +64,32 @@ def test_projections_become_float8_linear_with_the_same_parameters(recipe):
     assert patch_fp8(model, recipe) == (0, [])  # nothing left to replace
 
 
+@pytest.mark.parametrize("recipe", ["tensorwise", "rowwise"])
+def test_siblings_share_one_cast_of_their_input(recipe):
+    """q/k/v share one SharedInputCast, gate/up another, o and down none; the
+    model computes the same bits as with every projection casting alone."""
+    model = tiny_llama(torch.bfloat16)
+    patch_fp8(model, recipe)
+    attention, mlp = model.model.layers[0].self_attn, model.model.layers[0].mlp
+    qkv = {id(attention.q_proj.input_cast), id(attention.k_proj.input_cast), id(attention.v_proj.input_cast)}
+    assert len(qkv) == 1 and attention.q_proj.input_cast is not None and attention.q_proj.input_cast.readers == 3
+    assert mlp.gate_proj.input_cast is mlp.up_proj.input_cast is not None and mlp.up_proj.input_cast.readers == 2
+    assert attention.o_proj.input_cast is None and mlp.down_proj.input_cast is None
+    assert attention.q_proj.input_cast is not model.model.layers[1].self_attn.q_proj.input_cast
+    tokens = torch.randint(0, 128, (2, 24), generator=torch.Generator().manual_seed(1))
+    results = []
+    for _ in range(2):
+        model.zero_grad()
+        out = model(tokens, labels=tokens)
+        out.loss.backward()
+        results.append([out.logits] + [p.grad for p in model.parameters()])
+        for module in model.modules():
+            if isinstance(module, fo.Float8Linear):
+                module.input_cast = None
+    for shared, alone in zip(*results):
+        assert torch.equal(shared, alone)
+
+
 def test_projections_that_scaled_mm_cannot_take_are_kept():
     model = torch.nn.Module()
     model.q_proj = torch.nn.Linear(64, 40)  # 40: not a multiple of 16

@@ -1,6 +1,7 @@
 """patch(model, fp8=...): the attention and MLP projections -> Float8Linear,
 sharing their Parameters, so their GEMMs run in FP8 through torch._scaled_mm.
-The LM head keeps its precision (and the fused linear cross-entropy).
+The LM head keeps its precision (and the fused linear cross-entropy). q/k/v
+and gate/up, which read one input, share one cast of it (SharedInputCast).
 
 Unlike the rest of patch, this changes what the model computes, by FP8's
 rounding of each GEMM's operands: the user asks for it."""
@@ -8,11 +9,12 @@ rounding of each GEMM's operands: the user asks for it."""
 import torch
 from torch import nn
 
-from ..float8_linear import _ALIGNMENT, GEMM_DTYPES, RECIPES, Float8Linear
+from ..float8_linear import _ALIGNMENT, GEMM_DTYPES, RECIPES, Float8Linear, SharedInputCast
 from ._source import has_hooks
 
 # q/k/v/o (and Phi-3's fused qkv), gate/up/down (and the fused gate_up)
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "qkv_proj", "gate_proj", "up_proj", "down_proj", "gate_up_proj")
+SIBLINGS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))  # each group reads one input
 DEFAULT_RECIPE = "tensorwise"  # torchao's faster recipe on the Llama step; bench_train_step's FP8 rows decide ours
 
 
@@ -96,4 +98,18 @@ def patch_fp8(model, recipe, apply=True):
             if apply:
                 setattr(parent, name, Float8Linear.from_linear(child, recipe=recipe))
             replaced += 1
+        if apply:
+            _share_input_casts(parent)
     return replaced, kept
+
+
+def _share_input_casts(parent):
+    """One SharedInputCast for each group of parent's sibling Float8Linear
+    (two or more, the same width in); a reader given another tensor casts it."""
+    for names in SIBLINGS:
+        group = [parent._modules.get(name) for name in names]
+        group = [m for m in group if isinstance(m, Float8Linear)]
+        if len(group) > 1 and len({m.in_features for m in group}) == 1:
+            cast = SharedInputCast(len(group))
+            for module in group:
+                module.input_cast = cast
