@@ -11,8 +11,9 @@ allocated before the row builds its model (mem_before_gib), the first step's los
 warm-up steps (compiling), the median of --steps steps (CUDA events) and their peak memory. Then greedy
 decoding, eager and patched, also a process each: tokens/s, and whether the tokens agree. A failing row is
 an "oom" or "error: ..." note; the targets are stated above the table.
-  --breakdown: also profiles two steps of the eager and patch rows and sums their CUDA kernels' time by
-    category (experts' GEMMs, other GEMMs, attention, routing, fused_ops_py, other: CATEGORIES says how).
+  --breakdown: also profiles two steps of the eager, patch, patch_fp8 and torchao_fp8_compile rows and sums
+    their CUDA kernels' time by category (experts' GEMMs, FP8 GEMMs, other GEMMs, attention, routing,
+    fused_ops_py, other: CATEGORIES says how).
 
     python bench/bench_train_step.py            # Llama; about 5-7 min a vocab on an H100
     python bench/bench_train_step.py --model qwen3_moe --breakdown    # about 5-6 min (5.4 on an H200)
@@ -177,11 +178,12 @@ CATEGORIES = [  # (category, kernel-name regex, op regex)
     ("experts_gemm", r"GroupProblemShape|[Gg]rouped", r"grouped_?mm"),  # torch's grouped_mm, or transformers' fallback
     ("attention", r"flash|fmha|[Aa]ttention|sdpa|cudnn", r"scaled_?dot_?product|flash|efficient_attention"),
     ("routing", None, r"^_?(softmax|topk|sort|argsort|histc|bincount|cumsum|one_hot|nonzero|index|scatter|gather)"),
+    ("fp8_gemm", None, r"^_scaled_mm"),  # patch(fp8=...)'s and torchao.float8's GEMMs
     ("other_gemm", r"gemm|nvjet|cutlass|xmma|cublas", r"^(mm|addmm_?|bmm|linear|matmul)$|^(mm|addmm|bmm)backward"),
     ("other", r"", None),
 ]
-CATEGORY_NAMES = ["experts_gemm", "other_gemm", "attention", "routing", "fused_ops_py", "other"]
-BREAKDOWN_PROVIDERS, BREAKDOWN_STEPS = ("eager", "patch"), 2
+CATEGORY_NAMES = ["experts_gemm", "fp8_gemm", "other_gemm", "attention", "routing", "fused_ops_py", "other"]
+BREAKDOWN_PROVIDERS, BREAKDOWN_STEPS = ("eager", "patch", "patch_fp8", "torchao_fp8_compile"), 2
 BREAKDOWN_FIELDS = ["vocab", "provider", "category", "ms", "share"]
 
 
