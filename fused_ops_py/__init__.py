@@ -4,7 +4,7 @@ with cffi, so one wheel works with every torch and every CPython."""
 from importlib import metadata as _metadata
 
 from . import _ffi
-from .float8_linear import Float8Input, Float8Linear
+from .float8_linear import Float8Input, Float8Linear, SharedInputCast
 from .modules import (
     FusedBiasScaleReLU,
     FusedCrossEntropyLoss,
@@ -49,6 +49,7 @@ __all__ = [
     "FusedLinearCrossEntropyLoss",
     "FusedRMSNorm",
     "PatchError",
+    "SharedInputCast",
     "fused_add_layer_norm",
     "fused_add_rms_norm",
     "fused_bias_scale_relu",
