@@ -4,6 +4,7 @@
 #include <math.h>
 
 #include "cpu_convert.h"
+#include "cpu_exp.h"
 #include "cpu_kernels.h"
 #include "cpu_parallel.h"
 
@@ -14,9 +15,44 @@ static void load_z(double *z, const fo_cross_entropy_params *a, int64_t offset, 
         for (int64_t i = 0; i < n; i++) z[i] = a->softcap * tanh(z[i] / a->softcap);
 }
 
+enum { LANES = 8 };  // partial sums and maxima a row keeps: one vector of them
+
+/* exp(v): libm's for float64 results, else the one that vectorizes (cpu_exp.h). */
+static inline double exp_for(double v, int f64) { return f64 ? exp(v) : fo_exp_for_float(v); }
+
+/* The max of z[0, n) into lanes (NaN ignored, as the comparison has it). */
+static inline void max_into(double *restrict lanes, const double *restrict z, int64_t n) {
+    int64_t i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int j = 0; j < LANES; j++) lanes[j] = z[i + j] > lanes[j] ? z[i + j] : lanes[j];
+    for (; i < n; i++) lanes[0] = z[i] > lanes[0] ? z[i] : lanes[0];
+}
+
+/* sum exp(z - max) into sums and sum z into sums_z, LANES apart. */
+static inline void sums_into(double *restrict sums, double *restrict sums_z, double *restrict e,
+                             const double *restrict z, int64_t n, double max, int f64) {
+    for (int64_t i = 0; i < n; i++) e[i] = exp_for(z[i] - max, f64);
+    int64_t i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int j = 0; j < LANES; j++) {
+            sums[j] += e[i + j];
+            sums_z[j] += z[i + j];
+        }
+    for (; i < n; i++) {
+        sums[0] += e[i];
+        sums_z[0] += z[i];
+    }
+}
+
+static inline double lanes_total(const double *lanes) {
+    double total = 0.0;
+    for (int j = 0; j < LANES; j++) total += lanes[j];
+    return total;
+}
+
 static void cpu_rows(const void *ctx, int64_t r0, int64_t r1) {
     const fo_cross_entropy_params *a = ctx;
-    const int loss_dtype = fo_stats_dtype(a->dtype);
+    const int loss_dtype = fo_stats_dtype(a->dtype), f64 = a->dtype == FO_DTYPE_F64;
     double scale = 1.0;
     if (a->scale) fo_cpu_load(&scale, a->scale, 0, 1, loss_dtype);
     double z[CPU_CHUNK], g[CPU_CHUNK];
@@ -31,37 +67,43 @@ static void cpu_rows(const void *ctx, int64_t r0, int64_t r1) {
             fo_cpu_store(a->loss, r, &loss, 1, loss_dtype);
             continue;
         }
-        double max = -INFINITY, sum = 0.0, sum_z = 0.0, z_t = 0.0;
+        double lanes[LANES], sums[LANES] = {0}, sums_z[LANES] = {0}, z_t = 0.0;
+        for (int j = 0; j < LANES; j++) lanes[j] = -INFINITY;
         for (int64_t c0 = 0; c0 < a->vocab; c0 += CPU_CHUNK) {
             const int64_t n = a->vocab - c0 < CPU_CHUNK ? a->vocab - c0 : CPU_CHUNK;
             load_z(z, a, base + c0, n);
-            for (int64_t i = 0; i < n; i++) max = z[i] > max ? z[i] : max;
+            max_into(lanes, z, n);
         }
+        double max = -INFINITY;
+        for (int j = 0; j < LANES; j++) max = lanes[j] > max ? lanes[j] : max;
         for (int64_t c0 = 0; c0 < a->vocab; c0 += CPU_CHUNK) {
             const int64_t n = a->vocab - c0 < CPU_CHUNK ? a->vocab - c0 : CPU_CHUNK;
             load_z(z, a, base + c0, n);
-            for (int64_t i = 0; i < n; i++) {
-                sum += exp(z[i] - max);
-                sum_z += z[i];
-            }
+            if (f64)
+                sums_into(sums, sums_z, g, z, n, max, 1);
+            else
+                sums_into(sums, sums_z, g, z, n, max, 0);
             if (t >= c0 && t < c0 + n) z_t = z[t - c0];
         }
-        const double lse = max + log(sum), ls = a->label_smoothing;
-        loss = (1.0 - ls) * (lse - z_t) + ls * (lse - sum_z / (double)a->vocab);
+        const double lse = max + log(lanes_total(sums)), ls = a->label_smoothing;
+        loss = (1.0 - ls) * (lse - z_t) + ls * (lse - lanes_total(sums_z) / (double)a->vocab);
         fo_cpu_store(a->loss, r, &loss, 1, loss_dtype);
         if (!a->dlogits) continue;
         const double smooth = ls / (double)a->vocab;
         for (int64_t c0 = 0; c0 < a->vocab; c0 += CPU_CHUNK) {
             const int64_t n = a->vocab - c0 < CPU_CHUNK ? a->vocab - c0 : CPU_CHUNK;
             load_z(z, a, base + c0, n);
-            for (int64_t i = 0; i < n; i++) {
-                double d = exp(z[i] - lse) - smooth - (c0 + i == t ? 1.0 - ls : 0.0);
-                if (a->softcap > 0) {
+            if (f64)
+                for (int64_t i = 0; i < n; i++) g[i] = exp(z[i] - lse) - smooth;
+            else
+                for (int64_t i = 0; i < n; i++) g[i] = fo_exp_for_float(z[i] - lse) - smooth;
+            if (t >= c0 && t < c0 + n) g[t - c0] -= 1.0 - ls;
+            if (a->softcap > 0)
+                for (int64_t i = 0; i < n; i++) {
                     const double th = z[i] / a->softcap;
-                    d *= 1.0 - th * th;
+                    g[i] *= 1.0 - th * th;
                 }
-                g[i] = d * scale;
-            }
+            for (int64_t i = 0; i < n; i++) g[i] *= scale;
             fo_cpu_store(a->dlogits, r * a->vocab + c0, g, n, a->dtype);
         }
     }
