@@ -3,6 +3,8 @@
 #include <math.h>
 
 #include "cpu_convert.h"
+#include "cpu_exp.h"
+#include "cpu_float.h"
 #include "cpu_kernels.h"
 #include "cpu_parallel.h"
 
@@ -27,24 +29,66 @@ static double gelu(double g, int approximate, double *grad) {
     return g * cdf;
 }
 
-/* A float32 piece straight from and to memory: the generic path's double
- * arithmetic, term for term (the same bits), without its buffers. */
-static void geglu_piece_f32(const fo_geglu_params *a, int64_t r, int64_t c0, int64_t n) {
-    const float *restrict gate = (const float *)a->gate + r * a->gate_row_stride + c0;
-    const float *restrict up = (const float *)a->up + r * a->up_row_stride + c0;
-    float *restrict first = a->y_or_dgate ? (float *)a->y_or_dgate + r * a->cols + c0 : NULL;
-    if (!a->dy) {
-        for (int64_t i = 0; i < n; i++)
-            first[i] = (float)(gelu(gate[i], a->approximate, NULL) * up[i]);
+/* gelu's tanh form, for results rounded to float32 or narrower, from one
+ * exp that vectorizes (cpu_exp.h): with s = sigmoid(2y) = 1 / (1 + e),
+ * e = exp(-2y), 1 + tanh(y) = 2s and 1 - tanh(y) = 2es, neither cancelling
+ * (1 + t and 1 - t*t from t itself lose digits near t = -1 and 1). */
+static inline double gelu_tanh_for_float(double g, double *grad) {
+    double y = SQRT_2_OVER_PI * (g + TANH_CUBIC * g * g * g);
+    y = y < -300.0 ? -300.0 : y > 300.0 ? 300.0 : y;  // e stays finite; past it s rounds the same
+    const double e = fo_exp_for_float(-2.0 * y), s = 1.0 / (1.0 + e);
+    if (grad) *grad = s + 2.0 * g * (e * s * s) * SQRT_2_OVER_PI * (1.0 + 3.0 * TANH_CUBIC * g * g);
+    return g * s;
+}
+
+/* n elements of float32, bfloat16 or float16 operands as floats, in double
+ * arithmetic; dy == NULL: forward (y into first), else dgate into first and
+ * dup into second (either NULL). The tanh form vectorizes, the erf form
+ * calls libm's erfc. */
+static void geglu_floats(const float *restrict gate, const float *restrict up,
+                         const float *restrict dy, float *restrict first, float *restrict second,
+                         int64_t n, int approximate) {
+    const int tanh_form = approximate == FO_GELU_TANH;
+    if (!dy) {
+        if (tanh_form)
+            for (int64_t i = 0; i < n; i++) first[i] = (float)(gelu_tanh_for_float(gate[i], NULL) * up[i]);
+        else
+            for (int64_t i = 0; i < n; i++) first[i] = (float)(gelu(gate[i], approximate, NULL) * up[i]);
         return;
     }
-    const float *restrict dy = (const float *)a->dy + r * a->dy_row_stride + c0;
-    float *restrict second = a->dup ? (float *)a->dup + r * a->cols + c0 : NULL;
-    for (int64_t i = 0; i < n; i++) {
+    // read before either write: the outputs may be the inputs
+    if (tanh_form)
+        for (int64_t i = 0; i < n; i++) {
+            double grad;
+            const double u = up[i], d = dy[i], value = gelu_tanh_for_float(gate[i], &grad);
+            if (first) first[i] = (float)(d * u * grad);
+            if (second) second[i] = (float)(d * value);
+        }
+    else
+        for (int64_t i = 0; i < n; i++) {
+            double grad;
+            const double u = up[i], d = dy[i], value = gelu(gate[i], approximate, &grad);
+            if (first) first[i] = (float)(d * u * grad);
+            if (second) second[i] = (float)(d * value);
+        }
+}
+
+/* A float64 piece, with libm's tanh, erfc and exp. */
+static void geglu_piece_f64(const fo_geglu_params *a, int64_t r, int64_t c0, int64_t n) {
+    const double *restrict gate = (const double *)a->gate + r * a->gate_row_stride + c0;
+    const double *restrict up = (const double *)a->up + r * a->up_row_stride + c0;
+    double *restrict first = a->y_or_dgate ? (double *)a->y_or_dgate + r * a->cols + c0 : NULL;
+    if (!a->dy) {
+        for (int64_t i = 0; i < n; i++) first[i] = gelu(gate[i], a->approximate, NULL) * up[i];
+        return;
+    }
+    const double *restrict dy = (const double *)a->dy + r * a->dy_row_stride + c0;
+    double *restrict second = a->dup ? (double *)a->dup + r * a->cols + c0 : NULL;
+    for (int64_t i = 0; i < n; i++) {  // read before either write: the outputs may be the inputs
         double grad;
-        const double d = dy[i], value = gelu(gate[i], a->approximate, &grad);
-        if (first) first[i] = (float)(d * up[i] * grad);
-        if (second) second[i] = (float)(d * value);
+        const double u = up[i], d = dy[i], value = gelu(gate[i], a->approximate, &grad);
+        if (first) first[i] = d * u * grad;
+        if (second) second[i] = d * value;
     }
 }
 
@@ -52,32 +96,24 @@ static void geglu_piece_f32(const fo_geglu_params *a, int64_t r, int64_t c0, int
  * independent); one loop for both passes: dy == 0 means forward. */
 static void geglu_pieces(const void *ctx, int64_t k0, int64_t k1) {
     const fo_geglu_params *a = ctx;
-    double gate[CPU_CHUNK], up[CPU_CHUNK], dy[CPU_CHUNK];
-    double first[CPU_CHUNK], second[CPU_CHUNK];
+    float gate[CPU_CHUNK], up[CPU_CHUNK], dy[CPU_CHUNK], first[CPU_CHUNK], second[CPU_CHUNK];
     const int64_t chunks = fo_cpu_chunks(a->cols);
     for (int64_t k = k0; k < k1; k++) {
         const int64_t r = k / chunks, c0 = k % chunks * CPU_CHUNK;
         const int64_t n = a->cols - c0 < CPU_CHUNK ? a->cols - c0 : CPU_CHUNK;
-        if (a->dtype == FO_DTYPE_F32) {
-            geglu_piece_f32(a, r, c0, n);
+        if (a->dtype == FO_DTYPE_F64) {
+            geglu_piece_f64(a, r, c0, n);
             continue;
         }
-        fo_cpu_load(gate, a->gate, r * a->gate_row_stride + c0, n, a->dtype);
-        fo_cpu_load(up, a->up, r * a->up_row_stride + c0, n, a->dtype);
-        if (!a->dy) {
-            for (int64_t i = 0; i < n; i++) first[i] = gelu(gate[i], a->approximate, NULL) * up[i];
-            fo_cpu_store(a->y_or_dgate, r * a->cols + c0, first, n, a->dtype);
-            continue;
-        }
-        fo_cpu_load(dy, a->dy, r * a->dy_row_stride + c0, n, a->dtype);
-        for (int64_t i = 0; i < n; i++) {
-            double grad;
-            const double value = gelu(gate[i], a->approximate, &grad);
-            first[i] = dy[i] * up[i] * grad;
-            second[i] = dy[i] * value;
-        }
-        if (a->y_or_dgate) fo_cpu_store(a->y_or_dgate, r * a->cols + c0, first, n, a->dtype);
-        if (a->dup) fo_cpu_store(a->dup, r * a->cols + c0, second, n, a->dtype);
+        const int64_t out = r * a->cols + c0;
+        const float *g = fo_float_in(gate, a->gate, r * a->gate_row_stride + c0, n, a->dtype);
+        const float *u = fo_float_in(up, a->up, r * a->up_row_stride + c0, n, a->dtype);
+        const float *d = a->dy ? fo_float_in(dy, a->dy, r * a->dy_row_stride + c0, n, a->dtype) : NULL;
+        float *y1 = a->y_or_dgate ? fo_float_out(first, a->y_or_dgate, out, a->dtype) : NULL;
+        float *y2 = a->dup ? fo_float_out(second, a->dup, out, a->dtype) : NULL;
+        geglu_floats(g, u, d, y1, y2, n, a->approximate);
+        if (y1) fo_float_done(a->y_or_dgate, out, y1, n, a->dtype);
+        if (y2) fo_float_done(a->dup, out, y2, n, a->dtype);
     }
 }
 
