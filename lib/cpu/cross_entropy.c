@@ -6,6 +6,7 @@
 #include "cpu_convert.h"
 #include "cpu_exp.h"
 #include "cpu_kernels.h"
+#include "cpu_lanes.h"
 #include "cpu_parallel.h"
 
 /* z of n logits from offset: softcapped where softcap > 0. */
@@ -15,39 +16,23 @@ static void load_z(double *z, const fo_cross_entropy_params *a, int64_t offset, 
         for (int64_t i = 0; i < n; i++) z[i] = a->softcap * tanh(z[i] / a->softcap);
 }
 
-enum { LANES = 8 };  // partial sums and maxima a row keeps: one vector of them
-
 /* exp(v): libm's for float64 results, else the one that vectorizes (cpu_exp.h). */
 static inline double exp_for(double v, int f64) { return f64 ? exp(v) : fo_exp_for_float(v); }
 
-/* The max of z[0, n) into lanes (NaN ignored, as the comparison has it). */
+/* The max of z[0, n) into CPU_LANES maxima (NaN ignored, as the comparison has it). */
 static inline void max_into(double *restrict lanes, const double *restrict z, int64_t n) {
     int64_t i = 0;
-    for (; i + LANES <= n; i += LANES)
-        for (int j = 0; j < LANES; j++) lanes[j] = z[i + j] > lanes[j] ? z[i + j] : lanes[j];
+    for (; i + CPU_LANES <= n; i += CPU_LANES)
+        for (int l = 0; l < CPU_LANES; l++) lanes[l] = z[i + l] > lanes[l] ? z[i + l] : lanes[l];
     for (; i < n; i++) lanes[0] = z[i] > lanes[0] ? z[i] : lanes[0];
 }
 
-/* sum exp(z - max) into sums and sum z into sums_z, LANES apart. */
-static inline void sums_into(double *restrict sums, double *restrict sums_z, double *restrict e,
+/* e = exp(z - max), then its sum and z's into the lanes. */
+static inline void sums_into(fo_lanes *sums, fo_lanes *sums_z, double *restrict e,
                              const double *restrict z, int64_t n, double max, int f64) {
     for (int64_t i = 0; i < n; i++) e[i] = exp_for(z[i] - max, f64);
-    int64_t i = 0;
-    for (; i + LANES <= n; i += LANES)
-        for (int j = 0; j < LANES; j++) {
-            sums[j] += e[i + j];
-            sums_z[j] += z[i + j];
-        }
-    for (; i < n; i++) {
-        sums[0] += e[i];
-        sums_z[0] += z[i];
-    }
-}
-
-static inline double lanes_total(const double *lanes) {
-    double total = 0.0;
-    for (int j = 0; j < LANES; j++) total += lanes[j];
-    return total;
+    fo_lanes_add(sums, e, NULL, n);
+    fo_lanes_add(sums_z, z, NULL, n);
 }
 
 static void cpu_rows(const void *ctx, int64_t r0, int64_t r1) {
@@ -67,26 +52,27 @@ static void cpu_rows(const void *ctx, int64_t r0, int64_t r1) {
             fo_cpu_store(a->loss, r, &loss, 1, loss_dtype);
             continue;
         }
-        double lanes[LANES], sums[LANES] = {0}, sums_z[LANES] = {0}, z_t = 0.0;
-        for (int j = 0; j < LANES; j++) lanes[j] = -INFINITY;
+        double lanes[CPU_LANES], z_t = 0.0;
+        fo_lanes sums = fo_lanes_zero(), sums_z = fo_lanes_zero();
+        for (int l = 0; l < CPU_LANES; l++) lanes[l] = -INFINITY;
         for (int64_t c0 = 0; c0 < a->vocab; c0 += CPU_CHUNK) {
             const int64_t n = a->vocab - c0 < CPU_CHUNK ? a->vocab - c0 : CPU_CHUNK;
             load_z(z, a, base + c0, n);
             max_into(lanes, z, n);
         }
         double max = -INFINITY;
-        for (int j = 0; j < LANES; j++) max = lanes[j] > max ? lanes[j] : max;
+        for (int l = 0; l < CPU_LANES; l++) max = lanes[l] > max ? lanes[l] : max;
         for (int64_t c0 = 0; c0 < a->vocab; c0 += CPU_CHUNK) {
             const int64_t n = a->vocab - c0 < CPU_CHUNK ? a->vocab - c0 : CPU_CHUNK;
             load_z(z, a, base + c0, n);
             if (f64)
-                sums_into(sums, sums_z, g, z, n, max, 1);
+                sums_into(&sums, &sums_z, g, z, n, max, 1);
             else
-                sums_into(sums, sums_z, g, z, n, max, 0);
+                sums_into(&sums, &sums_z, g, z, n, max, 0);
             if (t >= c0 && t < c0 + n) z_t = z[t - c0];
         }
-        const double lse = max + log(lanes_total(sums)), ls = a->label_smoothing;
-        loss = (1.0 - ls) * (lse - z_t) + ls * (lse - lanes_total(sums_z) / (double)a->vocab);
+        const double lse = max + log(fo_lanes_total(&sums)), ls = a->label_smoothing;
+        loss = (1.0 - ls) * (lse - z_t) + ls * (lse - fo_lanes_total(&sums_z) / (double)a->vocab);
         fo_cpu_store(a->loss, r, &loss, 1, loss_dtype);
         if (!a->dlogits) continue;
         const double smooth = ls / (double)a->vocab;
