@@ -51,9 +51,11 @@ static void geglu_floats(const float *restrict gate, const float *restrict up,
     const int tanh_form = approximate == FO_GELU_TANH;
     if (!dy) {
         if (tanh_form)
-            for (int64_t i = 0; i < n; i++) first[i] = (float)(gelu_tanh_for_float(gate[i], NULL) * up[i]);
+            for (int64_t i = 0; i < n; i++)
+                first[i] = (float)(gelu_tanh_for_float(gate[i], NULL) * up[i]);
         else
-            for (int64_t i = 0; i < n; i++) first[i] = (float)(gelu(gate[i], approximate, NULL) * up[i]);
+            for (int64_t i = 0; i < n; i++)
+                first[i] = (float)(gelu(gate[i], approximate, NULL) * up[i]);
         return;
     }
     // read before either write: the outputs may be the inputs
@@ -108,7 +110,8 @@ static void geglu_pieces(const void *ctx, int64_t k0, int64_t k1) {
         const int64_t out = r * a->cols + c0;
         const float *g = fo_float_in(gate, a->gate, r * a->gate_row_stride + c0, n, a->dtype);
         const float *u = fo_float_in(up, a->up, r * a->up_row_stride + c0, n, a->dtype);
-        const float *d = a->dy ? fo_float_in(dy, a->dy, r * a->dy_row_stride + c0, n, a->dtype) : NULL;
+        const float *d =
+            a->dy ? fo_float_in(dy, a->dy, r * a->dy_row_stride + c0, n, a->dtype) : NULL;
         float *y1 = a->y_or_dgate ? fo_float_out(first, a->y_or_dgate, out, a->dtype) : NULL;
         float *y2 = a->dup ? fo_float_out(second, a->dup, out, a->dtype) : NULL;
         geglu_floats(g, u, d, y1, y2, n, a->approximate);

@@ -12,8 +12,8 @@
  * arithmetic with the exp that vectorizes (cpu_exp.h); dy == NULL: forward
  * (y into first), else dgate into first and dup into second (either NULL). */
 static void swiglu_floats(const float *restrict gate, const float *restrict up,
-                          const float *restrict dy, float *restrict first,
-                          float *restrict second, int64_t n) {
+                          const float *restrict dy, float *restrict first, float *restrict second,
+                          int64_t n) {
     if (!dy) {
         for (int64_t i = 0; i < n; i++) {
             const double g = gate[i];
@@ -62,7 +62,8 @@ static void swiglu_pieces(const void *ctx, int64_t k0, int64_t k1) {
         const int64_t out = r * a->cols + c0;
         const float *g = fo_float_in(gate, a->gate, r * a->gate_row_stride + c0, n, a->dtype);
         const float *u = fo_float_in(up, a->up, r * a->up_row_stride + c0, n, a->dtype);
-        const float *d = a->dy ? fo_float_in(dy, a->dy, r * a->dy_row_stride + c0, n, a->dtype) : NULL;
+        const float *d =
+            a->dy ? fo_float_in(dy, a->dy, r * a->dy_row_stride + c0, n, a->dtype) : NULL;
         float *y1 = a->y_or_dgate ? fo_float_out(first, a->y_or_dgate, out, a->dtype) : NULL;
         float *y2 = a->dup ? fo_float_out(second, a->dup, out, a->dtype) : NULL;
         swiglu_floats(g, u, d, y1, y2, n);
