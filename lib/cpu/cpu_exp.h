@@ -19,7 +19,7 @@ static inline double fo_exp_for_float(double x) {
     /* clamped so that 2^(k - 1) is a normal double; NaN passes the comparisons */
     const double xc = x < -707.0 ? -707.0 : x > 710.0 ? 710.0 : x;
     const double shifted = xc * 0x1.71547652b82fep0 + shifter;
-    uint64_t bits;  // unsigned: NaN's bits shift without undefined behavior
+    uint64_t bits; /* unsigned: NaN's bits shift without undefined behavior */
     memcpy(&bits, &shifted, sizeof bits);
     const double k = shifted - shifter;
     const double r = (xc - k * ln2_hi) - k * ln2_lo;

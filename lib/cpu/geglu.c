@@ -35,7 +35,7 @@ static double gelu(double g, int approximate, double *grad) {
  * (1 + t and 1 - t*t from t itself lose digits near t = -1 and 1). */
 static inline double gelu_tanh_for_float(double g, double *grad) {
     double y = SQRT_2_OVER_PI * (g + TANH_CUBIC * g * g * g);
-    y = y < -300.0 ? -300.0 : y > 300.0 ? 300.0 : y;  // e stays finite; past it s rounds the same
+    y = y < -300.0 ? -300.0 : y > 300.0 ? 300.0 : y; /* e stays finite; past it s rounds the same */
     const double e = fo_exp_for_float(-2.0 * y), s = 1.0 / (1.0 + e);
     if (grad) *grad = s + 2.0 * g * (e * s * s) * SQRT_2_OVER_PI * (1.0 + 3.0 * TANH_CUBIC * g * g);
     return g * s;
@@ -58,7 +58,7 @@ static void geglu_floats(const float *restrict gate, const float *restrict up,
                 first[i] = (float)(gelu(gate[i], approximate, NULL) * up[i]);
         return;
     }
-    // read before either write: the outputs may be the inputs
+    /* read before either write: the outputs may be the inputs */
     if (tanh_form)
         for (int64_t i = 0; i < n; i++) {
             double grad;
@@ -86,7 +86,7 @@ static void geglu_piece_f64(const fo_geglu_params *a, int64_t r, int64_t c0, int
     }
     const double *restrict dy = (const double *)a->dy + r * a->dy_row_stride + c0;
     double *restrict second = a->dup ? (double *)a->dup + r * a->cols + c0 : NULL;
-    for (int64_t i = 0; i < n; i++) {  // read before either write: the outputs may be the inputs
+    for (int64_t i = 0; i < n; i++) { /* read before either write: the outputs may be the inputs */
         double grad;
         const double u = up[i], d = dy[i], value = gelu(gate[i], a->approximate, &grad);
         if (first) first[i] = d * u * grad;

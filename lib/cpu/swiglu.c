@@ -21,7 +21,7 @@ static void swiglu_floats(const float *restrict gate, const float *restrict up,
         }
         return;
     }
-    for (int64_t i = 0; i < n; i++) {  // read before either write: the outputs may be the inputs
+    for (int64_t i = 0; i < n; i++) { /* read before either write: the outputs may be the inputs */
         const double g = gate[i], u = up[i], d = dy[i], s = 1.0 / (1.0 + fo_exp_for_float(-g));
         if (first) first[i] = (float)(d * u * s * (1.0 + g * (1.0 - s)));
         if (second) second[i] = (float)(d * g * s);
@@ -39,7 +39,7 @@ static void swiglu_piece_f64(const fo_swiglu_params *a, int64_t r, int64_t c0, i
     }
     const double *restrict dy = (const double *)a->dy + r * a->dy_row_stride + c0;
     double *restrict second = a->dup ? (double *)a->dup + r * a->cols + c0 : NULL;
-    for (int64_t i = 0; i < n; i++) {  // read before either write: the outputs may be the inputs
+    for (int64_t i = 0; i < n; i++) { /* read before either write: the outputs may be the inputs */
         const double g = gate[i], u = up[i], d = dy[i], s = 1.0 / (1.0 + exp(-g));
         if (first) first[i] = d * u * s * (1.0 + g * (1.0 - s));
         if (second) second[i] = d * g * s;
