@@ -180,6 +180,7 @@ def main(argv=None):
     p.add_argument("--runs", type=lambda s: s.split(","), default=RUNS)
     p.add_argument("--tiny", action="store_true")
     p.add_argument("--out", type=Path)
+    p.add_argument("--append", action="store_true", help="keep the other runs' rows of --out's fp8_convergence.csv")
     p.add_argument("--run", choices=RUNS, help=argparse.SUPPRESS)  # one run, in this process
     args = p.parse_args(argv)
     shape = TINY if args.tiny else FULL
@@ -192,6 +193,14 @@ def main(argv=None):
     out = args.out or results_dir(device_name(device))
     out.mkdir(parents=True, exist_ok=True)
     rows = []
+    if args.append and (out / "fp8_convergence.csv").exists():
+        with open(out / "fp8_convergence.csv") as f:
+            kept = [r for r in csv.DictReader(f) if r["run"] not in args.runs]
+        for r in kept:
+            r["step"] = int(r["step"])
+            r["train_loss"] = float(r["train_loss"])
+            r["val_loss"] = float(r["val_loss"]) if r["val_loss"] else ""
+        rows += kept
     for run in args.runs:
         if run != "bf16" and device.type != "cuda":
             print(f"{run}: skipped, needs a GPU of compute capability 8.9 or later", flush=True)
@@ -206,6 +215,10 @@ def main(argv=None):
         final = [r for r in rows if r["run"] == run][-1]
         print(f"{run}: final train loss {final['train_loss']:.4f}, validation loss {final['val_loss']:.4f}", flush=True)
         write_results(rows, out, shape, args.recipe, device)  # after each run: a later one may not finish
+    if not rows:
+        print("no run finished; nothing written")
+        return 1
+    write_results(rows, out, shape, args.recipe, device)
     print(f"wrote {out}/fp8_convergence.csv, .md" + (", .png" if (out / "fp8_convergence.png").exists() else ""))
     return 0
 

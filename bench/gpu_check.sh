@@ -6,10 +6,12 @@
 #                              build, then the benchmark against the peers,
 #                              its plots, and the host time a call
 #   bench/gpu_check.sh multi   build, then the 2-GPU tests (DDP, FSDP2)
-#   bench/gpu_check.sh fp8     build, then the FP8 tests (CUDA against CPU,
+#   bench/gpu_check.sh fp8 [tests,casts,step,convergence]
+#                              build, then the FP8 tests (CUDA against CPU,
 #                              _scaled_mm against its emulation), the casts
 #                              against torchao's math, the Llama step's FP8 rows
-#                              at 32000 vocab and the convergence runs
+#                              (VOCABS, default 32000) and the convergence runs
+#                              (RUNS); all four exceed one call: pick parts
 #   bench/gpu_check.sh patch   build, then patch(model)'s tests and sweep over
 #                              every *ForCausalLM class on the GPU (whenever
 #                              patching changes), RoPE's and the clamped
@@ -116,14 +118,21 @@ if [ "$stage" = multi ]; then
     exit "$status"
 fi
 if [ "$stage" = fp8 ]; then
-    python3 -m pytest -q -rs tests/test_quantize_fp8.py tests/test_float8_linear.py tests/test_patch_fp8.py 2>&1 |
-        tee /tmp/logs/fp8_tests.txt | tail -5
-    status=${PIPESTATUS[0]}
-    python3 bench/bench_fp8.py --out "$OUT" 2>&1 | tail -3
-    python3 bench/bench_train_step.py --vocabs 32000 --no-decode --out "$OUT" --providers \
-        liger,patch,patch_fp8,patch_fp8_rowwise,patch_fp8_compile,torchao_fp8,torchao_fp8_compile,torchao_fp8_rowwise_compile \
-        2>&1 | tee /tmp/logs/fp8_step.txt | tail -12
-    python3 bench/fp8_convergence.py --out "$OUT" 2>&1 | tee /tmp/logs/fp8_convergence.txt | tail -5
+    # each part fits one device call: tests + casts (~3 min), step (~6 min a vocab), convergence (~3 min a run)
+    parts="${2:-tests,casts,step,convergence}"
+    status=0
+    if [[ ",$parts," == *,tests,* ]]; then
+        python3 -m pytest -q -rs tests/test_quantize_fp8.py tests/test_float8_linear.py tests/test_patch_fp8.py 2>&1 |
+            tee /tmp/logs/fp8_tests.txt | tail -5
+        status=${PIPESTATUS[0]}
+    fi
+    [[ ",$parts," == *,casts,* ]] && python3 bench/bench_fp8.py --out "$OUT" 2>&1 | tail -3
+    [[ ",$parts," == *,step,* ]] && python3 bench/bench_train_step.py --vocabs "${VOCABS:-32000}" --no-decode \
+        --breakdown --out "$OUT" --providers \
+        patch_fp8,torchao_fp8_compile,liger,patch_fp8_compile,patch_fp8_rowwise,torchao_fp8_rowwise_compile,torchao_fp8,patch \
+        2>&1 | tee /tmp/logs/fp8_step.txt | grep "vocab="
+    [[ ",$parts," == *,convergence,* ]] && python3 bench/fp8_convergence.py --runs "${RUNS:-bf16,fp8,torchao_fp8}" \
+        --out "$OUT" 2>&1 | tee /tmp/logs/fp8_convergence.txt | tail -5
     tar -czf "$OUT/gpu_fp8_logs.tar.gz" -C /tmp logs
     exit "$status"
 fi
