@@ -11,7 +11,8 @@
 #                              _scaled_mm against its emulation), the casts
 #                              against torchao's math, the Llama step's FP8 rows
 #                              (VOCABS, default 32000) and the convergence runs
-#                              (RUNS); all four exceed one call: pick parts
+#                              (RUNS, added to OUT's CSV); all four exceed one
+#                              call: pick parts
 #   bench/gpu_check.sh patch   build, then patch(model)'s tests and sweep over
 #                              every *ForCausalLM class on the GPU (whenever
 #                              patching changes), RoPE's and the clamped
@@ -132,7 +133,7 @@ if [ "$stage" = fp8 ]; then
         patch_fp8,torchao_fp8_compile,liger,patch_fp8_compile,patch_fp8_rowwise,torchao_fp8_rowwise_compile,torchao_fp8,patch \
         2>&1 | tee /tmp/logs/fp8_step.txt | grep "vocab="
     [[ ",$parts," == *,convergence,* ]] && python3 bench/fp8_convergence.py --runs "${RUNS:-bf16,fp8,torchao_fp8}" \
-        --out "$OUT" 2>&1 | tee /tmp/logs/fp8_convergence.txt | tail -5
+        --append --out "$OUT" 2>&1 | tee /tmp/logs/fp8_convergence.txt | tail -5
     tar -czf "$OUT/gpu_fp8_logs.tar.gz" -C /tmp logs
     exit "$status"
 fi
