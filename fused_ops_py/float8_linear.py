@@ -220,10 +220,10 @@ class Float8LinearFunction(torch.autograd.Function):
         grad_dtype = _GRAD_DTYPES[recipe]
         grad_input = grad_weight = grad_bias = None
         if recipe == "tensorwise" and (need_input or need_weight):
-            # one cast of dY, both copies; W^T by rows is W cast again with its transposed copy
+            # one cast of dY, both copies; W^T by rows is W cast again, its transposed copy alone
             dy_fp8, dy_scale, *dy_t_fp8 = quantize_fp8(dy, recipe=recipe, dtype=grad_dtype, transpose=need_weight)
             if need_input:
-                _, weight_scale, weight_t_fp8 = quantize_fp8(saved_weight, recipe=recipe, dtype=E4M3, transpose=True)
+                weight_t_fp8, weight_scale = quantize_fp8(saved_weight, recipe=recipe, dtype=E4M3, transpose="only")
                 grad_input = _scaled_gemm(dy_fp8, weight_t_fp8.t(), dy_scale, weight_scale, grad_out.dtype)
             if need_weight:
                 x_t_fp8 = saved_x if ctx.x_transposed else saved_x.t().contiguous()

@@ -88,6 +88,15 @@ def test_transposed_copy_is_the_same_bytes_transposed(device, dtype, fp8, shape)
     assert torch.equal(codes(y), want_y) and torch.equal(scale.cpu(), want_scale)
 
 
+@pytest.mark.parametrize("shape", [(64, 48), (3, 40, 24), (7, 13), (16, 0), (0, 16)], ids=str)
+def test_transposed_copy_alone_is_the_same_bytes(device, dtype, shape):
+    x = random(shape, dtype, device)
+    _, scale, y_t = fo.fused_quantize_fp8(x, recipe="tensorwise", dtype=torch.float8_e5m2, transpose=True)
+    alone, alone_scale = fo.fused_quantize_fp8(x, recipe="tensorwise", dtype=torch.float8_e5m2, transpose="only")
+    assert alone.shape == y_t.shape and alone.dtype == torch.float8_e5m2
+    assert torch.equal(codes(alone), codes(y_t)) and torch.equal(alone_scale, scale)
+
+
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_strided_rows_read_in_place(device, dtype, recipe):
     base = random((20, 48), dtype, device)
@@ -105,11 +114,11 @@ def test_cpu_and_cuda_write_the_same_bytes(dtype, fp8, recipe, shape):
     x = random(shape, dtype, "cpu") * torch.logspace(-8, 4, shape[1]).to(dtype)
     rows = shape[0]  # specials in rows that exist in every shape
     x[5 % rows, 7], x[9 % rows, 9], x[11 % rows, 11] = float("nan"), float("inf"), 0
-    transpose = recipe == "tensorwise"
-    on_cpu = fo.fused_quantize_fp8(x, recipe=recipe, dtype=fp8, transpose=transpose)
-    on_gpu = fo.fused_quantize_fp8(x.cuda(), recipe=recipe, dtype=fp8, transpose=transpose)
-    for a, b in zip(on_cpu, on_gpu):
-        assert torch.equal(a.view(torch.uint8) if a.dtype == fp8 else a, codes(b) if b.dtype == fp8 else b.cpu())
+    for transpose in (True, "only") if recipe == "tensorwise" else (False,):
+        on_cpu = fo.fused_quantize_fp8(x, recipe=recipe, dtype=fp8, transpose=transpose)
+        on_gpu = fo.fused_quantize_fp8(x.cuda(), recipe=recipe, dtype=fp8, transpose=transpose)
+        for a, b in zip(on_cpu, on_gpu):
+            assert torch.equal(a.view(torch.uint8) if a.dtype == fp8 else a, codes(b) if b.dtype == fp8 else b.cpu())
 
 
 @pytest.mark.skipif(len(DEVICES) < 2, reason="needs CUDA")
@@ -133,6 +142,12 @@ def test_compiles_to_one_graph(device, recipe):
     y, scale = compiled(x)
     want_y, want_scale = reference(x, recipe, torch.float8_e4m3fn)
     assert torch.equal(codes(y), want_y) and torch.equal(scale.cpu(), want_scale)
+    if recipe == "tensorwise":
+        alone = torch.compile(
+            lambda x: fo.fused_quantize_fp8(x, recipe=recipe, transpose="only"), backend="aot_eager", fullgraph=True
+        )
+        y_t, scale = alone(x)
+        assert torch.equal(codes(y_t), want_y.t()) and torch.equal(scale.cpu(), want_scale)
 
 
 def test_errors_name_the_argument_and_value():
@@ -145,6 +160,8 @@ def test_errors_name_the_argument_and_value():
         fo.fused_quantize_fp8(x, recipe="rowwise", transpose=True)
     with pytest.raises(TypeError, match="transpose='yes'"):
         fo.fused_quantize_fp8(x, recipe="tensorwise", transpose="yes")
+    with pytest.raises(ValueError, match="transpose='only' needs recipe='tensorwise'"):
+        fo.fused_quantize_fp8(x, recipe="rowwise", transpose="only")
     with pytest.raises(ValueError, match="0-d"):
         fo.fused_quantize_fp8(torch.tensor(1.0))
     with pytest.raises(TypeError, match="x has dtype torch.int32"):

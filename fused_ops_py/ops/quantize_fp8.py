@@ -22,6 +22,7 @@ from .._ffi import SYNC, ffi, finish, lib
 _QUANTIZE = ffi.typeof("fo_quantize_fp8_args *")
 FP8_CODES = {torch.float8_e4m3fn: lib.FO_FP8_E4M3, torch.float8_e5m2: lib.FO_FP8_E5M2}
 RECIPES = {"tensorwise": lib.FO_FP8_TENSORWISE, "rowwise": lib.FO_FP8_ROWWISE}
+TRANSPOSES = (False, True, "only")  # the row-major copy; both copies; the transposed copy alone
 
 
 def check_quantize(fn, x, recipe, dtype, transpose):
@@ -32,11 +33,12 @@ def check_quantize(fn, x, recipe, dtype, transpose):
         raise ValueError(f"{fn}: recipe={recipe!r}; it must be 'rowwise' or 'tensorwise'")
     if dtype not in FP8_CODES:
         raise TypeError(f"{fn}: dtype={dtype}; it must be torch.float8_e4m3fn or torch.float8_e5m2")
-    if not isinstance(transpose, bool):
-        raise TypeError(f"{fn}: transpose={transpose!r}; it must be a bool")
+    if not (isinstance(transpose, bool) or transpose == "only"):
+        raise TypeError(f"{fn}: transpose={transpose!r}; it must be False, True or 'only'")
     if transpose and recipe != "tensorwise":
         raise ValueError(
-            f"{fn}: transpose=True needs recipe='tensorwise' (one scale fits both copies), got recipe={recipe!r}"
+            f"{fn}: transpose={transpose!r} needs recipe='tensorwise' (one scale fits both copies), "
+            f"got recipe={recipe!r}"
         )
 
 
@@ -67,7 +69,7 @@ _quantize_workspaces = {}
 
 
 def quantize_fp8(fn, x, recipe, dtype, transpose):
-    """(y, scale, y_t or None)."""
+    """(y or None, scale, y_t or None)."""
     try:
         key = (x.shape, x.stride(), x.dtype, x.device, recipe, dtype, transpose)
     except AttributeError:  # not a tensor: the checks name what is wrong
@@ -76,10 +78,11 @@ def quantize_fp8(fn, x, recipe, dtype, transpose):
     a = call_struct(_QUANTIZE, template, index, free)
     rows_view = as_rows(x)[0]
     a.x = rows_view.data_ptr()
-    y = torch.empty(x.shape, dtype=dtype, device=x.device)
+    y = torch.empty(x.shape, dtype=dtype, device=x.device) if transpose != "only" else None
     scale = torch.empty(scale_shape(x, recipe), dtype=torch.float32, device=x.device)
     y_t = torch.empty((a.cols, a.rows), dtype=dtype, device=x.device) if transpose else None
-    a.y, a.scale = y.data_ptr(), scale.data_ptr()
+    a.y = y.data_ptr() if y is not None else 0
+    a.scale = scale.data_ptr()
     a.y_t = y_t.data_ptr() if transpose else 0
     workspace = scratch(_quantize_workspaces, key, lib.fo_quantize_fp8_workspace_bytes, a, x)
     a.workspace, a.workspace_bytes = (workspace.data_ptr(), workspace.numel()) if workspace is not None else (0, 0)
@@ -97,16 +100,19 @@ def _register():
     """The op torch.compile sees (torch.library). FP8 outputs carry no
     gradient, so it has no autograd."""
 
+    # transpose as an int (TRANSPOSES' index): a schema takes no bool-or-str; an
+    # output not written is an empty tensor
     @custom_op("fused_ops_py::quantize_fp8", mutates_args=())
-    def quantize_fp8_op(x: Tensor, recipe: str, dtype: torch.dtype, transpose: bool) -> Tuple[Tensor, Tensor, Tensor]:
-        y, scale, y_t = quantize_fp8("fused_ops_py::quantize_fp8", x, recipe, dtype, transpose)
-        return y, scale, y_t if y_t is not None else y.new_empty(0)
+    def quantize_fp8_op(x: Tensor, recipe: str, dtype: torch.dtype, transpose: int) -> Tuple[Tensor, Tensor, Tensor]:
+        y, scale, y_t = quantize_fp8("fused_ops_py::quantize_fp8", x, recipe, dtype, TRANSPOSES[transpose])
+        empty = x.new_empty(0, dtype=dtype)
+        return y if y is not None else empty, scale, y_t if y_t is not None else empty
 
     @quantize_fp8_op.register_fake
     def _(x, recipe, dtype, transpose):
         rows = math.prod(x.shape[:-1])  # as as_rows counts them, also when the last dimension is 0
         return (
-            x.new_empty(x.shape, dtype=dtype),
+            x.new_empty(x.shape if transpose != 2 else (0,), dtype=dtype),
             x.new_empty(scale_shape(x, recipe), dtype=torch.float32),
             x.new_empty((x.shape[-1], rows) if transpose else (0,), dtype=dtype),
         )
@@ -123,7 +129,8 @@ def fused_quantize_fp8(x, *, recipe="rowwise", dtype=torch.float8_e4m3fn, transp
     """x as FP8 with a dynamic scale: (x_fp8, scale), and with
     transpose=True (tensorwise only) also x_fp8's transpose, rows x cols ->
     cols x rows over x's leading dimensions, written in the same pass:
-    (x_fp8, scale, x_fp8_t).
+    (x_fp8, scale, x_fp8_t); transpose="only" writes the transpose alone:
+    (x_fp8_t, scale).
 
     scale is the float32 dequantization factor, x ~ x_fp8.float() * scale,
     as torch._scaled_mm takes it: one a row (shape x.shape[:-1] + (1,)),
@@ -135,7 +142,9 @@ def fused_quantize_fp8(x, *, recipe="rowwise", dtype=torch.float8_e4m3fn, transp
     fn = "fused_quantize_fp8"
     if compiling():
         check_quantize(fn, x, recipe, dtype, transpose)
-        y, scale, y_t = torch.ops.fused_ops_py.quantize_fp8(x, recipe, dtype, transpose)
+        y, scale, y_t = torch.ops.fused_ops_py.quantize_fp8(x, recipe, dtype, TRANSPOSES.index(transpose))
     else:
         y, scale, y_t = quantize_fp8(fn, x, recipe, dtype, transpose)
+    if transpose == "only":
+        return y_t, scale
     return (y, scale, y_t) if transpose else (y, scale)
