@@ -43,15 +43,13 @@ def gemm_times(x, w, rows):
 
 def op_time(x, w, target, rows):
     """The whole op, forward + backward, its chunks set to `rows` rows."""
-    chosen = linear_cross_entropy._chunk_rows
-    linear_cross_entropy._chunk_rows = lambda *_: rows
-    try:
-        xg, wg = x.detach().requires_grad_(), w.detach().requires_grad_()
-        return triton.testing.do_bench(
-            lambda: fo.fused_linear_cross_entropy(xg, wg, target).backward(), warmup=10, rep=150, grad_to_none=[xg, wg]
-        )
-    finally:
-        linear_cross_entropy._chunk_rows = chosen
+    xg, wg = x.detach().requires_grad_(), w.detach().requires_grad_()
+    return triton.testing.do_bench(
+        lambda: fo.fused_linear_cross_entropy(xg, wg, target, chunk_rows=rows).backward(),
+        warmup=10,
+        rep=150,
+        grad_to_none=[xg, wg],
+    )
 
 
 def main(argv=None):
@@ -78,7 +76,7 @@ def main(argv=None):
         x = torch.randn(n, h, device=device, dtype=torch.bfloat16, generator=gen)
         w = torch.randn(v, h, device=device, dtype=torch.bfloat16, generator=gen) * h**-0.5
         target = torch.randint(0, v, (n,), device=device, generator=gen)
-        default = linear_cross_entropy._chunk_rows(n, h, v, x.element_size())
+        default = linear_cross_entropy.default_chunk_rows(n, h, v, x.element_size())
         for chunk in sorted(set(args.chunks) | {default}):
             if n % chunk:
                 continue

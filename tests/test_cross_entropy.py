@@ -401,13 +401,13 @@ def test_chunks_are_a_sixteenth_of_fp32_logits_and_at_most_twice_the_input():
     for rows in (1, 3, 16, 17, 100, 4096, 8192, 65537):
         for hidden, vocab in ((8, 50), (4096, 32000), (4096, 128256), (2048, 256000)):
             for element_size in (2, 4, 8):
-                step = linear_cross_entropy._chunk_rows(rows, hidden, vocab, element_size)
+                step = linear_cross_entropy.default_chunk_rows(rows, hidden, vocab, element_size)
                 allowed = min(rows * vocab * 4 / 16, 2 * rows * hidden * element_size) / (vocab * element_size)
                 assert step == 1 or step <= allowed
                 assert step >= min(allowed / 2, 1)
                 assert step < 256 or step % 128 == 0
-    assert linear_cross_entropy._chunk_rows(8192, 4096, 128256, 2) == 512
-    assert linear_cross_entropy._chunk_rows(8192, 4096, 32000, 2) == 1024
+    assert linear_cross_entropy.default_chunk_rows(8192, 4096, 128256, 2) == 512
+    assert linear_cross_entropy.default_chunk_rows(8192, 4096, 32000, 2) == 1024
 
 
 class LiveLogits(TorchDispatchMode):
@@ -438,6 +438,41 @@ def test_linear_holds_one_chunk_of_logits_at_a_time(reduction):
         loss = fo.fused_linear_cross_entropy(x, weight, target, reduction=reduction)
         loss.backward(torch.ones_like(loss))
     assert watch.most_rows == 10 and watch.most_alive == 1
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+def test_linear_chunk_rows_sets_the_chunks_and_keeps_the_values(reduction, compiled):
+    x, weight = leaf((160, 8), torch.float32, "cpu", seed=48), leaf((50, 8), torch.float32, "cpu", seed=49)
+    bias = leaf((50,), torch.float32, "cpu", seed=50)
+    target = targets((160,), 50, "cpu", seed=51, ignored=True)
+
+    def loss_of(x, weight, bias):
+        return fo.fused_linear_cross_entropy(x, weight, target, linear_bias=bias, reduction=reduction, chunk_rows=64)
+
+    def run(loss_of):
+        loss = loss_of(x, weight, bias)
+        return (loss, *torch.autograd.grad(loss, (x, weight, bias), incoming(loss)))
+
+    if compiled:
+        actual = run(torch.compile(loss_of, backend="aot_eager", fullgraph=True))
+    else:
+        watch = LiveLogits(50)
+        with watch:
+            actual = run(loss_of)
+        assert watch.most_rows == 64 and watch.most_alive == 1
+    exact = [t.detach().double().requires_grad_() for t in (x, weight, bias)]
+    expected = linear_reference(exact[0], exact[1], exact[2], target, reduction=reduction)
+    expected_grads = torch.autograd.grad(expected, exact, incoming(actual[0]).double())
+    for a, e, rows in zip(actual, (expected, *expected_grads), (1, 1, 160, 160)):
+        assert_linear_close(a, e, torch.float32, rows)
+
+
+def test_linear_chunk_rows_must_be_a_positive_int():
+    x, weight, target = torch.randn(4, 8), torch.randn(30, 8), torch.zeros(4, dtype=torch.long)
+    for bad in (0, -1, 2.0, True):
+        with pytest.raises(ValueError, match=f"chunk_rows={bad!r} must be None or a positive int"):
+            fo.fused_linear_cross_entropy(x, weight, target, chunk_rows=bad)
 
 
 @pytest.mark.parametrize("reduction", ["mean", "none"])
@@ -738,14 +773,16 @@ def test_opcheck(with_grad, device):
     g = with_grad
     for reduction in REDUCTIONS:
         torch.library.opcheck(ops.cross_entropy, (logits, target, -100, 0.1, 5.0, reduction, g))
-        torch.library.opcheck(ops.linear_cross_entropy, (x, weight, bias, target, -100, 0.0, 0.0, reduction, g, g, g))
         torch.library.opcheck(
-            ops.linear_cross_entropy, (x, weight, None, target.clamp(min=0), 3, 0.1, 0.0, reduction, g, g, False)
+            ops.linear_cross_entropy, (x, weight, bias, target, -100, 0.0, 0.0, reduction, 0, g, g, g)
+        )
+        torch.library.opcheck(
+            ops.linear_cross_entropy, (x, weight, None, target.clamp(min=0), 3, 0.1, 0.0, reduction, 2, g, g, False)
         )
     dloss = random((5,), torch.float32, device, seed=75)
     torch.library.opcheck(
         ops.linear_cross_entropy_backward,
-        (dloss, x.detach(), weight.detach(), bias.detach(), target, -100, 0.0, 0.0, True, True, True),
+        (dloss, x.detach(), weight.detach(), bias.detach(), target, -100, 0.0, 0.0, 2, True, True, True),
     )
 
 

@@ -90,6 +90,25 @@ def test_siblings_share_one_cast_of_their_input(recipe):
         assert torch.equal(shared, alone)
 
 
+def test_fp8_model_loss_takes_chunks_of_twice_the_default(monkeypatch):
+    from fused_ops_py.ops.linear_cross_entropy import default_chunk_rows
+    from fused_ops_py.patching import loss
+
+    chunks = []
+    fused = loss.linear_cross_entropy_fp32
+    monkeypatch.setattr(
+        loss, "linear_cross_entropy_fp32", lambda *args, **kw: chunks.append(kw["chunk_rows"]) or fused(*args, **kw)
+    )
+    tokens = torch.randint(0, 128, (2, 24), generator=torch.Generator().manual_seed(2))
+    for fp8_too in (False, True):
+        model = tiny_llama()
+        fo.patch(model)
+        if fp8_too:
+            patch_fp8(model, "tensorwise")
+        model(tokens, labels=tokens).loss.backward()
+    assert chunks == [None, 2 * default_chunk_rows(tokens.numel(), 64, 128, 4)]
+
+
 def test_projections_that_scaled_mm_cannot_take_are_kept():
     model = torch.nn.Module()
     model.q_proj = torch.nn.Linear(64, 40)  # 40: not a multiple of 16

@@ -27,8 +27,13 @@ from .cross_entropy import (
 # the raw calls -------------------------------------------------------------------------
 
 
-def check_linear_cross_entropy(fn, x, weight, bias, target, ignore_index, label_smoothing, reduction, softcap):
-    """What only Python can see; returns the config tuple the calls take."""
+def check_linear_cross_entropy(
+    fn, x, weight, bias, target, ignore_index, label_smoothing, reduction, softcap, chunk_rows
+):
+    """What only Python can see; returns the config tuple the calls take:
+    cross_entropy_config's, then chunk_rows (0: default_chunk_rows's choice)."""
+    if chunk_rows is not None and (type(chunk_rows) is not int or chunk_rows <= 0):
+        raise ValueError(f"{fn}: chunk_rows={chunk_rows!r} must be None or a positive int")
     _args.check_tensor(fn, "input", x)
     _args.check_companion(fn, "linear_weight", weight, x, "input")
     if bias is not None:
@@ -47,7 +52,7 @@ def check_linear_cross_entropy(fn, x, weight, bias, target, ignore_index, label_
             "the rows of linear_weight"
         )
     check_target(fn, target, x, "input")
-    return cross_entropy_config(fn, ignore_index, label_smoothing, reduction, softcap)
+    return (*cross_entropy_config(fn, ignore_index, label_smoothing, reduction, softcap), chunk_rows or 0)
 
 
 # linear cross-entropy: the logits of a chunk of rows at a time, never all of
@@ -59,7 +64,7 @@ def check_linear_cross_entropy(fn, x, weight, bias, target, ignore_index, label_
 # for 8192 x 4096 into 128256, at 13% more time for the loss.)
 
 
-def _chunk_rows(rows, hidden, vocab, element_size):
+def default_chunk_rows(rows, hidden, vocab, element_size):
     limit = min(rows * 4 // (16 * element_size), 2 * rows * hidden // max(vocab, 1))
     if limit >= 256:
         limit -= limit % 128  # whole GEMM tiles
@@ -84,15 +89,15 @@ def _call_chunk(a, start):
         raise ValueError(message) from None
 
 
-def _linear_chunks(x, weight, bias, targets, template, loss_rows, row_scale, grads):
-    """Runs the rows of x (rows x hidden) a chunk at a time: the chunk's
+def _linear_chunks(x, weight, bias, targets, template, loss_rows, row_scale, grads, chunk_rows):
+    """Runs the rows of x (rows x hidden) chunk_rows (0: default_chunk_rows's) at a time: the chunk's
     logits x_c @ weight.T + bias (torch's GEMM), their losses into loss_rows,
     and, when grads = (grad_input, grad_weight, grad_bias accumulator) has
     any tensor, the logits overwritten by their gradient (times template's
     scale, then row_scale's rows where given), then the gradients from it."""
     want_grad = any(g is not None for g in grads)
     rows = x.shape[0]
-    step = _chunk_rows(rows, x.shape[1], weight.shape[0], x.element_size())
+    step = chunk_rows or default_chunk_rows(rows, x.shape[1], weight.shape[0], x.element_size())
     # the library reads the logits as x's dtype: autocast must not change
     # the GEMMs' (it would make bf16 logits of fp32 x); and autograd must
     # not record them, even in a backward with create_graph=True
@@ -155,7 +160,18 @@ def _linear_grads(x, weight, bias, grads):
 
 
 def linear_cross_entropy_forward(
-    x, weight, bias, target, ignore_index, label_smoothing, softcap, reduction, want_input, want_weight, want_bias
+    x,
+    weight,
+    bias,
+    target,
+    ignore_index,
+    label_smoothing,
+    softcap,
+    reduction,
+    chunk_rows,
+    want_input,
+    want_weight,
+    want_bias,
 ):
     """(loss, grad_input, grad_weight, grad_bias) of cross_entropy(x @
     weight.T + bias, target), the arguments checked
@@ -175,13 +191,24 @@ def linear_cross_entropy_forward(
     scale = (targets != ignore_index).sum().to(loss_dtype).reciprocal() if reduction == "mean" else None
     template = cross_entropy_struct(x, rows, vocab, vocab, ignore_index, label_smoothing, softcap, scale)
     loss_rows = x.new_empty(target.shape, dtype=loss_dtype)
-    _linear_chunks(x_rows, weight, bias, targets, template, loss_rows, None, grads)
+    _linear_chunks(x_rows, weight, bias, targets, template, loss_rows, None, grads, chunk_rows)
     loss = loss_rows if reduction == "none" else loss_rows.sum()
     return (loss * scale if reduction == "mean" else loss, *_linear_grads(x, weight, bias, grads))
 
 
 def linear_cross_entropy_backward(
-    dloss, x, weight, bias, target, ignore_index, label_smoothing, softcap, want_input, want_weight, want_bias
+    dloss,
+    x,
+    weight,
+    bias,
+    target,
+    ignore_index,
+    label_smoothing,
+    softcap,
+    chunk_rows,
+    want_input,
+    want_weight,
+    want_bias,
 ):
     """(grad_input, grad_weight, grad_bias), None where not wanted, of the
     per-row losses (reduction none) weighted by dloss (target's shape): the
@@ -191,7 +218,7 @@ def linear_cross_entropy_backward(
     grads = _linear_grad_buffers(x, rows, weight, bias, want_input, want_weight, want_bias)
     template = cross_entropy_struct(x, rows, vocab, vocab, ignore_index, label_smoothing, softcap, None)
     loss_rows = x.new_empty(rows, dtype=stats_dtype(x.dtype))  # not needed, but written
-    _linear_chunks(x_rows, weight, bias, targets, template, loss_rows, dloss.contiguous().view(-1), grads)
+    _linear_chunks(x_rows, weight, bias, targets, template, loss_rows, dloss.contiguous().view(-1), grads, chunk_rows)
     return _linear_grads(x, weight, bias, grads)
 
 
@@ -199,7 +226,7 @@ def linear_cross_entropy_backward(
 
 
 def linear_cross_entropy_save(ctx, x, weight, bias, target, grads, config):
-    """config = (ignore_index, label_smoothing, softcap, reduction). For
+    """config = (ignore_index, label_smoothing, softcap, reduction, chunk_rows). For
     mean and sum, grads (of input, weight, bias; None or empty where not
     wanted) are forward's, to be scaled. For none, the weight of each row
     arrives only in backward, which computes the gradients again from the
@@ -214,13 +241,13 @@ def linear_cross_entropy_save(ctx, x, weight, bias, target, grads, config):
 def linear_cross_entropy_grads(scale, recompute, ctx, dloss):
     """(grad_input, grad_weight, grad_bias): forward's scaled by
     scale(grad, dloss), or for none recompute(dloss, x, weight, bias,
-    target, ignore_index, label_smoothing, softcap, want_input, want_weight,
-    want_bias)."""
+    target, ignore_index, label_smoothing, softcap, chunk_rows, want_input,
+    want_weight, want_bias)."""
     saved = ctx.saved_tensors
-    ignore_index, label_smoothing, softcap, reduction = ctx.linear_cross_entropy
+    ignore_index, label_smoothing, softcap, reduction, chunk_rows = ctx.linear_cross_entropy
     wants = ctx.needs_input_grad[:3]
     if reduction == "none":
-        grads = recompute(dloss, *saved, ignore_index, label_smoothing, softcap, *wants)
+        grads = recompute(dloss, *saved, ignore_index, label_smoothing, softcap, chunk_rows, *wants)
     else:
         grads = [scale(grad, dloss) if want else None for grad, want in zip(saved, wants)]
     return tuple(grad if want else None for grad, want in zip(grads, wants))
@@ -264,6 +291,7 @@ def _register():
         label_smoothing: float,
         softcap: float,
         reduction: str,
+        chunk_rows: int,
         want_input: bool,
         want_weight: bool,
         want_bias: bool,
@@ -277,6 +305,7 @@ def _register():
             label_smoothing,
             softcap,
             reduction,
+            chunk_rows,
             want_input,
             want_weight,
             want_bias,
@@ -285,7 +314,18 @@ def _register():
 
     @linear_cross_entropy_op.register_fake
     def _(
-        x, weight, bias, target, ignore_index, label_smoothing, softcap, reduction, want_input, want_weight, want_bias
+        x,
+        weight,
+        bias,
+        target,
+        ignore_index,
+        label_smoothing,
+        softcap,
+        reduction,
+        chunk_rows,
+        want_input,
+        want_weight,
+        want_bias,
     ):
         grads = reduction != "none"
         return (
@@ -305,6 +345,7 @@ def _register():
         ignore_index: int,
         label_smoothing: float,
         softcap: float,
+        chunk_rows: int,
         want_input: bool,
         want_weight: bool,
         want_bias: bool,
@@ -318,6 +359,7 @@ def _register():
             ignore_index,
             label_smoothing,
             softcap,
+            chunk_rows,
             want_input,
             want_weight,
             want_bias,
@@ -325,7 +367,20 @@ def _register():
         return tuple(or_empty(g, x) for g in grads)
 
     @linear_cross_entropy_backward_op.register_fake
-    def _(dloss, x, weight, bias, target, ignore_index, label_smoothing, softcap, want_input, want_weight, want_bias):
+    def _(
+        dloss,
+        x,
+        weight,
+        bias,
+        target,
+        ignore_index,
+        label_smoothing,
+        softcap,
+        chunk_rows,
+        want_input,
+        want_weight,
+        want_bias,
+    ):
         return (
             x.new_empty(x.shape) if want_input else empty(x),
             weight.new_empty(weight.shape) if want_weight else empty(x),
@@ -333,14 +388,11 @@ def _register():
         )
 
     def _linear_cross_entropy_setup(ctx, inputs, output):
-        x, weight, bias, target, ignore_index, label_smoothing, softcap, reduction = inputs[:8]
-        linear_cross_entropy_save(
-            ctx, x, weight, bias, target, output[1:], (ignore_index, label_smoothing, softcap, reduction)
-        )
+        linear_cross_entropy_save(ctx, *inputs[:4], output[1:], tuple(inputs[4:9]))
 
     def _linear_cross_entropy_grad(ctx, dloss, _dx, _dweight, _dbias):
         grads = linear_cross_entropy_grads(scaled, torch.ops.fused_ops_py.linear_cross_entropy_backward, ctx, dloss)
-        return (*grads, None, None, None, None, None, None, None, None)
+        return (*grads, None, None, None, None, None, None, None, None, None)
 
     linear_cross_entropy_op.register_autograd(_linear_cross_entropy_grad, setup_context=_linear_cross_entropy_setup)
 
@@ -362,11 +414,14 @@ def fused_linear_cross_entropy(
     label_smoothing=0.0,
     reduction="mean",
     softcap=None,
+    chunk_rows=None,
 ):
     """fused_cross_entropy(F.linear(input, linear_weight, linear_bias),
     target, ...), the logits made a chunk of rows at a time and never all
-    at once: the extra memory is at most 1/16 of what fp32 logits of all
-    rows would take. input [..., H], linear_weight [V, H], linear_bias [V]
+    at once: by default the extra memory is at most 1/16 of what fp32
+    logits of all rows would take, and at most twice input's bytes;
+    chunk_rows sets the rows a chunk instead (more rows: more memory, fewer
+    accumulations into the weight's gradient). input [..., H], linear_weight [V, H], linear_bias [V]
     (one dtype), target [...] int64. For mean and sum, forward also
     computes the gradients of input, weight and bias (those wanted), and
     backward scales them by the incoming gradient; for none, backward
@@ -380,6 +435,7 @@ def fused_linear_cross_entropy(
         label_smoothing=label_smoothing,
         reduction=reduction,
         softcap=softcap,
+        chunk_rows=chunk_rows,
     ).to(input.dtype)
 
 
@@ -393,13 +449,14 @@ def linear_cross_entropy_fp32(
     label_smoothing=0.0,
     reduction="mean",
     softcap=None,
+    chunk_rows=None,
 ):
     """fused_linear_cross_entropy with the loss as accumulated, fp32 (fp64
     for fp64), not rounded to input's dtype: the loss Hugging Face's models
     compute from fp32 logits (patch() uses it)."""
     fn = "fused_linear_cross_entropy"
     config = check_linear_cross_entropy(
-        fn, input, linear_weight, linear_bias, target, ignore_index, label_smoothing, reduction, softcap
+        fn, input, linear_weight, linear_bias, target, ignore_index, label_smoothing, reduction, softcap, chunk_rows
     )
     grad_enabled = torch.is_grad_enabled()
     wants = (

@@ -11,6 +11,7 @@ from torch import nn
 
 from ..float8_linear import _ALIGNMENT, GEMM_DTYPES, RECIPES, Float8Linear, SharedInputCast
 from ._source import has_hooks
+from .loss import LOSS_CHUNK_SCALE
 
 # q/k/v/o (and Phi-3's fused qkv), gate/up/down (and the fused gate_up)
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "qkv_proj", "gate_proj", "up_proj", "down_proj", "gate_up_proj")
@@ -100,6 +101,10 @@ def patch_fp8(model, recipe, apply=True):
             replaced += 1
         if apply:
             _share_input_casts(parent)
+    if apply and replaced:
+        for module in model.modules():
+            if isinstance(getattr(module, "lm_head", None), nn.Module):
+                setattr(module, LOSS_CHUNK_SCALE, 2)
     return replaced, kept
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ..ops.linear_cross_entropy import linear_cross_entropy_fp32
+from ..ops.linear_cross_entropy import default_chunk_rows, linear_cross_entropy_fp32
 from . import causal_lm_sources as sources
 from ._source import has_hooks, is_known, known
 
@@ -36,6 +36,12 @@ _RECIPES = (
 )
 _LOSS = known(sources.FOR_CAUSAL_LM_LOSS)
 _FIXED_CROSS_ENTROPY = known(sources.FIXED_CROSS_ENTROPY)
+# A model whose projections patch made FP8 (it sets this attribute) saves each
+# projection's input as FP8, half of bf16's bytes, so at the loss, where a
+# step's memory peaks, it holds less: its loss takes chunks of twice the
+# default's rows, which halves the accumulations into the LM head's weight
+# gradient (bench_train_step.py's fp8 rows measure the peak).
+LOSS_CHUNK_SCALE = "_fused_ops_py_loss_chunk_scale"
 # the base model's outputs a causal LM's output carries over
 _CARRIED = ("cache", "past_key_values", "hidden_states", "attentions", "router_logits", "cross_attentions")
 
@@ -160,6 +166,11 @@ def _loss(model, recipe, hidden, labels, extra):
         hidden = hidden * scale
         bias = None if bias is None else bias * scale
     softcap = model.config.final_logit_softcapping if recipe.logits == "softcapped" else None
+    chunk_rows = None
+    chunk_scale = getattr(model, LOSS_CHUNK_SCALE, 1)
+    if chunk_scale != 1:
+        rows = hidden.numel() // max(hidden.shape[-1], 1)
+        chunk_rows = chunk_scale * default_chunk_rows(rows, hidden.shape[-1], weight.shape[0], hidden.element_size())
     loss = linear_cross_entropy_fp32(
         hidden,
         weight,
@@ -168,6 +179,7 @@ def _loss(model, recipe, hidden, labels, extra):
         ignore_index=ignore_index,
         reduction="mean" if num_items_in_batch is None else "sum",
         softcap=softcap,
+        chunk_rows=chunk_rows,
     )
     if num_items_in_batch is not None:
         if torch.is_tensor(num_items_in_batch):
