@@ -10,7 +10,7 @@
 #                              build, then the FP8 tests (CUDA against CPU,
 #                              _scaled_mm against its emulation), the casts
 #                              against torchao's math, the Llama step's FP8 rows
-#                              (VOCABS, default 32000) and the convergence runs
+#                              (VOCABS, default 32000; PROVIDERS) and the convergence runs
 #                              (RUNS, added to OUT's CSV); all four exceed one
 #                              call: pick parts
 #   bench/gpu_check.sh patch   build, then patch(model)'s tests and sweep over
@@ -130,7 +130,7 @@ if [ "$stage" = fp8 ]; then
     [[ ",$parts," == *,casts,* ]] && python3 bench/bench_fp8.py --out "$OUT" 2>&1 | tail -3
     [[ ",$parts," == *,step,* ]] && python3 bench/bench_train_step.py --vocabs "${VOCABS:-32000}" --no-decode \
         --breakdown --out "$OUT" --providers \
-        patch_fp8,torchao_fp8_compile,liger,patch_fp8_compile,patch_fp8_rowwise,torchao_fp8_rowwise_compile,torchao_fp8,patch \
+        "${PROVIDERS:-patch_fp8,torchao_fp8_compile,liger,patch_fp8_compile,patch_fp8_rowwise,torchao_fp8_rowwise_compile,torchao_fp8,patch}" \
         2>&1 | tee /tmp/logs/fp8_step.txt | grep "vocab="
     [[ ",$parts," == *,convergence,* ]] && python3 bench/fp8_convergence.py --runs "${RUNS:-bf16,fp8,torchao_fp8}" \
         --append --out "$OUT" 2>&1 | tee /tmp/logs/fp8_convergence.txt | tail -5
