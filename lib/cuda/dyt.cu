@@ -29,6 +29,25 @@ __device__ __forceinline__ acc_t<T> forward_tanh(acc_t<T> v) {
     }
 }
 
+// The backward's t = tanh(u) and slope = 1 - t^2. For fp16 and bf16 x: both
+// from e = exp(-2|u|) (MUFU.EX2 and MUFU.RCP), t = (1 - e) / (1 + e) and
+// slope = 4e / (1 + e)^2, errors of a few float ulps (slope's relative, with
+// no cancellation near saturation), where tanhf's instructions make the
+// backward compute-bound; fp32 and fp64 keep tanhf's and tanh's accuracy.
+template <typename T>
+__device__ __forceinline__ void backward_tanh(acc_t<T> u, acc_t<T> &t, acc_t<T> &slope) {
+    if constexpr (sizeof(T) == 2) {
+        float e, r;
+        asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(-2.8853900817779268f * fabsf(u)));
+        asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(1.0f + e));
+        t = copysignf((1.0f - e) * r, u);
+        slope = 4.0f * e * r * r;
+    } else {
+        t = tanh_of(u);
+        slope = acc_t<T>(1) - t * t;
+    }
+}
+
 // A parameter chunk (weight or bias; 0: zeros) of chunk c: 16-byte loads
 // where x's are (the launcher checked the parameters' alignment). P may
 // differ from T (fp32 beside bf16 x: then a chunk is two vectors side by
@@ -124,7 +143,9 @@ __global__ void dyt_backward_kernel(T *__restrict__ dx, acc_t<T> *__restrict__ p
             load_row_chunk<T, ACCESS>(v, x + r * x_row_stride, c, cols);
 #pragma unroll
             for (int i = 0; i < kChunk; i++) {
-                const A t = tanh_of(scale * v[i]), slope = A(1) - t * t, gw = g[i] * w[i];
+                A t, slope;
+                backward_tanh<T>(scale * v[i], t, slope);
+                const A gw = g[i] * w[i];
                 weight_sum[i] += g[i] * t;
                 bias_sum[i] += g[i];
                 alpha_sum += gw * v[i] * slope;
