@@ -1,6 +1,7 @@
 """Float8Linear against float64 references: the same FP8 operands multiplied in
 float64 (tight), and the unquantized linear (within e4m3's and e5m2's rounding)."""
 
+import copy
 import math
 
 import pytest
@@ -424,3 +425,42 @@ def test_a_shared_cast_gives_each_reader_its_own_results(recipe, monkeypatch):
     second = cast(y, recipe, False)
     assert torch.equal(second.data.view(torch.uint8), fo.fused_quantize_fp8(y, recipe=recipe)[0].view(torch.uint8))
     assert not torch.equal(first.data.view(torch.uint8), second.data.view(torch.uint8))
+
+
+@pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.get_device_capability() < (8, 9),
+    reason="torchao.float8 needs a GPU of compute capability 8.9",
+)
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_each_gemm_is_as_accurate_as_torchaos(recipe):
+    """The output, grad_input and grad_weight GEMMs against float64, for this
+    Float8Linear and torchao.float8's of the same recipe on the same inputs
+    (with an outlier column, as activations have): no GEMM's signal-to-noise
+    ratio may fall below torchao's (0.05 dB for rounding ties)."""
+    torchao_float8 = pytest.importorskip("torchao.float8", reason="torchao is not installed")
+    torch.manual_seed(0)
+    linear = nn.Linear(1024, 768, bias=False, dtype=torch.bfloat16, device="cuda")
+    x = torch.randn(4, 512, 1024, dtype=torch.bfloat16, device="cuda")
+    x[..., 7] *= 40
+    dy = torch.randn(4, 512, 768, dtype=torch.bfloat16, device="cuda") * 1e-3
+    x64 = x.double().requires_grad_()
+    w64 = linear.weight.detach().double().requires_grad_()
+    exact = nn.functional.linear(x64, w64)
+    exact.backward(dy.double())
+    expected = (exact, x64.grad, w64.grad)
+
+    def gemms(module, weight):
+        xg = x.clone().requires_grad_()
+        out = module(xg)
+        out.backward(dy)
+        return [sqnr_db(got, want) for got, want in zip((out, xg.grad, weight.grad), expected)]
+
+    ours = Float8Linear.from_linear(copy.deepcopy(linear), recipe=recipe)
+    theirs = nn.Sequential(copy.deepcopy(linear))
+    config = torchao_float8.Float8LinearConfig.from_recipe_name(recipe)
+    torchao_float8.convert_to_float8_training(theirs, config=config)
+    assert type(theirs[0]).__name__ == "Float8Linear"
+    mine, torchao = gemms(ours, ours.weight), gemms(theirs, theirs[0].weight)
+    print(f"{recipe} SQNR dB (out, grad_input, grad_weight): ours {mine}, torchao {torchao}")
+    for name, a, b in zip(("out", "grad_input", "grad_weight"), mine, torchao):
+        assert a >= b - 0.05, f"{name}: {a:.2f} dB against torchao's {b:.2f}"
