@@ -109,7 +109,8 @@ def test_strided_rows_read_in_place(device, dtype, recipe):
 @pytest.mark.skipif(len(DEVICES) < 2, reason="needs CUDA")
 @pytest.mark.parametrize("recipe", RECIPES)
 @pytest.mark.parametrize("fp8", FP8, ids=["e4m3", "e5m2"])
-@pytest.mark.parametrize("shape", [(300, 1000), (5, 9000), (64, 4096)], ids=str)  # warp, block re-read, aligned
+# a warp a row; a block, the row read again; a warp a row held as loaded (16-bit, aligned), whole and partial
+@pytest.mark.parametrize("shape", [(300, 1000), (5, 9000), (64, 4096), (33, 2056)], ids=str)
 def test_cpu_and_cuda_write_the_same_bytes(dtype, fp8, recipe, shape):
     x = random(shape, dtype, "cpu") * torch.logspace(-8, 4, shape[1]).to(dtype)
     rows = shape[0]  # specials in rows that exist in every shape
@@ -119,6 +120,16 @@ def test_cpu_and_cuda_write_the_same_bytes(dtype, fp8, recipe, shape):
         on_gpu = fo.fused_quantize_fp8(x.cuda(), recipe=recipe, dtype=fp8, transpose=transpose)
         for a, b in zip(on_cpu, on_gpu):
             assert torch.equal(a.view(torch.uint8) if a.dtype == fp8 else a, codes(b) if b.dtype == fp8 else b.cpu())
+
+
+@pytest.mark.skipif(len(DEVICES) < 2, reason="needs CUDA")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_cpu_and_cuda_agree_on_strided_long_rows(dtype):
+    base = random((9, 4160), dtype, "cpu") * 30
+    for x in (base[:, 64:], base[::2, :1040], base[:, 4:2052]):  # 16-byte aligned rows, and not
+        on_cpu = fo.fused_quantize_fp8(x, recipe="rowwise")
+        on_gpu = fo.fused_quantize_fp8(x.cuda(), recipe="rowwise")
+        assert torch.equal(on_cpu[0].view(torch.uint8), codes(on_gpu[0])) and torch.equal(on_cpu[1], on_gpu[1].cpu())
 
 
 @pytest.mark.skipif(len(DEVICES) < 2, reason="needs CUDA")

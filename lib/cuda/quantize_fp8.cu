@@ -1,9 +1,10 @@
 // quantize_fp8.cu: FP8 quantization with a dynamic scale (fused_ops.h,
 // fo_quantize_fp8) on CUDA.
 //
-// Rowwise: a warp (rows of up to 1024 elements) or a block a row; its
-// chunks stay in registers between the row's amax and its cast (up to
-// kHeld chunks a thread; longer rows are read again, from L2). Tensorwise:
+// Rowwise: a warp (rows of up to 1024 elements; 16-bit rows of up to 4096,
+// held as loaded) or a block a row; its chunks stay in registers between the
+// row's amax and its cast (up to kHeld chunks a thread; longer rows are read
+// again, from L2). Tensorwise:
 // one pass of per-block maxima, then the cast, each of whose blocks first
 // takes the max of those maxima; the transposed copy is written from
 // 64 x 64 tiles through shared memory, beside the row-major one. The
@@ -20,6 +21,7 @@ namespace fo {
 namespace {
 
 constexpr int kHeld = 4;  // chunks a thread keeps between amax and cast
+constexpr int kRawHeld = 16;  // 16-byte vectors a lane keeps, 16-bit rows of up to 4096 (warp_held)
 constexpr int kAmaxBlocks = 512;  // the tensorwise maxima (and the cast's first read)
 constexpr int kCastBlocks = 4096;  // the tensorwise cast's grid, at most
 constexpr int kTile = 64;  // the transposed copy's tile: kTile x kTile elements
@@ -154,6 +156,60 @@ __global__ void __launch_bounds__(kThreads)
         float v[kChunk];
         load8<T, VEC>(v, row, c * kChunk, cols);
         store8<VEC>(out, c * kChunk, cols, encode8<E4M3>(v, q));
+    }
+    if (lane == 0) {
+        scale[r] = 1.0f / q;
+        if (amax_out) amax_out[r] = amax;
+    }
+}
+
+// Rowwise, 16-bit rows of 32 * kHeld to 32 * kRawHeld chunks (cols % 8 == 0,
+// aligned): a warp a row, each lane keeping its 16-byte vectors as loaded
+// (64 registers), so a row needs no block barrier and a lane has up to 256
+// bytes in flight: with a block a row, its barrier and 32 bytes a thread
+// held the 4096-column cast to 55% of the copy ceiling.
+template <typename T, bool E4M3>
+__global__ void __launch_bounds__(kThreads, 2)  // at most 128 registers: two blocks an SM
+    rowwise_warp_held_kernel(uint8_t *__restrict__ y, float *__restrict__ scale,
+                             float *__restrict__ amax_out, const T *__restrict__ x,
+                             int64_t x_row_stride, int64_t rows, int64_t cols) {
+    static_assert(sizeof(T) == 2, "a 16-byte vector holds one chunk");
+    const int64_t r = int64_t(blockIdx.x) * (kThreads / 32) + threadIdx.x / 32;
+    const int lane = int(threadIdx.x % 32);
+    if (r >= rows) return;
+    const uint4 *row = reinterpret_cast<const uint4 *>(x + r * x_row_stride);
+    const int chunks = int(cols / kChunk);
+    uint4 raw[kRawHeld];
+#pragma unroll
+    for (int j = 0; j < kRawHeld; j++)
+        if (lane + j * 32 < chunks) raw[j] = row[lane + j * 32];
+    float amax = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kRawHeld; j++) {
+        if (lane + j * 32 >= chunks) continue;
+        const T *e = reinterpret_cast<const T *>(&raw[j]);
+        float v[kChunk];
+#pragma unroll
+        for (int i = 0; i < kChunk; i++) v[i] = as_float(e[i]);
+        amax = finite_max(amax, v);
+    }
+    amax = warp_max(amax);
+    // the cast converts the vectors again: keeping the amax pass's floats
+    // instead takes 128 registers and spills
+#pragma unroll
+    for (int j = 0; j < kRawHeld; j++)
+        asm volatile("" : "+r"(raw[j].x), "+r"(raw[j].y), "+r"(raw[j].z), "+r"(raw[j].w));
+    const float q = fo_fp8_multiplier(amax, E4M3 ? FO_FP8_E4M3 : FO_FP8_E5M2, 1);
+    uint8_t *out = y + r * cols;
+#pragma unroll
+    for (int j = 0; j < kRawHeld; j++) {
+        const int c = lane + j * 32;
+        if (c >= chunks) continue;
+        const T *e = reinterpret_cast<const T *>(&raw[j]);
+        float v[kChunk];
+#pragma unroll
+        for (int i = 0; i < kChunk; i++) v[i] = as_float(e[i]);
+        store8<true>(out, int64_t(c) * kChunk, cols, encode8<E4M3>(v, q));
     }
     if (lane == 0) {
         scale[r] = 1.0f / q;
@@ -320,10 +376,18 @@ static void launch(const fo_quantize_fp8_args *a, cudaStream_t stream) {
     float *scale = reinterpret_cast<float *>(a->scale), *amax = reinterpret_cast<float *>(a->amax);
     if (a->recipe == FO_FP8_ROWWISE) {
         if (a->rows == 0) return;
-        if (chunks_per_row(a->cols) <= 32 * kHeld) {
-            const int64_t blocks = (a->rows + kThreads / 32 - 1) / (kThreads / 32);
-            rowwise_kernel<T, VEC, E4M3, 32><<<unsigned(blocks), kThreads, 0, stream>>>(
+        const int64_t chunks = chunks_per_row(a->cols);
+        const int64_t warp_blocks = (a->rows + kThreads / 32 - 1) / (kThreads / 32);
+        if (chunks <= 32 * kHeld) {
+            rowwise_kernel<T, VEC, E4M3, 32><<<unsigned(warp_blocks), kThreads, 0, stream>>>(
                 y, scale, amax, x, a->x_row_stride, a->rows, a->cols);
+        } else if constexpr (VEC && sizeof(T) == 2) {
+            if (chunks <= 32 * kRawHeld)
+                rowwise_warp_held_kernel<T, E4M3><<<unsigned(warp_blocks), kThreads, 0, stream>>>(
+                    y, scale, amax, x, a->x_row_stride, a->rows, a->cols);
+            else
+                rowwise_kernel<T, VEC, E4M3, kThreads><<<unsigned(a->rows), kThreads, 0, stream>>>(
+                    y, scale, amax, x, a->x_row_stride, a->rows, a->cols);
         } else {
             rowwise_kernel<T, VEC, E4M3, kThreads><<<unsigned(a->rows), kThreads, 0, stream>>>(
                 y, scale, amax, x, a->x_row_stride, a->rows, a->cols);
