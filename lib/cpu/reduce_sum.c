@@ -5,14 +5,51 @@
 #include "cpu_convert.h"
 #include "cpu_float.h"
 #include "cpu_kernels.h"
-#include "cpu_lanes.h"
 #include "cpu_parallel.h"
 
-/* The sum is taken in blocks of SUM_BLOCK elements, each in the lanes of
- * cpu_lanes.h, and the blocks' totals added in order: the blocks are what
- * threads share out, and their size is fixed, so the bits of the sum do not
- * depend on the number of threads. */
+/* The sum is taken in blocks of SUM_BLOCK elements, each in SUM_LANES
+ * double lanes (lane l: the elements i with i % SUM_LANES == l, in order;
+ * the lanes added in one fixed tree), and the blocks' totals added in order:
+ * the blocks are what threads share out, and their size is fixed, so the
+ * bits of the sum do not depend on the number of threads. 32 lanes are four
+ * AVX-512 (eight AVX2) add chains: cpu_lanes.h's 8 are one, and held the
+ * sum to an add's latency, below the memory's rate. */
 #define SUM_BLOCK ((int64_t)1 << 16)
+#define SUM_LANES 32
+_Static_assert(CPU_CHUNK % SUM_LANES == 0, "each chunk of a block starts at lane 0");
+
+typedef struct {
+    double lane[SUM_LANES];
+} sum_lanes;
+
+/* s += x[i] for float x[i < n]; n a multiple of SUM_LANES but for the
+ * block's last piece. The lanes are copied to a local array first: through
+ * the pointer, the compiler would reload them every step. */
+static inline void add_f32(sum_lanes *s, const float *restrict x, int64_t n) {
+    double lane[SUM_LANES];
+    for (int l = 0; l < SUM_LANES; l++) lane[l] = s->lane[l];
+    int64_t i = 0;
+    for (; i + SUM_LANES <= n; i += SUM_LANES)
+        for (int l = 0; l < SUM_LANES; l++) lane[l] += (double)x[i + l];
+    for (; i < n; i++) lane[i % SUM_LANES] += (double)x[i];
+    for (int l = 0; l < SUM_LANES; l++) s->lane[l] = lane[l];
+}
+
+static inline void add_f64(sum_lanes *s, const double *restrict x, int64_t n) {
+    double lane[SUM_LANES];
+    for (int l = 0; l < SUM_LANES; l++) lane[l] = s->lane[l];
+    int64_t i = 0;
+    for (; i + SUM_LANES <= n; i += SUM_LANES)
+        for (int l = 0; l < SUM_LANES; l++) lane[l] += x[i + l];
+    for (; i < n; i++) lane[i % SUM_LANES] += x[i];
+    for (int l = 0; l < SUM_LANES; l++) s->lane[l] = lane[l];
+}
+
+static inline double lanes_total(sum_lanes *s) {
+    for (int width = SUM_LANES / 2; width > 0; width /= 2)
+        for (int l = 0; l < width; l++) s->lane[l] += s->lane[l + width];
+    return s->lane[0];
+}
 
 typedef struct {
     const fo_reduce_sum_params *a;
@@ -20,23 +57,23 @@ typedef struct {
 } sum_work;
 
 static double block_total(const fo_reduce_sum_params *a, int64_t block) {
-    fo_lanes lanes = fo_lanes_zero();
+    sum_lanes lanes = {{0.0}};
     const int64_t end =
         a->numel - block * SUM_BLOCK < SUM_BLOCK ? a->numel : (block + 1) * SUM_BLOCK;
     if (a->dtype == FO_DTYPE_F32) { /* no double buffer: the same sum */
-        fo_lanes_add_f32(&lanes, (const float *)a->x + block * SUM_BLOCK, end - block * SUM_BLOCK);
-        return fo_lanes_total(&lanes);
+        add_f32(&lanes, (const float *)a->x + block * SUM_BLOCK, end - block * SUM_BLOCK);
+        return lanes_total(&lanes);
+    }
+    if (a->dtype == FO_DTYPE_F64) {
+        add_f64(&lanes, (const double *)a->x + block * SUM_BLOCK, end - block * SUM_BLOCK);
+        return lanes_total(&lanes);
     }
     for (int64_t i0 = block * SUM_BLOCK; i0 < end; i0 += CPU_CHUNK) {
-        int64_t n = end - i0 < CPU_CHUNK ? end - i0 : CPU_CHUNK;
-        if (a->dtype == FO_DTYPE_F64) {
-            fo_lanes_add(&lanes, (const double *)a->x + i0, NULL, n);
-        } else { /* bf16 and f16 are exact in float: the same sum as through double */
-            float x[CPU_CHUNK];
-            fo_lanes_add_f32(&lanes, fo_float_in(x, a->x, i0, n, a->dtype), n);
-        }
+        const int64_t n = end - i0 < CPU_CHUNK ? end - i0 : CPU_CHUNK;
+        float x[CPU_CHUNK]; /* bf16 and f16 are exact in float: the same sum as through double */
+        add_f32(&lanes, fo_float_in(x, a->x, i0, n, a->dtype), n);
     }
-    return fo_lanes_total(&lanes);
+    return lanes_total(&lanes);
 }
 
 static void block_totals(const void *ctx, int64_t b0, int64_t b1) {
