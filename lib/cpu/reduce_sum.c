@@ -35,6 +35,18 @@ static inline void add_f32(sum_lanes *s, const float *restrict x, int64_t n) {
     for (int l = 0; l < SUM_LANES; l++) s->lane[l] = lane[l];
 }
 
+/* s += x[i] for bfloat16 x[i < n], converted in the loop (a shift): no
+ * float buffer to write and read again. */
+static inline void add_bf16(sum_lanes *s, const uint16_t *restrict x, int64_t n) {
+    double lane[SUM_LANES];
+    for (int l = 0; l < SUM_LANES; l++) lane[l] = s->lane[l];
+    int64_t i = 0;
+    for (; i + SUM_LANES <= n; i += SUM_LANES)
+        for (int l = 0; l < SUM_LANES; l++) lane[l] += (double)bf16_to_float(x[i + l]);
+    for (; i < n; i++) lane[i % SUM_LANES] += (double)bf16_to_float(x[i]);
+    for (int l = 0; l < SUM_LANES; l++) s->lane[l] = lane[l];
+}
+
 static inline void add_f64(sum_lanes *s, const double *restrict x, int64_t n) {
     double lane[SUM_LANES];
     for (int l = 0; l < SUM_LANES; l++) lane[l] = s->lane[l];
@@ -68,9 +80,13 @@ static double block_total(const fo_reduce_sum_params *a, int64_t block) {
         add_f64(&lanes, (const double *)a->x + block * SUM_BLOCK, end - block * SUM_BLOCK);
         return lanes_total(&lanes);
     }
+    if (a->dtype == FO_DTYPE_BF16) { /* exact in float, so the same sum as through a float buffer */
+        add_bf16(&lanes, (const uint16_t *)a->x + block * SUM_BLOCK, end - block * SUM_BLOCK);
+        return lanes_total(&lanes);
+    }
     for (int64_t i0 = block * SUM_BLOCK; i0 < end; i0 += CPU_CHUNK) {
         const int64_t n = end - i0 < CPU_CHUNK ? end - i0 : CPU_CHUNK;
-        float x[CPU_CHUNK]; /* bf16 and f16 are exact in float: the same sum as through double */
+        float x[CPU_CHUNK]; /* f16 is exact in float: the same sum as through double */
         add_f32(&lanes, fo_float_in(x, a->x, i0, n, a->dtype), n);
     }
     return lanes_total(&lanes);
