@@ -1,6 +1,7 @@
 /* cpu/norm.c: LayerNorm and RMSNorm with fused residual add and dropout, forward and backward: the
  * CPU kernels, compiled once for each instruction set (cpu_kernels.h) and chosen at load. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cpu_convert.h"
@@ -266,29 +267,48 @@ static int backward_is_f32(const fo_norm_backward_params *a) {
            a->param_dtype == FO_DTYPE_F32 && a->dropout_p == 0.0;
 }
 
-/* The two row sums of the float32 backward, of wdy - wdy0 (wdy = dy * w,
- * wdy0 its first element) and wdy * xhat, as the generic path adds them
- * (double terms in cpu_lanes.h's order), from the floats themselves. Called
- * with w either null or known not to be, so each inlined copy vectorizes. */
-static inline void row_sums_f32(fo_lanes *shifted_sum_wdy, fo_lanes *sum_wdy_xhat,
+/* The two row sums of the float32 backward over a piece, of wdy - wdy0
+ * (wdy = dy * w, wdy0 its first element) and wdy * xhat, in FLOAT_LANES
+ * double lanes, one pass. Called with w either null or known not to be, so
+ * each inlined copy vectorizes. */
+static inline void row_sums_f32(double *restrict lane1, double *restrict lane2,
                                 const float *restrict dy, const float *restrict w,
                                 const float *restrict h, double wdy0, double mean, double rstd,
-                                int64_t cols) {
-    double wdy[CPU_CHUNK], xhat[CPU_CHUNK];
-    for (int64_t c0 = 0; c0 < cols; c0 += CPU_CHUNK) {
-        const int64_t n = cols - c0 < CPU_CHUNK ? cols - c0 : CPU_CHUNK;
-        for (int64_t i = 0; i < n; i++) {
-            wdy[i] = w ? (double)dy[c0 + i] * w[c0 + i] : dy[c0 + i];
-            xhat[i] = (h[c0 + i] - mean) * rstd;
+                                int64_t n) {
+    int64_t i = 0;
+    for (; i + FLOAT_LANES <= n; i += FLOAT_LANES)
+        for (int l = 0; l < FLOAT_LANES; l++) {
+            const double wdy = w ? (double)dy[i + l] * w[i + l] : dy[i + l];
+            lane1[l] += wdy - wdy0;
+            lane2[l] += wdy * ((h[i + l] - mean) * rstd);
         }
-        fo_lanes_add(sum_wdy_xhat, wdy, xhat, n);
-        for (int64_t i = 0; i < n; i++) wdy[i] -= wdy0;
-        fo_lanes_add(shifted_sum_wdy, wdy, NULL, n);
+    for (int l = 0; i + l < n; l++) {
+        const double wdy = w ? (double)dy[i + l] * w[i + l] : dy[i + l];
+        lane1[l] += wdy - wdy0;
+        lane2[l] += wdy * ((h[i + l] - mean) * rstd);
     }
 }
 
-/* One row of the float32 dx (and dresidual), in double as the generic path. */
-static void backward_row_f32(const fo_norm_backward_params *a, int64_t r) {
+/* dh = rstd * (wdy - mean(wdy) - xhat * mean(wdy * xhat)) (+ more) of a
+ * row, in double, rounded once; called with w and more each either null or
+ * known not to be, so each inlined copy vectorizes. */
+static inline void row_out_f32(float *restrict out, const float *restrict dy,
+                               const float *restrict w, const float *restrict h,
+                               const float *restrict more, double mean, double rstd,
+                               double mean_wdy, double mean_wdy_xhat, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        const double xhat = (h[i] - mean) * rstd;
+        const double wdy = w ? (double)dy[i] * w[i] : dy[i];
+        double dh = rstd * (wdy - mean_wdy - xhat * mean_wdy_xhat);
+        if (more) dh += more[i];
+        out[i] = (float)dh;
+    }
+}
+
+/* One row of the float32 dx (and dresidual), in double as the generic path;
+ * with dweight and dbias given, the row's terms of them added there. */
+static void backward_row_f32(const fo_norm_backward_params *a, int64_t r, double *restrict dweight,
+                             double *restrict dbias) {
     const int64_t cols = a->cols;
     const int rms = a->kind == FO_NORM_RMS;
     const float *restrict dy = (const float *)a->dy + r * a->dy_row_stride;
@@ -300,42 +320,45 @@ static void backward_row_f32(const fo_norm_backward_params *a, int64_t r) {
      * constant along the row, so that with xhat = 0 (a constant row) dx is
      * exactly 0, not a rounding residue times rstd = 1 / sqrt(eps) */
     const double wdy0 = w ? (double)dy[0] * w[0] : dy[0];
-    fo_lanes s1 = fo_lanes_zero(), s2 = fo_lanes_zero();
-    if (w)
-        row_sums_f32(&s1, &s2, dy, w, h, wdy0, mean, rstd, cols);
-    else
-        row_sums_f32(&s1, &s2, dy, NULL, h, wdy0, mean, rstd, cols);
-    const double mean_wdy = rms ? 0.0 : wdy0 + fo_lanes_total(&s1) / (double)cols;
-    const double mean_wdy_xhat = fo_lanes_total(&s2) / (double)cols;
-    const float *restrict more =
-        a->dresidual_out ? (const float *)a->dresidual_out + r * a->dresidual_out_row_stride : NULL;
-    /* dx and dresidual are the same values without dropout */
-    float *restrict out = (float *)(a->dx ? a->dx : a->dresidual) + r * cols;
-    /* a piece at a time, in loops without branches: so gcc 12 vectorizes */
-    double dh[CPU_CHUNK];
-    for (int64_t c0 = 0; c0 < cols; c0 += CPU_CHUNK) {
+    /* dx and dresidual are the same values without dropout (neither wanted: dweight's terms only)
+     */
+    float *restrict out =
+        a->dx || a->dresidual ? (float *)(a->dx ? a->dx : a->dresidual) + r * cols : NULL;
+    double lane1[FLOAT_LANES] = {0}, lane2[FLOAT_LANES] = {0};
+    for (int64_t c0 = 0; out && c0 < cols; c0 += CPU_CHUNK) {
         const int64_t n = cols - c0 < CPU_CHUNK ? cols - c0 : CPU_CHUNK;
         if (w)
-            for (int64_t i = 0; i < n; i++) dh[i] = (double)dy[c0 + i] * w[c0 + i];
+            row_sums_f32(lane1, lane2, dy + c0, w + c0, h + c0, wdy0, mean, rstd, n);
         else
-            for (int64_t i = 0; i < n; i++) dh[i] = dy[c0 + i];
-        for (int64_t i = 0; i < n; i++) {
-            const double xhat = (h[c0 + i] - mean) * rstd;
-            dh[i] = rstd * (dh[i] - mean_wdy - xhat * mean_wdy_xhat);
-        }
-        if (more)
-            for (int64_t i = 0; i < n; i++) dh[i] += more[c0 + i];
-        for (int64_t i = 0; i < n; i++) out[c0 + i] = (float)dh[i];
+            row_sums_f32(lane1, lane2, dy + c0, NULL, h + c0, wdy0, mean, rstd, n);
+    }
+    const double mean_wdy = rms ? 0.0 : wdy0 + fold_lanes(lane1) / (double)cols;
+    const double mean_wdy_xhat = fold_lanes(lane2) / (double)cols;
+    const float *restrict more =
+        a->dresidual_out ? (const float *)a->dresidual_out + r * a->dresidual_out_row_stride : NULL;
+    if (out) {
+        if (w && more)
+            row_out_f32(out, dy, w, h, more, mean, rstd, mean_wdy, mean_wdy_xhat, cols);
+        else if (w)
+            row_out_f32(out, dy, w, h, NULL, mean, rstd, mean_wdy, mean_wdy_xhat, cols);
+        else if (more)
+            row_out_f32(out, dy, NULL, h, more, mean, rstd, mean_wdy, mean_wdy_xhat, cols);
+        else
+            row_out_f32(out, dy, NULL, h, NULL, mean, rstd, mean_wdy, mean_wdy_xhat, cols);
     }
     if (a->dx && a->dresidual)
         memcpy((float *)a->dresidual + r * cols, out, (size_t)cols * sizeof(float));
+    if (dweight)
+        for (int64_t i = 0; i < cols; i++) dweight[i] += dy[i] * ((h[i] - mean) * rstd);
+    if (dbias)
+        for (int64_t i = 0; i < cols; i++) dbias[i] += dy[i];
 }
 
 /* dx (and dresidual) of rows [r0, r1): each row is independent. */
 static void backward_rows(const void *ctx, int64_t r0, int64_t r1) {
     const fo_norm_backward_params *a = ctx;
     if (backward_is_f32(a)) {
-        for (int64_t r = r0; r < r1; r++) backward_row_f32(a, r);
+        for (int64_t r = r0; r < r1; r++) backward_row_f32(a, r, NULL, NULL);
         return;
     }
     double wdy[CPU_CHUNK], xhat[CPU_CHUNK], other[CPU_CHUNK];
@@ -434,7 +457,56 @@ static void parameter_gradient_chunks(const void *ctx, int64_t k0, int64_t k1) {
     }
 }
 
+/* The float32 backward with dweight or dbias: blocks of rows, each giving
+ * dx of its rows and its own partial dweight and dbias (one pass over dy
+ * and h), the partials then added in block order. The blocks depend on the
+ * shape alone: the same bits on any thread count. */
+typedef struct {
+    const fo_norm_backward_params *a;
+    int64_t block_rows;
+    double *partials; /* 2 * cols a block: dweight's, then dbias's */
+} fused_backward;
+
+#define FUSED_BLOCKS 64
+
+static void fused_backward_blocks(const void *ctx, int64_t k0, int64_t k1) {
+    const fused_backward *f = ctx;
+    const fo_norm_backward_params *a = f->a;
+    for (int64_t k = k0; k < k1; k++) {
+        double *dweight = f->partials + 2 * k * a->cols, *dbias = dweight + a->cols;
+        memset(dweight, 0, 2 * (size_t)a->cols * sizeof(double));
+        const int64_t r1 = (k + 1) * f->block_rows < a->rows ? (k + 1) * f->block_rows : a->rows;
+        for (int64_t r = k * f->block_rows; r < r1; r++)
+            backward_row_f32(a, r, a->dweight ? dweight : NULL, a->dbias ? dbias : NULL);
+    }
+}
+
+/* Runs the fused float32 backward; 0 where it does not apply (or its
+ * partials found no memory): the caller then takes the two passes. */
+static int fused_backward_f32(const fo_norm_backward_params *a) {
+    if (!backward_is_f32(a) || !(a->dweight || a->dbias) || a->rows < 1 || a->cols < 1 ||
+        a->cols > ((int64_t)1 << 16))
+        return 0;
+    fused_backward f = {a, 16, NULL};
+    if (f.block_rows * FUSED_BLOCKS < a->rows)
+        f.block_rows = (a->rows + FUSED_BLOCKS - 1) / FUSED_BLOCKS;
+    const int64_t blocks = (a->rows + f.block_rows - 1) / f.block_rows;
+    f.partials = malloc((size_t)(2 * blocks * a->cols) * sizeof(double));
+    if (!f.partials) return 0;
+    fo_cpu_parallel(blocks, f.block_rows * a->cols, fused_backward_blocks, &f);
+    double *total = f.partials; /* block 0's partials, the others added to them in order */
+    for (int64_t k = 1; k < blocks; k++) {
+        const double *partial = f.partials + 2 * k * a->cols;
+        for (int64_t i = 0; i < 2 * a->cols; i++) total[i] += partial[i];
+    }
+    if (a->dweight) fo_cpu_store(a->dweight, 0, total, a->cols, a->param_dtype);
+    if (a->dbias) fo_cpu_store(a->dbias, 0, total + a->cols, a->cols, a->param_dtype);
+    free(f.partials);
+    return 1;
+}
+
 void FO_CPU(norm_backward)(const fo_norm_backward_params *a) {
+    if (fused_backward_f32(a)) return;
     if (a->dx || a->dresidual) fo_cpu_parallel(a->rows, a->cols, backward_rows, a);
     if (a->dweight || a->dbias)
         fo_cpu_parallel(fo_cpu_chunks(a->cols), a->rows * fo_cpu_chunk_width(a->cols),
