@@ -1,6 +1,7 @@
 /* cpu/norm.c: LayerNorm and RMSNorm with fused residual add and dropout, forward and backward: the
  * CPU kernels, compiled once for each instruction set (cpu_kernels.h) and chosen at load. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cpu_convert.h"
@@ -30,102 +31,58 @@ static double stat_at(const void *stats, int64_t row, int dtype) {
     return value;
 }
 
-/* The float32 path: the generic one below converts every element to double
- * and back through buffers, and reads a row three times; here the floats
- * are read directly, LayerNorm's statistics come in one pass, and the
- * output is the generic path's double arithmetic, rounded once.
- * Taken when every tensor is float32 and there is no dropout. */
-static int forward_is_f32(const fo_norm_forward_params *a) {
-    return a->dtype == FO_DTYPE_F32 && a->param_dtype == FO_DTYPE_F32 &&
-           (!a->residual || a->residual_dtype == FO_DTYPE_F32) && a->dropout_p == 0.0;
-}
-
-/* One row of the float32 forward. */
-static void forward_row_f32(const fo_norm_forward_params *a, int64_t r) {
-    const int64_t cols = a->cols;
-    const float *restrict x = (const float *)a->x + r * a->x_row_stride;
-    const float *restrict w = a->weight, *restrict b = a->bias;
-    float *restrict y = (float *)a->y + r * cols;
-    const float *h = x;
-    if (a->residual) { /* h = x + residual: one float rounding, as in double */
-        const float *restrict res = (const float *)a->residual + r * a->residual_row_stride;
-        float *restrict h_out = (float *)a->residual_out + r * cols;
-        for (int64_t i = 0; i < cols; i++) h_out[i] = x[i] + res[i];
-        h = h_out;
-    }
-    /* LayerNorm: mean and sum of squared deviations M2, each chunk's own,
-     * in double, merged in order by Chan's rule, so M2 never takes a
-     * difference of two large sums. RMSNorm: the sum of squares in lanes
-     * across the row, the generic path's order (the same bits). */
-    double mean = 0.0, m2 = 0.0;
-    if (a->kind == FO_NORM_RMS) {
-        fo_lanes squares = fo_lanes_zero();
-        for (int64_t c0 = 0; c0 < cols; c0 += CPU_CHUNK) {
-            const int64_t n = cols - c0 < CPU_CHUNK ? cols - c0 : CPU_CHUNK;
-            fo_lanes_add_squares_f32(&squares, h + c0, 0.0, n);
-        }
-        m2 = fo_lanes_total(&squares);
-    }
-    for (int64_t c0 = 0; a->kind != FO_NORM_RMS && c0 < cols; c0 += CPU_CHUNK) {
-        const int64_t n = cols - c0 < CPU_CHUNK ? cols - c0 : CPU_CHUNK;
-        fo_lanes sum = fo_lanes_zero();
-        fo_lanes_add_f32(&sum, h + c0, n);
-        const double chunk_mean = fo_lanes_total(&sum) / (double)n;
-        fo_lanes squares = fo_lanes_zero();
-        fo_lanes_add_squares_f32(&squares, h + c0, chunk_mean, n);
-        const double delta = chunk_mean - mean;
-        mean += delta * (double)n / (double)(c0 + n);
-        m2 += fo_lanes_total(&squares) + delta * delta * (double)c0 * (double)n / (double)(c0 + n);
-    }
-    const double rstd = 1.0 / sqrt(m2 / (double)cols + a->eps);
-    if (a->mean) ((float *)a->mean)[r] = (float)mean;
-    if (a->rstd) ((float *)a->rstd)[r] = (float)rstd;
-    /* the output as the generic path computes it, in double, rounded once */
-    for (int64_t i = 0; i < cols; i++) {
-        double v = (h[i] - mean) * rstd;
-        if (w) v *= w[i];
-        if (b) v += b[i];
-        y[i] = (float)v;
-    }
-}
-
-/* bfloat16 and float16 without dropout compute in float, as torch does
- * (float32 keeps double arithmetic above: the fuzz harness holds it to 1 ulp): each CPU_CHUNK
- * piece's sums in FLOAT_LANES double lanes (a fixed order, so the same bits on any thread count),
- * the pieces merged in double. float64 and dropout take the double path below. */
+/* float32, bfloat16 and float16 without dropout read their floats directly (float32 in place, the
+ * halves through a buffer): each CPU_CHUNK piece's sums in FLOAT_LANES double lanes (a fixed order,
+ * so the same bits on any thread count), the pieces merged in double, and the output in double,
+ * rounded once (the fuzz harness holds float32 to 1 ulp). float64 and dropout take the double path
+ * below. */
 static int forward_in_float(const fo_norm_forward_params *a) {
-    return a->dtype != FO_DTYPE_F64 && a->dtype != FO_DTYPE_F32 && a->param_dtype != FO_DTYPE_F64 &&
+    return a->dtype != FO_DTYPE_F64 && a->param_dtype != FO_DTYPE_F64 &&
            (!a->residual || a->residual_dtype != FO_DTYPE_F64) && a->dropout_p == 0.0;
 }
 
-#define FLOAT_LANES 16
+/* 32: four AVX-512 vectors (eight AVX2 ones) of independent chains, so a
+ * sum runs at the adder's throughput rather than its latency */
+#define FLOAT_LANES 32
 
-/* The sum of (x[i] - center)^k over i < n, k = 1 or 2, in double lanes:
- * bfloat16 spans float's range, where float sums overflow or lose digits. */
-static inline double piece_sum(const float *restrict x, int64_t n, double center, int squares) {
-    double lane[FLOAT_LANES] = {0};
+/* The lanes added in one fixed tree, halves at a time (each line vector adds). */
+static inline double fold_lanes(double *lane) {
+    for (int l = 0; l < 16; l++) lane[l] += lane[l + 16];
+    for (int l = 0; l < 8; l++) lane[l] += lane[l + 8];
+    for (int l = 0; l < 4; l++) lane[l] += lane[l + 4];
+    return (lane[0] + lane[2]) + (lane[1] + lane[3]);
+}
+
+/* The sums of d = x[i] - center over i < n (when sum is given) and of d^2,
+ * in double lanes, in one pass: bfloat16 spans float's range, where float
+ * sums overflow or lose digits. */
+static inline void piece_sums(const float *restrict x, int64_t n, double center, double *sum,
+                              double *squares) {
+    double lane[FLOAT_LANES] = {0}, square_lane[FLOAT_LANES] = {0};
     int64_t i = 0;
     for (; i + FLOAT_LANES <= n; i += FLOAT_LANES)
         for (int l = 0; l < FLOAT_LANES; l++) {
             const double d = x[i + l] - center;
-            lane[l] += squares ? d * d : d;
+            if (sum) lane[l] += d;
+            square_lane[l] += d * d;
         }
-    for (; i < n; i++) {
-        const double d = x[i] - center;
-        lane[i % FLOAT_LANES] += squares ? d * d : d;
+    for (int l = 0; i + l < n; l++) {
+        const double d = x[i + l] - center;
+        if (sum) lane[l] += d;
+        square_lane[l] += d * d;
     }
-    for (int width = FLOAT_LANES / 2; width > 0; width /= 2)
-        for (int l = 0; l < width; l++) lane[l] += lane[l + width];
-    return lane[0];
+    if (sum) *sum = fold_lanes(lane);
+    *squares = fold_lanes(square_lane);
 }
 
-/* One row of the float forward. */
-static void forward_row_float(const fo_norm_forward_params *a, int64_t r) {
+/* h of row r of the float forward (with a residual), and its mean and rstd. */
+static void forward_stats_float(const fo_norm_forward_params *a, int64_t r, double *mean_out,
+                                double *rstd_out) {
     const int64_t cols = a->cols;
     const int h_dtype = a->residual ? a->residual_dtype : a->dtype;
     const void *h_src = a->residual ? a->residual_out : a->x;
     const int64_t h_at = a->residual ? r * cols : r * a->x_row_stride;
-    float h_buf[CPU_CHUNK], x_buf[CPU_CHUNK], other_buf[CPU_CHUNK], y_buf[CPU_CHUNK];
+    float h_buf[CPU_CHUNK], x_buf[CPU_CHUNK], other_buf[CPU_CHUNK];
     /* LayerNorm: each piece's mean and sum of squared deviations M2, merged
      * in order by Chan's rule, so M2 never takes a difference of two large
      * sums (a constant row has M2 exactly 0). RMSNorm: the sum of squares. */
@@ -144,49 +101,86 @@ static void forward_row_float(const fo_norm_forward_params *a, int64_t r) {
         }
         const float *h = fo_float_in(h_buf, h_src, h_at + c0, n, h_dtype);
         if (a->kind == FO_NORM_RMS) {
-            m2 += piece_sum(h, n, 0.0, 1);
+            double squares;
+            piece_sums(h, n, 0.0, NULL, &squares);
+            m2 += squares;
             continue;
         }
-        /* about h[0]: a constant piece's mean is then exactly its value */
-        const double piece_mean = h[0] + piece_sum(h, n, h[0], 0) / (double)n;
-        const double piece_m2 = piece_sum(h, n, piece_mean, 1);
+        /* about h[0], in one pass: a constant piece's mean is then exactly its value and its M2
+         * exactly 0, and as (h[0] - mean)^2 <= M2, sum d^2 - (sum d)^2 / n cancels away at most
+         * log2(n + 1) of double's 53 bits */
+        double sum, squares;
+        piece_sums(h, n, h[0], &sum, &squares);
+        const double piece_mean = h[0] + sum / (double)n;
+        /* not below 0 through rounding (NaN stays NaN) */
+        const double piece_m2 =
+            squares < sum * (sum / (double)n) ? 0.0 : squares - sum * (sum / (double)n);
         const double delta = piece_mean - mean;
         mean += delta * (double)n / (double)(c0 + n);
         m2 += piece_m2 + delta * delta * (double)c0 * (double)n / (double)(c0 + n);
     }
     const double rstd = 1.0 / sqrt(m2 / (double)cols + a->eps);
-    const int stats = fo_stats_dtype(a->dtype);
-    if (a->mean) fo_cpu_store(a->mean, r, &mean, 1, stats);
-    if (a->rstd) fo_cpu_store(a->rstd, r, &rstd, 1, stats);
-    for (int64_t c0 = 0; c0 < cols; c0 += CPU_CHUNK) {
-        const int64_t n = cols - c0 < CPU_CHUNK ? cols - c0 : CPU_CHUNK;
-        const float *restrict h = fo_float_in(h_buf, h_src, h_at + c0, n, h_dtype);
-        float *restrict y = fo_float_out(y_buf, a->y, r * cols + c0, a->dtype);
-        /* in double, rounded once: h - mean can overflow float across bfloat16's range */
-        double v[CPU_CHUNK];
-        for (int64_t i = 0; i < n; i++) v[i] = (h[i] - mean) * rstd;
-        if (a->weight) {
-            const float *restrict w = fo_float_in(x_buf, a->weight, c0, n, a->param_dtype);
-            for (int64_t i = 0; i < n; i++) v[i] *= w[i];
+    /* float statistics: the dtype is not float64 */
+    if (a->mean) ((float *)a->mean)[r] = (float)mean;
+    if (a->rstd) ((float *)a->rstd)[r] = (float)rstd;
+    *mean_out = mean;
+    *rstd_out = rstd;
+}
+
+#define FLOAT_BLOCK_ROWS 16
+
+/* Rows [r0, r1) of the float forward, in blocks of rows that stay in cache
+ * between their statistics and their output: the output a piece at a time
+ * over the block's rows, with the weight and bias converted to double once
+ * a block, not once a row. */
+static void forward_rows_float(const fo_norm_forward_params *a, int64_t r0, int64_t r1) {
+    const int64_t cols = a->cols;
+    const int h_dtype = a->residual ? a->residual_dtype : a->dtype;
+    const void *h_src = a->residual ? a->residual_out : a->x;
+    const int has_weight = a->weight != NULL, has_bias = a->bias != NULL;
+    const int64_t fit = (int64_t)8192 / (cols > 0 ? cols : 1), block = fit < 1 ? 1
+                                                                       : fit > FLOAT_BLOCK_ROWS
+                                                                           ? FLOAT_BLOCK_ROWS
+                                                                           : fit;
+    float h_buf[CPU_CHUNK], y_buf[CPU_CHUNK], p_buf[CPU_CHUNK];
+    double mean[FLOAT_BLOCK_ROWS], rstd[FLOAT_BLOCK_ROWS], w[CPU_CHUNK], b[CPU_CHUNK];
+    for (int64_t b0 = r0; b0 < r1; b0 += block) {
+        const int64_t rows = r1 - b0 < block ? r1 - b0 : block;
+        for (int64_t k = 0; k < rows; k++) forward_stats_float(a, b0 + k, &mean[k], &rstd[k]);
+        for (int64_t c0 = 0; c0 < cols; c0 += CPU_CHUNK) {
+            const int64_t n = cols - c0 < CPU_CHUNK ? cols - c0 : CPU_CHUNK;
+            if (has_weight) {
+                const float *p = fo_float_in(p_buf, a->weight, c0, n, a->param_dtype);
+                for (int64_t i = 0; i < n; i++) w[i] = p[i];
+            }
+            if (has_bias) {
+                const float *p = fo_float_in(p_buf, a->bias, c0, n, a->param_dtype);
+                for (int64_t i = 0; i < n; i++) b[i] = p[i];
+            }
+            for (int64_t k = 0; k < rows; k++) {
+                const int64_t r = b0 + k;
+                const int64_t h_at = a->residual ? r * cols : r * a->x_row_stride;
+                const float *restrict h = fo_float_in(h_buf, h_src, h_at + c0, n, h_dtype);
+                float *restrict y = fo_float_out(y_buf, a->y, r * cols + c0, a->dtype);
+                const double m = mean[k], s = rstd[k];
+                /* in double, rounded once: h - mean can overflow float across bfloat16's range */
+                for (int64_t i = 0; i < n; i++) {
+                    double v = (h[i] - m) * s;
+                    if (has_weight) v *= w[i];
+                    if (has_bias) v += b[i];
+                    y[i] = (float)v;
+                }
+                fo_float_done(a->y, r * cols + c0, y, n, a->dtype);
+            }
         }
-        if (a->bias) {
-            const float *restrict b = fo_float_in(other_buf, a->bias, c0, n, a->param_dtype);
-            for (int64_t i = 0; i < n; i++) v[i] += b[i];
-        }
-        for (int64_t i = 0; i < n; i++) y[i] = (float)v[i];
-        fo_float_done(a->y, r * cols + c0, y, n, a->dtype);
     }
 }
 
 /* Rows [r0, r1) of the forward (each row is independent: any thread). */
 static void forward_rows(const void *ctx, int64_t r0, int64_t r1) {
     const fo_norm_forward_params *a = ctx;
-    if (forward_is_f32(a)) {
-        for (int64_t r = r0; r < r1; r++) forward_row_f32(a, r);
-        return;
-    }
     if (forward_in_float(a)) {
-        for (int64_t r = r0; r < r1; r++) forward_row_float(a, r);
+        forward_rows_float(a, r0, r1);
         return;
     }
     double h[CPU_CHUNK], other[CPU_CHUNK];
@@ -273,29 +267,48 @@ static int backward_is_f32(const fo_norm_backward_params *a) {
            a->param_dtype == FO_DTYPE_F32 && a->dropout_p == 0.0;
 }
 
-/* The two row sums of the float32 backward, of wdy - wdy0 (wdy = dy * w,
- * wdy0 its first element) and wdy * xhat, as the generic path adds them
- * (double terms in cpu_lanes.h's order), from the floats themselves. Called
- * with w either null or known not to be, so each inlined copy vectorizes. */
-static inline void row_sums_f32(fo_lanes *shifted_sum_wdy, fo_lanes *sum_wdy_xhat,
+/* The two row sums of the float32 backward over a piece, of wdy - wdy0
+ * (wdy = dy * w, wdy0 its first element) and wdy * xhat, in FLOAT_LANES
+ * double lanes, one pass. Called with w either null or known not to be, so
+ * each inlined copy vectorizes. */
+static inline void row_sums_f32(double *restrict lane1, double *restrict lane2,
                                 const float *restrict dy, const float *restrict w,
                                 const float *restrict h, double wdy0, double mean, double rstd,
-                                int64_t cols) {
-    double wdy[CPU_CHUNK], xhat[CPU_CHUNK];
-    for (int64_t c0 = 0; c0 < cols; c0 += CPU_CHUNK) {
-        const int64_t n = cols - c0 < CPU_CHUNK ? cols - c0 : CPU_CHUNK;
-        for (int64_t i = 0; i < n; i++) {
-            wdy[i] = w ? (double)dy[c0 + i] * w[c0 + i] : dy[c0 + i];
-            xhat[i] = (h[c0 + i] - mean) * rstd;
+                                int64_t n) {
+    int64_t i = 0;
+    for (; i + FLOAT_LANES <= n; i += FLOAT_LANES)
+        for (int l = 0; l < FLOAT_LANES; l++) {
+            const double wdy = w ? (double)dy[i + l] * w[i + l] : dy[i + l];
+            lane1[l] += wdy - wdy0;
+            lane2[l] += wdy * ((h[i + l] - mean) * rstd);
         }
-        fo_lanes_add(sum_wdy_xhat, wdy, xhat, n);
-        for (int64_t i = 0; i < n; i++) wdy[i] -= wdy0;
-        fo_lanes_add(shifted_sum_wdy, wdy, NULL, n);
+    for (int l = 0; i + l < n; l++) {
+        const double wdy = w ? (double)dy[i + l] * w[i + l] : dy[i + l];
+        lane1[l] += wdy - wdy0;
+        lane2[l] += wdy * ((h[i + l] - mean) * rstd);
     }
 }
 
-/* One row of the float32 dx (and dresidual), in double as the generic path. */
-static void backward_row_f32(const fo_norm_backward_params *a, int64_t r) {
+/* dh = rstd * (wdy - mean(wdy) - xhat * mean(wdy * xhat)) (+ more) of a
+ * row, in double, rounded once; called with w and more each either null or
+ * known not to be, so each inlined copy vectorizes. */
+static inline void row_out_f32(float *restrict out, const float *restrict dy,
+                               const float *restrict w, const float *restrict h,
+                               const float *restrict more, double mean, double rstd,
+                               double mean_wdy, double mean_wdy_xhat, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        const double xhat = (h[i] - mean) * rstd;
+        const double wdy = w ? (double)dy[i] * w[i] : dy[i];
+        double dh = rstd * (wdy - mean_wdy - xhat * mean_wdy_xhat);
+        if (more) dh += more[i];
+        out[i] = (float)dh;
+    }
+}
+
+/* One row of the float32 dx (and dresidual), in double as the generic path;
+ * with dweight and dbias given, the row's terms of them added there. */
+static void backward_row_f32(const fo_norm_backward_params *a, int64_t r, double *restrict dweight,
+                             double *restrict dbias) {
     const int64_t cols = a->cols;
     const int rms = a->kind == FO_NORM_RMS;
     const float *restrict dy = (const float *)a->dy + r * a->dy_row_stride;
@@ -307,42 +320,45 @@ static void backward_row_f32(const fo_norm_backward_params *a, int64_t r) {
      * constant along the row, so that with xhat = 0 (a constant row) dx is
      * exactly 0, not a rounding residue times rstd = 1 / sqrt(eps) */
     const double wdy0 = w ? (double)dy[0] * w[0] : dy[0];
-    fo_lanes s1 = fo_lanes_zero(), s2 = fo_lanes_zero();
-    if (w)
-        row_sums_f32(&s1, &s2, dy, w, h, wdy0, mean, rstd, cols);
-    else
-        row_sums_f32(&s1, &s2, dy, NULL, h, wdy0, mean, rstd, cols);
-    const double mean_wdy = rms ? 0.0 : wdy0 + fo_lanes_total(&s1) / (double)cols;
-    const double mean_wdy_xhat = fo_lanes_total(&s2) / (double)cols;
-    const float *restrict more =
-        a->dresidual_out ? (const float *)a->dresidual_out + r * a->dresidual_out_row_stride : NULL;
-    /* dx and dresidual are the same values without dropout */
-    float *restrict out = (float *)(a->dx ? a->dx : a->dresidual) + r * cols;
-    /* a piece at a time, in loops without branches: so gcc 12 vectorizes */
-    double dh[CPU_CHUNK];
-    for (int64_t c0 = 0; c0 < cols; c0 += CPU_CHUNK) {
+    /* dx and dresidual are the same values without dropout (neither wanted: dweight's terms only)
+     */
+    float *restrict out =
+        a->dx || a->dresidual ? (float *)(a->dx ? a->dx : a->dresidual) + r * cols : NULL;
+    double lane1[FLOAT_LANES] = {0}, lane2[FLOAT_LANES] = {0};
+    for (int64_t c0 = 0; out && c0 < cols; c0 += CPU_CHUNK) {
         const int64_t n = cols - c0 < CPU_CHUNK ? cols - c0 : CPU_CHUNK;
         if (w)
-            for (int64_t i = 0; i < n; i++) dh[i] = (double)dy[c0 + i] * w[c0 + i];
+            row_sums_f32(lane1, lane2, dy + c0, w + c0, h + c0, wdy0, mean, rstd, n);
         else
-            for (int64_t i = 0; i < n; i++) dh[i] = dy[c0 + i];
-        for (int64_t i = 0; i < n; i++) {
-            const double xhat = (h[c0 + i] - mean) * rstd;
-            dh[i] = rstd * (dh[i] - mean_wdy - xhat * mean_wdy_xhat);
-        }
-        if (more)
-            for (int64_t i = 0; i < n; i++) dh[i] += more[c0 + i];
-        for (int64_t i = 0; i < n; i++) out[c0 + i] = (float)dh[i];
+            row_sums_f32(lane1, lane2, dy + c0, NULL, h + c0, wdy0, mean, rstd, n);
+    }
+    const double mean_wdy = rms ? 0.0 : wdy0 + fold_lanes(lane1) / (double)cols;
+    const double mean_wdy_xhat = fold_lanes(lane2) / (double)cols;
+    const float *restrict more =
+        a->dresidual_out ? (const float *)a->dresidual_out + r * a->dresidual_out_row_stride : NULL;
+    if (out) {
+        if (w && more)
+            row_out_f32(out, dy, w, h, more, mean, rstd, mean_wdy, mean_wdy_xhat, cols);
+        else if (w)
+            row_out_f32(out, dy, w, h, NULL, mean, rstd, mean_wdy, mean_wdy_xhat, cols);
+        else if (more)
+            row_out_f32(out, dy, NULL, h, more, mean, rstd, mean_wdy, mean_wdy_xhat, cols);
+        else
+            row_out_f32(out, dy, NULL, h, NULL, mean, rstd, mean_wdy, mean_wdy_xhat, cols);
     }
     if (a->dx && a->dresidual)
         memcpy((float *)a->dresidual + r * cols, out, (size_t)cols * sizeof(float));
+    if (dweight)
+        for (int64_t i = 0; i < cols; i++) dweight[i] += dy[i] * ((h[i] - mean) * rstd);
+    if (dbias)
+        for (int64_t i = 0; i < cols; i++) dbias[i] += dy[i];
 }
 
 /* dx (and dresidual) of rows [r0, r1): each row is independent. */
 static void backward_rows(const void *ctx, int64_t r0, int64_t r1) {
     const fo_norm_backward_params *a = ctx;
     if (backward_is_f32(a)) {
-        for (int64_t r = r0; r < r1; r++) backward_row_f32(a, r);
+        for (int64_t r = r0; r < r1; r++) backward_row_f32(a, r, NULL, NULL);
         return;
     }
     double wdy[CPU_CHUNK], xhat[CPU_CHUNK], other[CPU_CHUNK];
@@ -441,7 +457,56 @@ static void parameter_gradient_chunks(const void *ctx, int64_t k0, int64_t k1) {
     }
 }
 
+/* The float32 backward with dweight or dbias: blocks of rows, each giving
+ * dx of its rows and its own partial dweight and dbias (one pass over dy
+ * and h), the partials then added in block order. The blocks depend on the
+ * shape alone: the same bits on any thread count. */
+typedef struct {
+    const fo_norm_backward_params *a;
+    int64_t block_rows;
+    double *partials; /* 2 * cols a block: dweight's, then dbias's */
+} fused_backward;
+
+#define FUSED_BLOCKS 64
+
+static void fused_backward_blocks(const void *ctx, int64_t k0, int64_t k1) {
+    const fused_backward *f = ctx;
+    const fo_norm_backward_params *a = f->a;
+    for (int64_t k = k0; k < k1; k++) {
+        double *dweight = f->partials + 2 * k * a->cols, *dbias = dweight + a->cols;
+        memset(dweight, 0, 2 * (size_t)a->cols * sizeof(double));
+        const int64_t r1 = (k + 1) * f->block_rows < a->rows ? (k + 1) * f->block_rows : a->rows;
+        for (int64_t r = k * f->block_rows; r < r1; r++)
+            backward_row_f32(a, r, a->dweight ? dweight : NULL, a->dbias ? dbias : NULL);
+    }
+}
+
+/* Runs the fused float32 backward; 0 where it does not apply (or its
+ * partials found no memory): the caller then takes the two passes. */
+static int fused_backward_f32(const fo_norm_backward_params *a) {
+    if (!backward_is_f32(a) || !(a->dweight || a->dbias) || a->rows < 1 || a->cols < 1 ||
+        a->cols > ((int64_t)1 << 16))
+        return 0;
+    fused_backward f = {a, 16, NULL};
+    if (f.block_rows * FUSED_BLOCKS < a->rows)
+        f.block_rows = (a->rows + FUSED_BLOCKS - 1) / FUSED_BLOCKS;
+    const int64_t blocks = (a->rows + f.block_rows - 1) / f.block_rows;
+    f.partials = malloc((size_t)(2 * blocks * a->cols) * sizeof(double));
+    if (!f.partials) return 0;
+    fo_cpu_parallel(blocks, f.block_rows * a->cols, fused_backward_blocks, &f);
+    double *total = f.partials; /* block 0's partials, the others added to them in order */
+    for (int64_t k = 1; k < blocks; k++) {
+        const double *partial = f.partials + 2 * k * a->cols;
+        for (int64_t i = 0; i < 2 * a->cols; i++) total[i] += partial[i];
+    }
+    if (a->dweight) fo_cpu_store(a->dweight, 0, total, a->cols, a->param_dtype);
+    if (a->dbias) fo_cpu_store(a->dbias, 0, total + a->cols, a->cols, a->param_dtype);
+    free(f.partials);
+    return 1;
+}
+
 void FO_CPU(norm_backward)(const fo_norm_backward_params *a) {
+    if (fused_backward_f32(a)) return;
     if (a->dx || a->dresidual) fo_cpu_parallel(a->rows, a->cols, backward_rows, a);
     if (a->dweight || a->dbias)
         fo_cpu_parallel(fo_cpu_chunks(a->cols), a->rows * fo_cpu_chunk_width(a->cols),
