@@ -44,6 +44,7 @@ static int forward_in_float(const fo_norm_forward_params *a) {
 /* 32: four AVX-512 vectors (eight AVX2 ones) of independent chains, so a
  * sum runs at the adder's throughput rather than its latency */
 #define FLOAT_LANES 32
+_Static_assert(FLOAT_LANES == 32, "fold_lanes adds 32 lanes");
 
 /* The lanes added in one fixed tree, halves at a time (each line vector adds). */
 static inline double fold_lanes(double *lane) {
