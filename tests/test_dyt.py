@@ -73,6 +73,15 @@ def test_forward_and_every_gradient(shape, bias, dtype, device):
     check_against_float64(x, alpha, weight, b, dy, dtype)
 
 
+@pytest.mark.parametrize("alpha", [-0.7, 0.0], ids=["negative", "zero"])
+def test_negative_and_zero_alpha(alpha, dtype, device):
+    """alpha's sign reaches every gradient; rows of over 2048 columns, more
+    rows than the CUDA backward has row blocks."""
+    x, _, weight, b = inputs((300, 2056), dtype, device)
+    alpha = torch.tensor([alpha], dtype=dtype, device=device)
+    check_against_float64(x, alpha, weight, b, random((300, 2056), dtype, device, seed=5), dtype)
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 def test_float32_parameters_beside_half_x(dtype, device):
     x, alpha, weight, b = inputs((33, 200), dtype, device, param_dtype=torch.float32)
