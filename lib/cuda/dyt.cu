@@ -6,6 +6,8 @@
 // Backward writes the column partials of dweight and dbias, and a dalpha
 // partial a block, to the workspace; one finishing kernel sums each in a
 // fixed order.
+#include <algorithm>
+
 #include "common.cuh"
 
 namespace fo {
@@ -167,9 +169,9 @@ __global__ void dyt_backward_kernel(T *__restrict__ dx, acc_t<T> *__restrict__ p
             if (dx) store_row_chunk<T, ACCESS>(dx + r * cols, g, c, cols);
         }
         if (!partials) continue;
-        if (scale < A(0))  // t above is tanh(|alpha| v)
+        const A t_sign = scale < A(0) ? A(-1) : A(1);  // t above is tanh(|alpha| v)
 #pragma unroll
-            for (int i = 0; i < kChunk; i++) weight_sum[i] = -weight_sum[i];
+        for (int i = 0; i < kChunk; i++) weight_sum[i] *= t_sign;
             // each sum over the TY threads of a column, in ty order
 #pragma unroll
         for (int which = 0; which < 2; which++) {
@@ -220,7 +222,7 @@ inline RowGeometry backward_geometry(int64_t rows, int64_t cols) {
         g.block = dim3(kThreads / 2, 2);
         g.grid.x = unsigned((chunks_per_row(cols) + g.block.x - 1) / g.block.x);
         const int64_t blocks = (rows + 1) / 2;
-        g.grid.y = unsigned(blocks > kMaxRowBlocks / 2 ? kMaxRowBlocks / 2 : blocks < 1 ? 1 : blocks);
+        g.grid.y = unsigned(std::clamp<int64_t>(blocks, 1, kMaxRowBlocks / 2));
     }
     return g;
 }
