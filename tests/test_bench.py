@@ -537,3 +537,23 @@ def test_bench_cpu_times_every_op_and_direction_on_each_thread_count(tmp_path, m
     assert len(written) == len(rows)
     assert all(float(r["eager_ms"]) > 0 and float(r["fused_ms"]) > 0 and float(r["speedup"]) > 0 for r in written)
     assert f"{len(rows)} rows" in (tmp_path / "cpu.md").read_text()
+
+
+def test_host_instructions_compares_each_mode_by_its_geometric_mean(tmp_path, capsys):
+    host_instructions = load("host_instructions")
+    old, new = tmp_path / "old.csv", tmp_path / "new.csv"
+    rows = {
+        ("train", "relu", "fp32"): (1000, 1100),
+        ("train", "square", "bf16"): (400, 100),
+        ("infer", "relu", "fp32"): (50, 40),
+    }
+    for path, side in ((old, 0), (new, 1)):
+        with open(path, "w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(["mode", "op", "dtype", "instructions_a_call"])
+            writer.writerows([*key, counts[side]] for key, counts in rows.items())
+    means = host_instructions.compare(old, new)
+    assert means.keys() == {"train", "infer"}  # fwdbwd has no cases
+    assert means["train"] == pytest.approx(math.sqrt(1.1 * 0.25))
+    assert means["infer"] == pytest.approx(0.8)
+    assert "new/old 1.100" in capsys.readouterr().out
