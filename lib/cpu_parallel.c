@@ -15,9 +15,10 @@
 #include <unistd.h>
 #endif
 
-/* Waking the pool's threads and waiting for them costs 10-20 us on a 2-core
- * x86-64 VM, and the CPU kernels take 0.1-1 ns an element: a thread is worth
- * waking for 2^16 elements, not much less. */
+/* Waking the pool's threads and waiting for them costs 10-90 us on a 2-core
+ * x86-64 VM, and the CPU kernels take 0.1-2 ns an element: a thread is worth
+ * waking for 2^16 elements, not less (callers count a piece's real
+ * elements: a row narrower than a chunk is worth its width). */
 #define MIN_ELEMENTS_A_THREAD ((int64_t)1 << 16)
 #define MAX_THREADS 256
 

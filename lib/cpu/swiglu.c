@@ -73,5 +73,6 @@ static void swiglu_pieces(const void *ctx, int64_t k0, int64_t k1) {
 }
 
 void FO_CPU(swiglu)(const fo_swiglu_params *a) {
-    fo_cpu_parallel(a->rows * fo_cpu_chunks(a->cols), CPU_CHUNK, swiglu_pieces, a);
+    fo_cpu_parallel(a->rows * fo_cpu_chunks(a->cols), fo_cpu_chunk_width(a->cols), swiglu_pieces,
+                    a);
 }
