@@ -12,7 +12,14 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <time.h>
 #include <unistd.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define FO_PAUSE() _mm_pause()
+#else
+#define FO_PAUSE() ((void)0)
+#endif
 #endif
 
 /* Waking the pool's threads and waiting for them costs 10-90 us on a 2-core
@@ -93,11 +100,11 @@ static struct {
     pthread_mutex_t lock; /* guards what follows */
     pthread_cond_t posted, finished;
     int workers; /* started */
-    uint64_t generation; /* one more for each job posted */
+    _Atomic uint64_t generation; /* one more for each job posted */
     fo_cpu_range_fn fn;
     const void *ctx;
     int64_t items, threads;
-    int64_t running; /* workers still in the job */
+    _Atomic int64_t running; /* workers still in the job (changed under lock) */
     uint64_t born[MAX_THREADS]; /* the generation when worker w started */
 } pool = {PTHREAD_MUTEX_INITIALIZER,
           PTHREAD_MUTEX_INITIALIZER,
@@ -112,12 +119,52 @@ static struct {
           0,
           {0}};
 
+/* A worker that finished a job, and a caller waiting for its workers, spin
+ * this long before they sleep: a sleeping thread takes 10-90 us to wake on
+ * a 2-core VM, and back-to-back calls then find the pool awake (relu of
+ * 512 x 256 on 2 threads 105 -> 14 us, LayerNorm 131 -> 56 us; 4096 x 1024
+ * relu 795 -> 750 us). */
+#define SPIN_NS 50000
+
+static int64_t now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+/* Spins up to SPIN_NS while no job newer than seen is posted. */
+static void spin_for_job(uint64_t seen) {
+    const int64_t end = now_ns() + SPIN_NS;
+    do {
+        for (int i = 0; i < 64; i++) {
+            if (atomic_load_explicit(&pool.generation, memory_order_relaxed) != seen) return;
+            FO_PAUSE();
+        }
+    } while (now_ns() < end);
+}
+
+/* Spins up to SPIN_NS while workers are still in the job. */
+static void spin_for_workers(void) {
+    const int64_t end = now_ns() + SPIN_NS;
+    do {
+        for (int i = 0; i < 64; i++) {
+            if (atomic_load_explicit(&pool.running, memory_order_relaxed) == 0) return;
+            FO_PAUSE();
+        }
+    } while (now_ns() < end);
+}
+
 static void *worker(void *arg) {
     const int64_t w = (int64_t)(intptr_t)arg;
     pthread_mutex_lock(&pool.lock);
     /* the job posted right after its start is already one to run */
     uint64_t seen = pool.born[w];
     for (;;) {
+        if (pool.generation == seen) {
+            pthread_mutex_unlock(&pool.lock);
+            spin_for_job(seen);
+            pthread_mutex_lock(&pool.lock);
+        }
         while (pool.generation == seen) pthread_cond_wait(&pool.posted, &pool.lock);
         seen = pool.generation;
         if (w >= pool.threads) continue; /* a job of fewer threads */
@@ -195,6 +242,7 @@ void fo_cpu_parallel(int64_t items, int64_t item_elements, fo_cpu_range_fn fn, c
     pthread_cond_broadcast(&pool.posted);
     pthread_mutex_unlock(&pool.lock);
     run_range(fn, ctx, items, threads, 0);
+    spin_for_workers();
     pthread_mutex_lock(&pool.lock);
     while (pool.running > 0) pthread_cond_wait(&pool.finished, &pool.lock);
     pthread_mutex_unlock(&pool.lock);
