@@ -25,7 +25,7 @@ from pathlib import Path
 CALLS = 100  # a case's calls inside its divmod
 WARMUP = 30
 MODES = ("train", "fwdbwd", "infer")
-OPS = "layer_norm,rms_norm,add_rms_norm,bias_scale_relu,relu,square,reduce_sum,swiglu,geglu"
+DEFAULT_OPS = "layer_norm,rms_norm,add_rms_norm,bias_scale_relu,relu,square,reduce_sum,swiglu,geglu"
 SHAPE = (8, 64)
 
 
@@ -105,7 +105,7 @@ def compare(old_path, new_path):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ops", default=OPS, help="comma list of bench_overhead.py's ops")
+    parser.add_argument("--ops", default=DEFAULT_OPS, help="comma list of bench_overhead.py's ops")
     parser.add_argument("--out", default="host_instructions.csv")
     parser.add_argument("--compare", nargs=2, metavar=("OLD", "NEW"))
     parser.add_argument("--cases", help=argparse.SUPPRESS)  # the run under valgrind

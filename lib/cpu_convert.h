@@ -7,6 +7,8 @@
 
 #include <stdint.h>
 
+#include "cpu_parallel.h"
+
 #define CPU_CHUNK 256
 
 /* The CPU_CHUNK-element pieces of a row of cols elements (the last one may
@@ -18,6 +20,13 @@ static inline int64_t fo_cpu_chunks(int64_t cols) { return (cols + CPU_CHUNK - 1
  * int64 wherever rows * cols does. */
 static inline int64_t fo_cpu_chunk_width(int64_t cols) {
     return cols < CPU_CHUNK ? cols : CPU_CHUNK;
+}
+
+/* fn over the rows x fo_cpu_chunks(cols) pieces (item k: row k / chunks,
+ * chunk k % chunks), each worth its width to the thread count. */
+static inline void fo_cpu_parallel_pieces(int64_t rows, int64_t cols, fo_cpu_range_fn fn,
+                                          const void *ctx) {
+    fo_cpu_parallel(rows * fo_cpu_chunks(cols), fo_cpu_chunk_width(cols), fn, ctx);
 }
 
 /* dst[i] = src[offset + i] as double, for i < n. */

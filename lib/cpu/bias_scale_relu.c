@@ -188,10 +188,9 @@ void FO_CPU(bias_scale_relu_backward)(const fo_bias_scale_relu_backward_params *
     if (a->dbias)
         fo_cpu_parallel(chunks, a->rows * fo_cpu_chunk_width(a->cols), backward_columns, a);
     else
-        fo_cpu_parallel(a->rows * chunks, fo_cpu_chunk_width(a->cols), backward_pieces, a);
+        fo_cpu_parallel_pieces(a->rows, a->cols, backward_pieces, a);
 }
 
 void FO_CPU(bias_scale_relu_forward)(const fo_bias_scale_relu_forward_params *a) {
-    fo_cpu_parallel(a->rows * fo_cpu_chunks(a->cols), fo_cpu_chunk_width(a->cols), forward_pieces,
-                    a);
+    fo_cpu_parallel_pieces(a->rows, a->cols, forward_pieces, a);
 }

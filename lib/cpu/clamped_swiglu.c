@@ -70,6 +70,5 @@ static void clamped_swiglu_pieces(const void *ctx, int64_t k0, int64_t k1) {
 }
 
 void FO_CPU(clamped_swiglu)(const fo_clamped_swiglu_args *a) {
-    fo_cpu_parallel(a->rows * fo_cpu_chunks(a->cols), fo_cpu_chunk_width(a->cols),
-                    clamped_swiglu_pieces, a);
+    fo_cpu_parallel_pieces(a->rows, a->cols, clamped_swiglu_pieces, a);
 }

@@ -35,8 +35,7 @@ static void forward_pieces(const void *ctx, int64_t k0, int64_t k1) {
 }
 
 void FO_CPU(dyt_forward)(const fo_dyt_args *a) {
-    fo_cpu_parallel(a->rows * fo_cpu_chunks(a->cols), fo_cpu_chunk_width(a->cols), forward_pieces,
-                    a);
+    fo_cpu_parallel_pieces(a->rows, a->cols, forward_pieces, a);
 }
 
 /* The gradients of row r, columns c0 .. c0 + n: dx written, the sums added
@@ -96,7 +95,7 @@ static void backward_pieces(const void *ctx, int64_t k0, int64_t k1) {
 void FO_CPU(dyt_backward)(const fo_dyt_args *a) {
     const int64_t chunks = fo_cpu_chunks(a->cols);
     if (!a->dalpha && !a->dweight && !a->dbias) {
-        fo_cpu_parallel(a->rows * chunks, fo_cpu_chunk_width(a->cols), backward_pieces, a);
+        fo_cpu_parallel_pieces(a->rows, a->cols, backward_pieces, a);
         return;
     }
     fo_cpu_parallel(chunks, a->rows * fo_cpu_chunk_width(a->cols), backward_columns, a);

@@ -121,5 +121,5 @@ static void geglu_pieces(const void *ctx, int64_t k0, int64_t k1) {
 }
 
 void FO_CPU(geglu)(const fo_geglu_params *a) {
-    fo_cpu_parallel(a->rows * fo_cpu_chunks(a->cols), fo_cpu_chunk_width(a->cols), geglu_pieces, a);
+    fo_cpu_parallel_pieces(a->rows, a->cols, geglu_pieces, a);
 }

@@ -49,6 +49,5 @@ static void square_pieces(const void *ctx, int64_t k0, int64_t k1) {
 }
 
 void FO_CPU(square)(const fo_square_params *a) {
-    fo_cpu_parallel(a->rows * fo_cpu_chunks(a->cols), fo_cpu_chunk_width(a->cols), square_pieces,
-                    a);
+    fo_cpu_parallel_pieces(a->rows, a->cols, square_pieces, a);
 }

@@ -73,6 +73,5 @@ static void swiglu_pieces(const void *ctx, int64_t k0, int64_t k1) {
 }
 
 void FO_CPU(swiglu)(const fo_swiglu_params *a) {
-    fo_cpu_parallel(a->rows * fo_cpu_chunks(a->cols), fo_cpu_chunk_width(a->cols), swiglu_pieces,
-                    a);
+    fo_cpu_parallel_pieces(a->rows, a->cols, swiglu_pieces, a);
 }

@@ -40,7 +40,7 @@ constexpr acc_t<T> kSlopeScale = sizeof(T) == 2 ? 4 : 1;
 // The backward's t = tanh(|alpha| v) and slope / kSlopeScale, from
 // magnitude = |alpha| and exp2_factor = -2 |alpha| log2(e). The kernel
 // restores alpha's sign in t once per column sum, so no product alpha * v is
-// formed a element. For fp16 and bf16 x: both from e = exp(-2|alpha v|)
+// formed per element. For fp16 and bf16 x: both from e = exp(-2|alpha v|)
 // (MUFU.EX2 and MUFU.RCP), t = (1 - e) / (1 + e) and slope = 4e / (1 + e)^2,
 // errors of a few float ulps (slope's relative, with no cancellation near
 // saturation), where tanhf's instructions make the backward compute-bound;
