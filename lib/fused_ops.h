@@ -52,7 +52,7 @@
 #define FO_VERSION_MINOR 2
 #define FO_VERSION_PATCH 0
 /* Bumped on any change that breaks a caller built against an older header. */
-#define FO_ABI_VERSION 5
+#define FO_ABI_VERSION 6
 
 #ifdef __cplusplus
 extern "C" {
@@ -128,12 +128,11 @@ FO_API const char *fo_cpu_isa(void);
  * A struct_size under the first version's size, or over the library's own, is
  * FO_ERR_INVALID_ARGUMENT, as is a NULL struct pointer (every struct below
  * is in its first version, FO_ABI_VERSION 4 (those of square, reduce_sum and
- * swiglu: 5), but fo_rope_args, whose first version ends at `pairs`, and
- * fo_cross_entropy_args, at `softcap`). The library reads the struct during
- * the call only. Each struct carries the call's device: device_type
- * (FO_DEVICE_CPU or FO_DEVICE_CUDA), device_index (the CUDA ordinal; ignored
- * on the CPU) and stream (a cudaStream_t as an integer, 0 = legacy default;
- * ignored on the CPU).
+ * swiglu: 5; the FP8 output of swiglu's and geglu's forward: 6), but fo_rope_args, whose first
+ * version ends at `pairs`, and fo_cross_entropy_args, at `softcap`). The library reads the struct
+ * during the call only. Each struct carries the call's device: device_type (FO_DEVICE_CPU or
+ * FO_DEVICE_CUDA), device_index (the CUDA ordinal; ignored on the CPU) and stream (a cudaStream_t
+ * as an integer, 0 = legacy default; ignored on the CPU).
  */
 
 /*
@@ -378,10 +377,31 @@ FO_API int fo_norm_backward_workspace_bytes(const fo_norm_backward_args *args, i
 
 FO_API int fo_norm_backward(const fo_norm_backward_args *args);
 
+/* The FP8 formats and recipes of fo_quantize_fp8 and of the FP8 outputs. */
+enum fo_fp8_dtype { FO_FP8_E4M3 = 0, FO_FP8_E5M2 = 1 };
+enum fo_fp8_recipe { FO_FP8_TENSORWISE = 0, FO_FP8_ROWWISE = 1 };
+
+/*
+ * An op's output written in FP8 instead of `dtype`, in the same pass: the
+ * bytes and scales fo_quantize_fp8 gives for the output as `dtype` would
+ * hold it (its rounding to `dtype` included), without writing that output.
+ *   y, y_t, scale: as fo_quantize_fp8's (y and y_t dense, y_t tensorwise
+ *             only; either may be 0, not both).
+ *   amax:     float32, one a row (rowwise; optional) or one (tensorwise;
+ *             required: the pass keeps the running max there).
+ * An op takes its FP8 output when y or y_t is given (its own y is then 0).
+ */
+typedef struct fo_fp8_out {
+    uintptr_t y, y_t, scale, amax;
+    int32_t fp8_dtype; /* enum fo_fp8_dtype */
+    int32_t recipe; /* enum fo_fp8_recipe */
+} fo_fp8_out;
+
 /*
  * SwiGLU: y = silu(gate) * up = gate / (1 + exp(-gate)) * up, elementwise.
  *   y:        output, rows x cols, dense, `dtype`.
  *   gate, up: rows x cols with their row strides, `dtype`.
+ *   fp8:      the output in FP8 instead of y (fo_fp8_out), or all 0.
  */
 typedef struct fo_swiglu_forward_args {
     int64_t struct_size; /* sizeof(fo_swiglu_forward_args) */
@@ -395,6 +415,7 @@ typedef struct fo_swiglu_forward_args {
     int64_t rows, cols;
     int32_t dtype;
     int32_t reserved; /* 0 */
+    fo_fp8_out fp8;
 } fo_swiglu_forward_args;
 
 FO_API int fo_swiglu_forward(const fo_swiglu_forward_args *args);
@@ -517,6 +538,7 @@ enum fo_gelu_approximate {
  * models). Arithmetic is fp32 (fp64 for fp64).
  *   y:        output, rows x cols, dense, `dtype`.
  *   gate, up: rows x cols with their row strides, `dtype`.
+ *   fp8:      the output in FP8 instead of y (fo_fp8_out), or all 0.
  */
 typedef struct fo_geglu_forward_args {
     int64_t struct_size; /* sizeof(fo_geglu_forward_args) */
@@ -530,6 +552,7 @@ typedef struct fo_geglu_forward_args {
     int64_t rows, cols;
     int32_t dtype;
     int32_t approximate; /* an fo_gelu_approximate */
+    fo_fp8_out fp8;
 } fo_geglu_forward_args;
 
 FO_API int fo_geglu_forward(const fo_geglu_forward_args *args);
@@ -749,8 +772,6 @@ FO_API int fo_dyt_backward(const fo_dyt_args *args);
  *         fp8_dtype), FO_ERR_UNSUPPORTED_DEVICE, FO_ERR_WORKSPACE_TOO_SMALL,
  *         FO_ERR_CUDA_NOT_BUILT or FO_ERR_CUDA_RUNTIME.
  */
-enum fo_fp8_dtype { FO_FP8_E4M3 = 0, FO_FP8_E5M2 = 1 };
-enum fo_fp8_recipe { FO_FP8_TENSORWISE = 0, FO_FP8_ROWWISE = 1 };
 
 typedef struct fo_quantize_fp8_args {
     int64_t struct_size; /* sizeof(fo_quantize_fp8_args) */

@@ -27,7 +27,7 @@ static int check_inputs(const char *op, int device_type, int device_index, uintp
 }
 
 static int run(int device_type, int device_index, uintptr_t stream, const fo_geglu_params *a) {
-    if (a->rows == 0 || a->cols == 0) return FO_OK;
+    if ((a->rows == 0 || a->cols == 0) && !a->fp8) return FO_OK; /* FP8 writes its scales */
     if (device_type == FO_DEVICE_CUDA) return fo_cuda_geglu(device_index, stream, a);
     fo_cpu()->geglu(a);
     return FO_OK;
@@ -45,7 +45,7 @@ int fo_geglu_forward(const fo_geglu_forward_args *args) {
              fo_read_args(op, "fo_geglu_forward_args", &c, sizeof c, FORWARD_ARGS_FIRST, args)) ||
         (status = check_inputs(op, c.device_type, c.device_index, c.gate, c.gate_row_stride, c.up,
                                c.up_row_stride, c.rows, c.cols, c.dtype, c.approximate)) ||
-        (status = fo_check_operand(op, "y", c.y, c.cols, c.rows, c.cols, c.dtype, 0)))
+        (status = fo_check_output_or_fp8(op, c.y, &c.fp8, c.rows, c.cols, c.dtype)))
         return status;
     fo_geglu_params a = {(void *)c.y,
                          0,
@@ -58,7 +58,8 @@ int fo_geglu_forward(const fo_geglu_forward_args *args) {
                          c.rows,
                          c.cols,
                          c.dtype,
-                         c.approximate};
+                         c.approximate,
+                         fo_fp8_out_given(&c.fp8) ? &c.fp8 : NULL};
     return run(c.device_type, c.device_index, c.stream, &a);
 }
 
@@ -86,6 +87,7 @@ int fo_geglu_backward(const fo_geglu_backward_args *args) {
                          c.rows,
                          c.cols,
                          c.dtype,
-                         c.approximate};
+                         c.approximate,
+                         NULL};
     return run(c.device_type, c.device_index, c.stream, &a);
 }

@@ -54,6 +54,14 @@ int fo_read_args(const char *op, const char *type, void *local, size_t local_siz
  * field is 0 (kept 0 so that a later version may give it a meaning). */
 int fo_check_reserved(const char *op, int32_t reserved);
 
+/* Whether an op's FP8 output is asked for (fo_fp8_out: y or y_t given). */
+static inline int fo_fp8_out_given(const fo_fp8_out *out) { return out->y || out->y_t; }
+
+/* Checks an op's output (quantize_fp8.c): y, rows x cols, dense, `dtype`,
+ * or where fp8 is given (y then 0), its FP8 output. */
+int fo_check_output_or_fp8(const char *op, uintptr_t y, const fo_fp8_out *fp8, int64_t rows,
+                           int64_t cols, int dtype);
+
 /* Fails with FO_ERR_INVALID_ARGUMENT when the `bytes` out-pointer of a
  * workspace query is NULL. */
 int fo_check_bytes_pointer(const char *op, const int64_t *bytes);
@@ -150,6 +158,7 @@ typedef struct fo_swiglu_params {
     int64_t up_row_stride;
     int64_t rows, cols;
     int dtype;
+    const fo_fp8_out *fp8; /* forward: the output in FP8 (y_or_dgate 0), or NULL */
 } fo_swiglu_params;
 
 typedef struct fo_cross_entropy_params {
@@ -185,6 +194,7 @@ typedef struct fo_geglu_params {
     int64_t up_row_stride;
     int64_t rows, cols;
     int dtype, approximate;
+    const fo_fp8_out *fp8; /* forward: the output in FP8 (y_or_dgate 0), or NULL */
 } fo_geglu_params;
 
 /* One of q and k: its input and its dense output, strides in elements in

@@ -2,6 +2,7 @@
  * tensorwise, optionally with the transposed copy): argument checks and
  * CPU/CUDA dispatch (the CPU kernels: cpu/quantize_fp8.c). */
 #include <inttypes.h>
+#include <stdio.h>
 
 #include "cpu/cpu_kernels.h"
 #include "internal.h"
@@ -10,6 +11,52 @@
  * unknown makes fo_check_operand skip the alignment check (1-byte
  * elements need none). */
 #define FP8_OPERAND (-1)
+
+static int check_fp8_out(const char *op, const char *prefix, const fo_fp8_out *out, int64_t rows,
+                         int64_t cols) {
+    char y[32], y_t[32], scale[32], amax[32];
+    snprintf(y, sizeof y, "%s.y", prefix);
+    snprintf(y_t, sizeof y_t, "%s.y_t", prefix);
+    snprintf(scale, sizeof scale, "%s.scale", prefix);
+    snprintf(amax, sizeof amax, "%s.amax", prefix);
+    if (out->fp8_dtype != FO_FP8_E4M3 && out->fp8_dtype != FO_FP8_E5M2)
+        return fo_fail(FO_ERR_UNSUPPORTED_DTYPE,
+                       "%s: %s.fp8_dtype=%d is not an FP8 dtype code (e4m3=0, e5m2=1)", op, prefix,
+                       out->fp8_dtype);
+    if (out->recipe != FO_FP8_TENSORWISE && out->recipe != FO_FP8_ROWWISE)
+        return fo_fail(FO_ERR_INVALID_ARGUMENT,
+                       "%s: %s.recipe=%d is not a recipe code (tensorwise=0, rowwise=1)", op,
+                       prefix, out->recipe);
+    if (out->y_t && out->recipe != FO_FP8_TENSORWISE)
+        return fo_fail(FO_ERR_INVALID_ARGUMENT,
+                       "%s: %s (the transposed copy) needs %s.recipe=0 (tensorwise), got %d", op,
+                       y_t, prefix, out->recipe);
+    if (rows > INT64_MAX / 16)
+        return fo_fail(FO_ERR_INVALID_ARGUMENT,
+                       "%s: rows=%" PRId64 " overflows 64-bit byte offsets of the per-row scales",
+                       op, rows);
+    const int rowwise = out->recipe == FO_FP8_ROWWISE;
+    const int64_t scales = rowwise ? rows : 1;
+    int status;
+    if ((status = fo_check_operand(op, y, out->y, cols, rows, cols, FP8_OPERAND, 1)) ||
+        (status = fo_check_operand(op, y_t, out->y_t, rows, cols, rows, FP8_OPERAND, 1)) ||
+        (status = fo_check_operand(op, scale, out->scale, scales, 1, scales, FO_DTYPE_F32, 0)) ||
+        (status = fo_check_operand(op, amax, out->amax, scales, 1, scales, FO_DTYPE_F32, rowwise)))
+        return status;
+    return FO_OK;
+}
+
+int fo_check_output_or_fp8(const char *op, uintptr_t y, const fo_fp8_out *fp8, int64_t rows,
+                           int64_t cols, int dtype) {
+    if (!fo_fp8_out_given(fp8)) return fo_check_operand(op, "y", y, cols, rows, cols, dtype, 0);
+    if (y)
+        return fo_fail(FO_ERR_INVALID_ARGUMENT,
+                       "%s: y=0x%" PRIxPTR
+                       " is given beside fp8.y or fp8.y_t; the FP8 output "
+                       "replaces y, so y must be 0",
+                       op, y);
+    return check_fp8_out(op, "fp8", fp8, rows, cols);
+}
 
 static int check_call(const char *op, const fo_quantize_fp8_args *c) {
     int status;

@@ -22,7 +22,7 @@ static int check_inputs(const char *op, int device_type, int device_index, uintp
 }
 
 static int run(int device_type, int device_index, uintptr_t stream, const fo_swiglu_params *a) {
-    if (a->rows == 0 || a->cols == 0) return FO_OK;
+    if ((a->rows == 0 || a->cols == 0) && !a->fp8) return FO_OK; /* FP8 writes its scales */
     if (device_type == FO_DEVICE_CUDA) return fo_cuda_swiglu(device_index, stream, a);
     fo_cpu()->swiglu(a);
     return FO_OK;
@@ -40,7 +40,7 @@ int fo_swiglu_forward(const fo_swiglu_forward_args *args) {
              fo_read_args(op, "fo_swiglu_forward_args", &c, sizeof c, FORWARD_ARGS_FIRST, args)) ||
         (status = check_inputs(op, c.device_type, c.device_index, c.gate, c.gate_row_stride, c.up,
                                c.up_row_stride, c.rows, c.cols, c.dtype)) ||
-        (status = fo_check_operand(op, "y", c.y, c.cols, c.rows, c.cols, c.dtype, 0)) ||
+        (status = fo_check_output_or_fp8(op, c.y, &c.fp8, c.rows, c.cols, c.dtype)) ||
         (status = fo_check_reserved(op, c.reserved)))
         return status;
     fo_swiglu_params a = {(void *)c.y,
@@ -53,7 +53,8 @@ int fo_swiglu_forward(const fo_swiglu_forward_args *args) {
                           c.up_row_stride,
                           c.rows,
                           c.cols,
-                          c.dtype};
+                          c.dtype,
+                          fo_fp8_out_given(&c.fp8) ? &c.fp8 : NULL};
     return run(c.device_type, c.device_index, c.stream, &a);
 }
 
@@ -81,6 +82,7 @@ int fo_swiglu_backward(const fo_swiglu_backward_args *args) {
                           c.up_row_stride,
                           c.rows,
                           c.cols,
-                          c.dtype};
+                          c.dtype,
+                          NULL};
     return run(c.device_type, c.device_index, c.stream, &a);
 }

@@ -22,6 +22,15 @@ from .._core import (
     records_grad,
 )
 from .._ffi import SYNC, ffi, finish, lib
+from .quantize_fp8 import (
+    TRANSPOSES,
+    check_fp8_options,
+    fake_fp8_output,
+    fp8_fields,
+    fp8_op_output,
+    fp8_output,
+    fp8_result,
+)
 from .swiglu import check_swiglu
 
 # the raw calls -------------------------------------------------------------------------
@@ -98,6 +107,40 @@ def geglu_forward(fn, gate, up, approximate, prepare_backward=False):
         backward = b
     free.append(a)
     return y, backward
+
+
+def _geglu_fp8_plan(fn, gate, up, approximate, recipe, dtype, transpose):
+    check_fp8_options(fn, recipe, dtype, transpose)
+    forward, _, dense, index, free = _geglu_plan(fn, gate, up, approximate)
+    for name, value in fp8_fields(recipe, dtype).items():
+        setattr(forward.fp8, name, value)
+    return forward, dense, index, free
+
+
+_geglu_fp8_plans = {}
+
+
+def geglu_fp8_forward(fn, gate, up, approximate, recipe, dtype, transpose):
+    """gelu(gate) * up as FP8, the bf16 (or other) output never written: (y
+    or None, scale, y_t or None)."""
+    try:
+        key = (gate.shape, gate.stride(), gate.dtype, gate.device, up.shape, up.stride(), up.dtype, up.device)
+        key += (approximate, recipe, dtype, transpose)
+    except AttributeError:  # not tensors: the checks name what is wrong
+        key = None
+    template, dense, cuda_index, free = prepared(
+        _geglu_fp8_plans, key, _geglu_fp8_plan, fn, gate, up, approximate, recipe, dtype, transpose
+    )
+    a = call_struct(_GEGLU_FORWARD, template, cuda_index, free)
+    y, scale, y_t, amax = fp8_output(a.fp8, gate, recipe, dtype, transpose)
+    if not dense:  # views, or copies where no view has dense rows: kept alive until the call returns
+        gate, up = as_rows(gate)[0], as_rows(up)[0]
+    a.gate, a.up = gate.data_ptr(), up.data_ptr()
+    status = lib.fo_geglu_forward(a)
+    if status or SYNC:
+        finish(lib.fo_geglu_forward, status, (a.device_type, a.device_index))
+    free.append(a)
+    return y, scale, y_t
 
 
 def geglu_backward_prepared(b, dy_rows, want_gate, want_up, gate):
@@ -218,6 +261,18 @@ def _register():
 
     geglu_op.register_autograd(_geglu_grad, setup_context=_geglu_setup)
 
+    @custom_op("fused_ops_py::geglu_fp8", mutates_args=())
+    def geglu_fp8_op(
+        gate: Tensor, up: Tensor, approximate: str, recipe: str, dtype: torch.dtype, transpose: int
+    ) -> Tuple[Tensor, Tensor, Tensor]:
+        fn = "fused_ops_py::geglu_fp8"
+        y, scale, y_t = geglu_fp8_forward(fn, gate, up, approximate, recipe, dtype, TRANSPOSES[transpose])
+        return fp8_op_output(y, scale, y_t, gate, dtype)
+
+    @geglu_fp8_op.register_fake
+    def _(gate, up, approximate, recipe, dtype, transpose):
+        return fake_fp8_output(gate, recipe, dtype, transpose)
+
 
 if AVAILABLE:
     _register()
@@ -226,12 +281,24 @@ if AVAILABLE:
 # the public functions ------------------------------------------------------------------
 
 
-def fused_geglu(gate, up, approximate="tanh"):
+def fused_geglu(gate, up, approximate="tanh", *, fp8=None, fp8_dtype=torch.float8_e4m3fn, transpose=False):
     """gelu(gate, approximate=approximate) * up, elementwise (the gated MLP
     of Gemma-style models); approximate is "tanh" (the default here, as
     Gemma's gelu_pytorch_tanh) or "none" (erf); gate and up have one shape
-    and dtype. Gradients flow to both."""
+    and dtype. Gradients flow to both.
+
+    fp8="rowwise" or "tensorwise": the output in FP8 instead, in the same
+    pass, as fused_swiglu's fp8 (fused_quantize_fp8 of the output)."""
     fn = "fused_geglu"
+    if fp8 is not None:
+        if compiling():
+            check_geglu(fn, gate, up, approximate)
+            check_fp8_options(fn, fp8, fp8_dtype, transpose)
+            index = TRANSPOSES.index(transpose)
+            y, scale, y_t = torch.ops.fused_ops_py.geglu_fp8(gate, up, approximate, fp8, fp8_dtype, index)
+        else:
+            y, scale, y_t = geglu_fp8_forward(fn, gate, up, approximate, fp8, fp8_dtype, transpose)
+        return fp8_result(y, scale, y_t, transpose)
     if compiling():
         check_geglu(fn, gate, up, approximate)
         return torch.ops.fused_ops_py.geglu(gate, up, approximate)

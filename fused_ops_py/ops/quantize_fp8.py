@@ -14,7 +14,7 @@ from torch import Tensor
 
 from .. import _args
 from .._args import DTYPE_CODES, as_rows
-from .._core import AVAILABLE, call_struct, compiling, cuda_index, custom_op, new_struct, prepared, scratch
+from .._core import AVAILABLE, address, call_struct, compiling, cuda_index, custom_op, new_struct, prepared, scratch
 from .._ffi import SYNC, ffi, finish, lib
 
 # the raw call ----------------------------------------------------------------------------
@@ -29,7 +29,11 @@ def check_quantize(fn, x, recipe, dtype, transpose):
     _args.check_tensor(fn, "x", x)
     if x.dim() == 0:
         raise ValueError(f"{fn}: x is 0-d; quantization works over rows of a last dimension")
-    if recipe not in RECIPES:
+    check_fp8_options(fn, recipe, dtype, transpose)
+
+
+def check_fp8_options(fn, recipe, dtype, transpose):
+    if not isinstance(recipe, str) or recipe not in RECIPES:
         raise ValueError(f"{fn}: recipe={recipe!r}; it must be 'rowwise' or 'tensorwise'")
     if dtype not in FP8_CODES:
         raise TypeError(f"{fn}: dtype={dtype}; it must be torch.float8_e4m3fn or torch.float8_e5m2")
@@ -45,6 +49,52 @@ def check_quantize(fn, x, recipe, dtype, transpose):
 def scale_shape(x, recipe):
     """[rows..., 1] for rowwise (x's leading dimensions), () for tensorwise."""
     return (*x.shape[:-1], 1) if recipe == "rowwise" else ()
+
+
+# an op's FP8 output (fo_fp8_out) ---------------------------------------------------------
+
+
+def fp8_output(out, like, recipe, dtype, transpose):
+    """Allocates an op's FP8 output for values shaped like `like` (rows: its
+    leading dimensions) and points `out`, an fo_fp8_out, at it: (y or None,
+    scale, y_t or None, amax or None); amax (tensorwise: the pass's running
+    max) must live until the call returns."""
+    rows, cols = math.prod(like.shape[:-1]), like.shape[-1]
+    y = torch.empty(like.shape, dtype=dtype, device=like.device) if transpose != "only" else None
+    scale = torch.empty(scale_shape(like, recipe), dtype=torch.float32, device=like.device)
+    y_t = torch.empty((cols, rows), dtype=dtype, device=like.device) if transpose else None
+    amax = torch.empty((), dtype=torch.float32, device=like.device) if recipe == "tensorwise" else None
+    out.y, out.y_t, out.scale, out.amax = address(y), address(y_t), scale.data_ptr(), address(amax)
+    return y, scale, y_t, amax
+
+
+def fp8_fields(recipe, dtype):
+    """The fo_fp8_out fields a plan's template keeps."""
+    return {"fp8_dtype": FP8_CODES[dtype], "recipe": RECIPES[recipe]}
+
+
+def fake_fp8_output(like, recipe, dtype, transpose):
+    """What a registered op with an FP8 output returns under torch.compile's
+    fake tensors (an output not written: empty); transpose as TRANSPOSES' index."""
+    rows = math.prod(like.shape[:-1])
+    return (
+        like.new_empty(like.shape if transpose != 2 else (0,), dtype=dtype),
+        like.new_empty(scale_shape(like, recipe), dtype=torch.float32),
+        like.new_empty((like.shape[-1], rows) if transpose else (0,), dtype=dtype),
+    )
+
+
+def fp8_op_output(y, scale, y_t, like, dtype):
+    """A registered op's (y, scale, y_t), empty tensors for those not written."""
+    empty = like.new_empty(0, dtype=dtype)
+    return y if y is not None else empty, scale, y_t if y_t is not None else empty
+
+
+def fp8_result(y, scale, y_t, transpose):
+    """What the public functions return: (y, scale), (y, scale, y_t), or (y_t, scale) for transpose="only"."""
+    if transpose == "only":
+        return y_t, scale
+    return (y, scale, y_t) if transpose else (y, scale)
 
 
 def _quantize_plan(fn, x, recipe, dtype, transpose):
@@ -105,17 +155,11 @@ def _register():
     @custom_op("fused_ops_py::quantize_fp8", mutates_args=())
     def quantize_fp8_op(x: Tensor, recipe: str, dtype: torch.dtype, transpose: int) -> Tuple[Tensor, Tensor, Tensor]:
         y, scale, y_t = quantize_fp8("fused_ops_py::quantize_fp8", x, recipe, dtype, TRANSPOSES[transpose])
-        empty = x.new_empty(0, dtype=dtype)
-        return y if y is not None else empty, scale, y_t if y_t is not None else empty
+        return fp8_op_output(y, scale, y_t, x, dtype)
 
     @quantize_fp8_op.register_fake
     def _(x, recipe, dtype, transpose):
-        rows = math.prod(x.shape[:-1])  # as as_rows counts them, also when the last dimension is 0
-        return (
-            x.new_empty(x.shape if transpose != 2 else (0,), dtype=dtype),
-            x.new_empty(scale_shape(x, recipe), dtype=torch.float32),
-            x.new_empty((x.shape[-1], rows) if transpose else (0,), dtype=dtype),
-        )
+        return fake_fp8_output(x, recipe, dtype, transpose)
 
 
 if AVAILABLE:
@@ -145,6 +189,4 @@ def fused_quantize_fp8(x, *, recipe="rowwise", dtype=torch.float8_e4m3fn, transp
         y, scale, y_t = torch.ops.fused_ops_py.quantize_fp8(x, recipe, dtype, TRANSPOSES.index(transpose))
     else:
         y, scale, y_t = quantize_fp8(fn, x, recipe, dtype, transpose)
-    if transpose == "only":
-        return y_t, scale
-    return (y, scale, y_t) if transpose else (y, scale)
+    return fp8_result(y, scale, y_t, transpose)

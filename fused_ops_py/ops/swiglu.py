@@ -22,6 +22,15 @@ from .._core import (
     records_grad,
 )
 from .._ffi import SYNC, ffi, finish, lib
+from .quantize_fp8 import (
+    TRANSPOSES,
+    check_fp8_options,
+    fake_fp8_output,
+    fp8_fields,
+    fp8_op_output,
+    fp8_output,
+    fp8_result,
+)
 
 # the raw calls -------------------------------------------------------------------------
 
@@ -77,6 +86,40 @@ def swiglu_forward(fn, gate, up):
         finish(lib.fo_swiglu_forward, status, (a.device_type, a.device_index))
     free.append(a)
     return y
+
+
+def _swiglu_fp8_plan(fn, gate, up, recipe, dtype, transpose):
+    check_fp8_options(fn, recipe, dtype, transpose)
+    template, dense, index, free = _swiglu_plan(fn, gate, up)
+    for name, value in fp8_fields(recipe, dtype).items():
+        setattr(template.fp8, name, value)
+    return template, dense, index, free
+
+
+_swiglu_fp8_plans = {}
+
+
+def swiglu_fp8_forward(fn, gate, up, recipe, dtype, transpose):
+    """silu(gate) * up as FP8, the bf16 (or other) output never written: (y
+    or None, scale, y_t or None)."""
+    try:
+        key = (gate.shape, gate.stride(), gate.dtype, gate.device, up.shape, up.stride(), up.dtype, up.device)
+        key += (recipe, dtype, transpose)
+    except AttributeError:  # not tensors: the checks name what is wrong
+        key = None
+    template, dense, cuda_index, free = prepared(
+        _swiglu_fp8_plans, key, _swiglu_fp8_plan, fn, gate, up, recipe, dtype, transpose
+    )
+    a = call_struct(_SWIGLU_FORWARD, template, cuda_index, free)
+    y, scale, y_t, amax = fp8_output(a.fp8, gate, recipe, dtype, transpose)
+    if not dense:  # views, or copies where no view has dense rows: kept alive until the call returns
+        gate, up = as_rows(gate)[0], as_rows(up)[0]
+    a.gate, a.up = gate.data_ptr(), up.data_ptr()
+    status = lib.fo_swiglu_forward(a)
+    if status or SYNC:
+        finish(lib.fo_swiglu_forward, status, (a.device_type, a.device_index))
+    free.append(a)
+    return y, scale, y_t
 
 
 def _swiglu_backward_plan(dy, gate, up):
@@ -195,6 +238,17 @@ def _register():
 
     swiglu_op.register_autograd(_swiglu_grad, setup_context=_swiglu_setup)
 
+    @custom_op("fused_ops_py::swiglu_fp8", mutates_args=())
+    def swiglu_fp8_op(
+        gate: Tensor, up: Tensor, recipe: str, dtype: torch.dtype, transpose: int
+    ) -> Tuple[Tensor, Tensor, Tensor]:
+        y, scale, y_t = swiglu_fp8_forward("fused_ops_py::swiglu_fp8", gate, up, recipe, dtype, TRANSPOSES[transpose])
+        return fp8_op_output(y, scale, y_t, gate, dtype)
+
+    @swiglu_fp8_op.register_fake
+    def _(gate, up, recipe, dtype, transpose):
+        return fake_fp8_output(gate, recipe, dtype, transpose)
+
 
 if AVAILABLE:
     _register()
@@ -203,10 +257,24 @@ if AVAILABLE:
 # the public functions ------------------------------------------------------------------
 
 
-def fused_swiglu(gate, up):
+def fused_swiglu(gate, up, *, fp8=None, fp8_dtype=torch.float8_e4m3fn, transpose=False):
     """silu(gate) * up, elementwise (the gated MLP of Llama-style models);
-    gate and up have one shape and dtype. Gradients flow to both."""
-    return _swiglu(gate, up, False)
+    gate and up have one shape and dtype. Gradients flow to both.
+
+    fp8="rowwise" or "tensorwise": the output in FP8 instead, in the same
+    pass, the 16-bit output never written: the bytes and scales that
+    fused_quantize_fp8(fused_swiglu(gate, up), recipe=fp8, dtype=fp8_dtype,
+    transpose=transpose) returns, in its tuple. No gradient flows through it."""
+    if fp8 is None:
+        return _swiglu(gate, up, False)
+    fn = "fused_swiglu"
+    if compiling():
+        check_swiglu(fn, gate, up)
+        check_fp8_options(fn, fp8, fp8_dtype, transpose)
+        y, scale, y_t = torch.ops.fused_ops_py.swiglu_fp8(gate, up, fp8, fp8_dtype, TRANSPOSES.index(transpose))
+    else:
+        y, scale, y_t = swiglu_fp8_forward(fn, gate, up, fp8, fp8_dtype, transpose)
+    return fp8_result(y, scale, y_t, transpose)
 
 
 def swiglu_over_inputs(gate, up):

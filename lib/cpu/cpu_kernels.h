@@ -53,6 +53,16 @@ typedef struct fo_cpu_kernels {
 #define FO_CPU_TABLE(isa) \
     { #isa, FO_CPU_KERNELS(FO_CPU_ENTRY, isa) }
 
+/* An op's FP8 output (fo_fp8_out) on the CPU, for this instruction set:
+ * cpu/quantize_fp8.c quantizes rows x cols values that piece(src, buf, r,
+ * c0, n) gives n at a time (r's columns c0 .. c0 + n, n <= CPU_CHUNK; in buf
+ * or elsewhere); maxima holds min(rows, FO_FP8_GROUPS) floats (tensorwise). */
+typedef const float *(*fo_fp8_piece_fn)(const void *src, float *buf, int64_t r, int64_t c0,
+                                        int64_t n);
+#define FO_FP8_GROUPS 256
+void FO_CPU(write_fp8)(const fo_fp8_out *out, int64_t rows, int64_t cols, fo_fp8_piece_fn piece,
+                       const void *src, float *maxima);
+
 /* The kernels of the instruction set in use (chosen on the first call). */
 const fo_cpu_kernels *fo_cpu(void);
 

@@ -1,7 +1,8 @@
 /* cpu/quantize_fp8.c: FP8 quantization with a dynamic scale (fused_ops.h,
- * fo_quantize_fp8): the CPU kernels, compiled once for each instruction set
- * (cpu_kernels.h) and chosen at load. The CUDA kernels give the same bytes:
- * the scales come from fp8.h, and the rounding below is the hardware's. */
+ * fo_quantize_fp8), and the FP8 outputs of other ops (fo_fp8_out): the CPU
+ * kernels, compiled once for each instruction set (cpu_kernels.h) and
+ * chosen at load. The CUDA kernels give the same bytes: the scales come
+ * from fp8.h, and the rounding below is the hardware's. */
 #include <float.h>
 #include <math.h>
 #include <string.h>
@@ -34,9 +35,107 @@ static inline uint8_t fp8_encode(float v, int fp8_dtype) {
     return sign | (uint8_t)((rounded >> shift) - ((uint32_t)(127 - bias) << mantissa));
 }
 
-/* Elements [c0, c0 + n) of row r of x as floats (float64 rounded once). */
-static const float *row_piece(float *buf, const fo_quantize_fp8_args *a, int64_t r, int64_t c0,
-                              int64_t n) {
+/* One write_fp8 call. */
+typedef struct {
+    const fo_fp8_out *out;
+    int64_t rows, cols, groups;
+    fo_fp8_piece_fn piece;
+    const void *src;
+    float *maxima; /* tensorwise: a group of rows' amax each */
+    float q; /* tensorwise: the tensor's multiplier */
+} job;
+
+/* The largest |value| of row r among its finite values (0 if none). */
+static float row_amax(const job *j, int64_t r) {
+    float buf[CPU_CHUNK], amax = 0.0f;
+    for (int64_t c0 = 0; c0 < j->cols; c0 += CPU_CHUNK) {
+        const int64_t n = j->cols - c0 < CPU_CHUNK ? j->cols - c0 : CPU_CHUNK;
+        const float *v = j->piece(j->src, buf, r, c0, n);
+        for (int64_t i = 0; i < n; i++) {
+            const float m = fabsf(v[i]);
+            if (m <= FLT_MAX && m > amax) amax = m;
+        }
+    }
+    return amax;
+}
+
+/* Row r as FP8 with multiplier q, into y and y_t (where given). */
+static void quantize_row(const job *j, int64_t r, float q) {
+    const int fp8_dtype = j->out->fp8_dtype;
+    const float limit = fo_fp8_max(fp8_dtype);
+    uint8_t *y = (uint8_t *)j->out->y, *y_t = (uint8_t *)j->out->y_t;
+    float buf[CPU_CHUNK];
+    for (int64_t c0 = 0; c0 < j->cols; c0 += CPU_CHUNK) {
+        const int64_t n = j->cols - c0 < CPU_CHUNK ? j->cols - c0 : CPU_CHUNK;
+        const float *v = j->piece(j->src, buf, r, c0, n);
+        for (int64_t i = 0; i < n; i++) {
+            float s = v[i] * q;
+            if (s > limit) s = limit; /* NaN passes both: it stays NaN */
+            if (s < -limit) s = -limit;
+            const uint8_t code = fp8_encode(s, fp8_dtype);
+            if (y) y[r * j->cols + c0 + i] = code;
+            if (y_t) y_t[(c0 + i) * j->rows + r] = code;
+        }
+    }
+}
+
+static void rowwise_rows(const void *ctx, int64_t r0, int64_t r1) {
+    const job *j = ctx;
+    float *scale = (float *)j->out->scale, *amax = (float *)j->out->amax;
+    for (int64_t r = r0; r < r1; r++) {
+        const float m = row_amax(j, r), q = fo_fp8_multiplier(m, j->out->fp8_dtype, 1);
+        quantize_row(j, r, q);
+        scale[r] = 1.0f / q;
+        if (amax) amax[r] = m;
+    }
+}
+
+/* Rows [g * rows / groups, (g + 1) * rows / groups) are group g. */
+static int64_t group_start(const job *j, int64_t g) { return g * j->rows / j->groups; }
+
+/* The maxima of groups [g0, g1) (max is exact in any order). */
+static void amax_groups(const void *ctx, int64_t g0, int64_t g1) {
+    const job *j = ctx;
+    for (int64_t g = g0; g < g1; g++) {
+        float m = 0.0f;
+        for (int64_t r = group_start(j, g); r < group_start(j, g + 1); r++) {
+            const float v = row_amax(j, r);
+            if (v > m) m = v;
+        }
+        memcpy(j->maxima + g, &m, sizeof m); /* no alignment assumed */
+    }
+}
+
+static void tensorwise_rows(const void *ctx, int64_t r0, int64_t r1) {
+    const job *j = ctx;
+    for (int64_t r = r0; r < r1; r++) quantize_row(j, r, j->q);
+}
+
+void FO_CPU(write_fp8)(const fo_fp8_out *out, int64_t rows, int64_t cols, fo_fp8_piece_fn piece,
+                       const void *src, float *maxima) {
+    job j = {out,   rows, cols,   rows < FO_FP8_GROUPS ? rows : FO_FP8_GROUPS,
+             piece, src,  maxima, 0.0f};
+    if (out->recipe == FO_FP8_ROWWISE) {
+        fo_cpu_parallel(rows, cols, rowwise_rows, &j);
+        return;
+    }
+    fo_cpu_parallel(j.groups, j.groups > 0 ? rows / j.groups * cols : 0, amax_groups, &j);
+    float m = 0.0f;
+    for (int64_t g = 0; g < j.groups; g++) {
+        float v;
+        memcpy(&v, maxima + g, sizeof v);
+        if (v > m) m = v;
+    }
+    j.q = fo_fp8_multiplier(m, out->fp8_dtype, 0);
+    fo_cpu_parallel(rows, cols, tensorwise_rows, &j);
+    *(float *)out->scale = 1.0f / j.q;
+    if (out->amax) *(float *)out->amax = m;
+}
+
+/* Elements [c0, c0 + n) of row r of fo_quantize_fp8's x as floats (float64
+ * rounded once). */
+static const float *x_piece(const void *src, float *buf, int64_t r, int64_t c0, int64_t n) {
+    const fo_quantize_fp8_args *a = src;
     const int64_t at = r * a->x_row_stride + c0;
     if (a->dtype != FO_DTYPE_F64) return fo_float_in(buf, (const void *)a->x, at, n, a->dtype);
     double d[CPU_CHUNK];
@@ -45,85 +144,7 @@ static const float *row_piece(float *buf, const fo_quantize_fp8_args *a, int64_t
     return buf;
 }
 
-/* The largest |x| of row r among its finite elements (0 if none). */
-static float row_amax(const fo_quantize_fp8_args *a, int64_t r) {
-    float buf[CPU_CHUNK], amax = 0.0f;
-    for (int64_t c0 = 0; c0 < a->cols; c0 += CPU_CHUNK) {
-        const int64_t n = a->cols - c0 < CPU_CHUNK ? a->cols - c0 : CPU_CHUNK;
-        const float *x = row_piece(buf, a, r, c0, n);
-        for (int64_t i = 0; i < n; i++) {
-            const float m = fabsf(x[i]);
-            if (m <= FLT_MAX && m > amax) amax = m;
-        }
-    }
-    return amax;
-}
-
-/* Row r as FP8 with multiplier q, into y and y_t (where given). */
-static void quantize_row(const fo_quantize_fp8_args *a, int64_t r, float q) {
-    const float limit = fo_fp8_max(a->fp8_dtype);
-    uint8_t *y = (uint8_t *)a->y, *y_t = (uint8_t *)a->y_t;
-    float buf[CPU_CHUNK];
-    for (int64_t c0 = 0; c0 < a->cols; c0 += CPU_CHUNK) {
-        const int64_t n = a->cols - c0 < CPU_CHUNK ? a->cols - c0 : CPU_CHUNK;
-        const float *x = row_piece(buf, a, r, c0, n);
-        for (int64_t i = 0; i < n; i++) {
-            float v = x[i] * q;
-            if (v > limit) v = limit; /* NaN passes both: it stays NaN */
-            if (v < -limit) v = -limit;
-            const uint8_t code = fp8_encode(v, a->fp8_dtype);
-            if (y) y[r * a->cols + c0 + i] = code;
-            if (y_t) y_t[(c0 + i) * a->rows + r] = code;
-        }
-    }
-}
-
-static void rowwise_rows(const void *ctx, int64_t r0, int64_t r1) {
-    const fo_quantize_fp8_args *a = ctx;
-    float *scale = (float *)a->scale, *amax = (float *)a->amax;
-    for (int64_t r = r0; r < r1; r++) {
-        const float m = row_amax(a, r), q = fo_fp8_multiplier(m, a->fp8_dtype, 1);
-        quantize_row(a, r, q);
-        scale[r] = 1.0f / q;
-        if (amax) amax[r] = m;
-    }
-}
-
-/* The workspace's floats (memcpy: no aliasing or alignment assumed). */
-static float workspace_float(const fo_quantize_fp8_args *a, int64_t i) {
-    float v;
-    memcpy(&v, (const char *)a->workspace + i * (int64_t)sizeof v, sizeof v);
-    return v;
-}
-
-static void set_workspace_float(const fo_quantize_fp8_args *a, int64_t i, float v) {
-    memcpy((char *)a->workspace + i * (int64_t)sizeof v, &v, sizeof v);
-}
-
-static void amax_rows(const void *ctx, int64_t r0, int64_t r1) {
-    const fo_quantize_fp8_args *a = ctx;
-    for (int64_t r = r0; r < r1; r++) set_workspace_float(a, r, row_amax(a, r));
-}
-
-/* The tensor's multiplier rides in the workspace's first float. */
-static void tensorwise_rows(const void *ctx, int64_t r0, int64_t r1) {
-    const fo_quantize_fp8_args *a = ctx;
-    const float q = workspace_float(a, 0);
-    for (int64_t r = r0; r < r1; r++) quantize_row(a, r, q);
-}
-
 void FO_CPU(quantize_fp8)(const fo_quantize_fp8_args *a) {
-    if (a->recipe == FO_FP8_ROWWISE) {
-        fo_cpu_parallel(a->rows, a->cols, rowwise_rows, a);
-        return;
-    }
-    fo_cpu_parallel(a->rows, a->cols, amax_rows, a);
-    float m = 0.0f; /* max is exact in any order */
-    for (int64_t r = 0; r < a->rows; r++)
-        if (workspace_float(a, r) > m) m = workspace_float(a, r);
-    const float q = fo_fp8_multiplier(m, a->fp8_dtype, 0);
-    set_workspace_float(a, 0, q);
-    fo_cpu_parallel(a->rows, a->cols, tensorwise_rows, a);
-    *(float *)a->scale = 1.0f / q;
-    if (a->amax) *(float *)a->amax = m;
+    const fo_fp8_out out = {a->y, a->y_t, a->scale, a->amax, a->fp8_dtype, a->recipe};
+    FO_CPU(write_fp8)(&out, a->rows, a->cols, x_piece, a, (float *)a->workspace);
 }

@@ -28,15 +28,29 @@ static void swiglu_floats(const float *restrict gate, const float *restrict up,
     }
 }
 
-/* A float64 piece, with libm's exp. */
-static void swiglu_piece_f64(const fo_swiglu_params *a, int64_t r, int64_t c0, int64_t n) {
+/* The forward's elements [c0, c0 + n) of row r into dst, n of `dtype`
+ * (float64 with libm's exp). */
+static void forward_piece(const fo_swiglu_params *a, int64_t r, int64_t c0, int64_t n, void *dst) {
+    if (a->dtype == FO_DTYPE_F64) {
+        const double *restrict gate = (const double *)a->gate + r * a->gate_row_stride + c0;
+        const double *restrict up = (const double *)a->up + r * a->up_row_stride + c0;
+        double *restrict y = dst;
+        for (int64_t i = 0; i < n; i++) y[i] = gate[i] / (1.0 + exp(-gate[i])) * up[i];
+        return;
+    }
+    float gate[CPU_CHUNK], up[CPU_CHUNK], y_buf[CPU_CHUNK];
+    const float *g = fo_float_in(gate, a->gate, r * a->gate_row_stride + c0, n, a->dtype);
+    const float *u = fo_float_in(up, a->up, r * a->up_row_stride + c0, n, a->dtype);
+    float *y = fo_float_out(y_buf, dst, 0, a->dtype);
+    swiglu_floats(g, u, NULL, y, NULL, n);
+    fo_float_done(dst, 0, y, n, a->dtype);
+}
+
+/* A float64 backward piece, with libm's exp. */
+static void backward_piece_f64(const fo_swiglu_params *a, int64_t r, int64_t c0, int64_t n) {
     const double *restrict gate = (const double *)a->gate + r * a->gate_row_stride + c0;
     const double *restrict up = (const double *)a->up + r * a->up_row_stride + c0;
     double *restrict first = a->y_or_dgate ? (double *)a->y_or_dgate + r * a->cols + c0 : NULL;
-    if (!a->dy) {
-        for (int64_t i = 0; i < n; i++) first[i] = gate[i] / (1.0 + exp(-gate[i])) * up[i];
-        return;
-    }
     const double *restrict dy = (const double *)a->dy + r * a->dy_row_stride + c0;
     double *restrict second = a->dup ? (double *)a->dup + r * a->cols + c0 : NULL;
     for (int64_t i = 0; i < n; i++) { /* read before either write: the outputs may be the inputs */
@@ -47,23 +61,26 @@ static void swiglu_piece_f64(const fo_swiglu_params *a, int64_t r, int64_t c0, i
 }
 
 /* Pieces [k0, k1) of the rows x fo_cpu_chunks(cols) pieces (each
- * independent); one loop for both passes: dy == 0 means forward. */
+ * independent); dy == 0 means forward. */
 static void swiglu_pieces(const void *ctx, int64_t k0, int64_t k1) {
     const fo_swiglu_params *a = ctx;
     float gate[CPU_CHUNK], up[CPU_CHUNK], dy[CPU_CHUNK], first[CPU_CHUNK], second[CPU_CHUNK];
-    const int64_t chunks = fo_cpu_chunks(a->cols);
+    const int64_t chunks = fo_cpu_chunks(a->cols), size = fo_dtype_size(a->dtype);
     for (int64_t k = k0; k < k1; k++) {
         const int64_t r = k / chunks, c0 = k % chunks * CPU_CHUNK;
         const int64_t n = a->cols - c0 < CPU_CHUNK ? a->cols - c0 : CPU_CHUNK;
+        if (!a->dy) {
+            forward_piece(a, r, c0, n, (char *)a->y_or_dgate + (r * a->cols + c0) * size);
+            continue;
+        }
         if (a->dtype == FO_DTYPE_F64) {
-            swiglu_piece_f64(a, r, c0, n);
+            backward_piece_f64(a, r, c0, n);
             continue;
         }
         const int64_t out = r * a->cols + c0;
         const float *g = fo_float_in(gate, a->gate, r * a->gate_row_stride + c0, n, a->dtype);
         const float *u = fo_float_in(up, a->up, r * a->up_row_stride + c0, n, a->dtype);
-        const float *d =
-            a->dy ? fo_float_in(dy, a->dy, r * a->dy_row_stride + c0, n, a->dtype) : NULL;
+        const float *d = fo_float_in(dy, a->dy, r * a->dy_row_stride + c0, n, a->dtype);
         float *y1 = a->y_or_dgate ? fo_float_out(first, a->y_or_dgate, out, a->dtype) : NULL;
         float *y2 = a->dup ? fo_float_out(second, a->dup, out, a->dtype) : NULL;
         swiglu_floats(g, u, d, y1, y2, n);
@@ -72,6 +89,27 @@ static void swiglu_pieces(const void *ctx, int64_t k0, int64_t k1) {
     }
 }
 
+/* The forward's piece as `dtype` holds it, as floats: the FP8 output's values. */
+static const float *fp8_piece(const void *src, float *buf, int64_t r, int64_t c0, int64_t n) {
+    const fo_swiglu_params *a = src;
+    double y[CPU_CHUNK]; /* room for any dtype's n elements */
+    if (a->dtype == FO_DTYPE_F32) {
+        forward_piece(a, r, c0, n, buf);
+        return buf;
+    }
+    forward_piece(a, r, c0, n, y);
+    if (a->dtype == FO_DTYPE_F64)
+        for (int64_t i = 0; i < n; i++) buf[i] = (float)y[i];
+    else
+        fo_float_in(buf, y, 0, n, a->dtype);
+    return buf;
+}
+
 void FO_CPU(swiglu)(const fo_swiglu_params *a) {
+    if (a->fp8) {
+        float maxima[FO_FP8_GROUPS];
+        FO_CPU(write_fp8)(a->fp8, a->rows, a->cols, fp8_piece, a, maxima);
+        return;
+    }
     fo_cpu_parallel_pieces(a->rows, a->cols, swiglu_pieces, a);
 }
