@@ -1,7 +1,10 @@
 """FP8 casts on the GPU: fused_quantize_fp8 against torchao.float8's scaling
 math (amax, scale, clamp, convert: torchao's functions restated in torch, so
 that any torchao version compares) compiled by torch.compile, rowwise and
-tensorwise, with and without the transposed copy, bf16 in.
+tensorwise, with and without the transposed copy, bf16 in; and SwiGLU's FP8
+output (fused_swiglu(fp8=...)) against our two calls (fused_swiglu, then
+fused_quantize_fp8) and against silu(gate) * up and the cast compiled
+together.
 
 Kernel time: replays of a CUDA graph of one call, median, L2 flushed
 (triton's do_bench). GB/s counts the fewest bytes: x read once, the FP8
@@ -10,6 +13,7 @@ copy of 2 GiB measured in the same run. Each row checks its bytes against
 the peer's (they compute the same scales).
 
     python bench/bench_fp8.py --out bench/results/h200
+    python bench/bench_fp8.py --no-peers --out DIR  # the fused rows alone (old/new runs)
 """
 
 import argparse
@@ -19,11 +23,14 @@ import types
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from bench_ops import copy_ceiling_gbs, graph_bench
 
 import fused_ops_py as fo
 
 SHAPES = [(1024, 1024), (4096, 4096), (16384, 4096), (8192, 8192)]
+GATE_SHAPES = [(4096, 4096), (8192, 14336)]  # the last: a Llama-3-8B MLP over 4 x 2048 tokens
+FORMS = (("rowwise", False), ("tensorwise", False), ("tensorwise", True))
 FP8 = torch.float8_e4m3fn
 
 
@@ -40,9 +47,88 @@ def torchao_cast(x, recipe, transpose):
     return (*out, y.t().contiguous()) if transpose else out
 
 
+def torchao_gate_cast(gate, up, recipe, transpose):
+    """silu(gate) * up in bf16, then torchao_cast: compiled as one graph."""
+    return torchao_cast(F.silu(gate) * up, recipe, transpose)
+
+
+def same_bytes(mine, peer):
+    return all(torch.equal(*(t.view(torch.uint8) if t.dtype == FP8 else t for t in ab)) for ab in zip(mine, peer))
+
+
+def row(shape, recipe, transpose, provider, ms, nbytes, ceiling, same):
+    gbs = nbytes / ms / 1e6
+    return dict(
+        shape=shape,
+        recipe=recipe + ("+transpose" if transpose else ""),
+        provider=provider,
+        us=round(ms * 1e3, 2),
+        gbs=round(gbs),
+        fraction_of_ceiling=round(gbs / ceiling, 3),
+        same_bytes=same,
+    )
+
+
+def cast_rows(timing, ceiling, peers):
+    compiled = torch.compile(torchao_cast, dynamic=False)
+    rows = []
+    for m, n in SHAPES:
+        x = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
+        for recipe, transpose in FORMS:
+            scales = m if recipe == "rowwise" else 1
+            nbytes = 2 * m * n + m * n * (2 if transpose else 1) + 4 * scales
+            mine = fo.fused_quantize_fp8(x, recipe=recipe, transpose=transpose)
+            same = same_bytes(mine, compiled(x, recipe, transpose)) if peers else ""
+            providers = [("fused", lambda x: fo.fused_quantize_fp8(x, recipe=recipe, transpose=transpose))]
+            if peers:
+                providers.append(("torchao-compile", lambda x: compiled(x, recipe, transpose)))
+            for provider, fn in providers:
+                ms, _ = graph_bench(fn, (x,), None, "fwd", timing)
+                rows.append(row(f"{m}x{n}", recipe, transpose, provider, ms, nbytes, ceiling, same))
+                print(rows[-1], flush=True)
+    return rows
+
+
+def gate_rows(timing, ceiling, peers):
+    compiled = torch.compile(torchao_gate_cast, dynamic=False)
+    rows = []
+    for m, n in GATE_SHAPES:
+        gate = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
+        up = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
+        for recipe, transpose in FORMS:
+            scales = m if recipe == "rowwise" else 1
+            nbytes = 4 * m * n + m * n * (2 if transpose else 1) + 4 * scales  # gate and up in, FP8 out
+            mine = fo.fused_swiglu(gate, up, fp8=recipe, transpose=transpose)
+            two_calls = fo.fused_quantize_fp8(fo.fused_swiglu(gate, up), recipe=recipe, transpose=transpose)
+            same = same_bytes(mine, two_calls)
+            providers = [
+                ("fused", lambda g, u: fo.fused_swiglu(g, u, fp8=recipe, transpose=transpose)),
+                (
+                    "fused-two-calls",
+                    lambda g, u: fo.fused_quantize_fp8(fo.fused_swiglu(g, u), recipe=recipe, transpose=transpose),
+                ),
+            ]
+            if peers:
+                providers.append(("torchao-compile", lambda g, u: compiled(g, u, recipe, transpose)))
+            for provider, fn in providers:
+                ms, _ = graph_bench(fn, (gate, up), None, "fwd", timing)
+                rows.append(row(f"{m}x{n}", recipe, transpose, provider, ms, nbytes, ceiling, same))
+                print(rows[-1], flush=True)
+    return rows
+
+
+def write(out, name, rows, meta):
+    with open(out / f"{name}.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    (out / f"{name}.json").write_text(json.dumps(dict(meta=meta, rows=rows), indent=1))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="bench/results/local")
+    parser.add_argument("--no-peers", action="store_true", help="the fused rows alone")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -50,42 +136,9 @@ def main():
     ceiling = copy_ceiling_gbs(torch.device("cuda"), timing)
     # one specialization a shape, recipe and transpose: past dynamo's default limit of 8
     torch._dynamo.config.recompile_limit = 64
-    compiled = torch.compile(torchao_cast, dynamic=False)
-    rows = []
-    for m, n in SHAPES:
-        x = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
-        for recipe, transpose in (("rowwise", False), ("tensorwise", False), ("tensorwise", True)):
-            scales = m if recipe == "rowwise" else 1
-            nbytes = 2 * m * n + m * n * (2 if transpose else 1) + 4 * scales
-            mine = fo.fused_quantize_fp8(x, recipe=recipe, transpose=transpose)
-            peer = compiled(x, recipe, transpose)
-            same = all(
-                torch.equal(*(t.view(torch.uint8) if t.dtype == FP8 else t for t in ab)) for ab in zip(mine, peer)
-            )
-            for provider, fn in (
-                ("fused", lambda x: fo.fused_quantize_fp8(x, recipe=recipe, transpose=transpose)),
-                ("torchao-compile", lambda x: compiled(x, recipe, transpose)),
-            ):
-                ms, _ = graph_bench(fn, (x,), None, "fwd", timing)
-                gbs = nbytes / ms / 1e6
-                rows.append(
-                    dict(
-                        shape=f"{m}x{n}",
-                        recipe=recipe + ("+transpose" if transpose else ""),
-                        provider=provider,
-                        us=round(ms * 1e3, 2),
-                        gbs=round(gbs),
-                        fraction_of_ceiling=round(gbs / ceiling, 3),
-                        same_bytes=same,
-                    )
-                )
-                print(rows[-1], flush=True)
-    with open(out / "fp8_cast.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
     meta = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, copy_ceiling_gbs=round(ceiling))
-    (out / "fp8_cast.json").write_text(json.dumps(dict(meta=meta, rows=rows), indent=1))
+    write(out, "fp8_cast", cast_rows(timing, ceiling, not args.no_peers), meta)
+    write(out, "fp8_gate", gate_rows(timing, ceiling, not args.no_peers), meta)
 
 
 if __name__ == "__main__":

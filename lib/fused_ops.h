@@ -389,7 +389,8 @@ enum fo_fp8_recipe { FO_FP8_TENSORWISE = 0, FO_FP8_ROWWISE = 1 };
  *             only; either may be 0, not both).
  *   amax:     float32, one a row (rowwise; optional) or one (tensorwise;
  *             required: the pass keeps the running max there).
- * An op takes its FP8 output when y or y_t is given (its own y is then 0).
+ * An op takes its FP8 output when y, y_t or scale is given (its own y is
+ * then 0).
  */
 typedef struct fo_fp8_out {
     uintptr_t y, y_t, scale, amax;

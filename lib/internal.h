@@ -54,8 +54,11 @@ int fo_read_args(const char *op, const char *type, void *local, size_t local_siz
  * field is 0 (kept 0 so that a later version may give it a meaning). */
 int fo_check_reserved(const char *op, int32_t reserved);
 
-/* Whether an op's FP8 output is asked for (fo_fp8_out: y or y_t given). */
-static inline int fo_fp8_out_given(const fo_fp8_out *out) { return out->y || out->y_t; }
+/* Whether an op's FP8 output is asked for (fo_fp8_out: y, y_t or scale
+ * given; an empty output's y and y_t may be 0, its scales are not). */
+static inline int fo_fp8_out_given(const fo_fp8_out *out) {
+    return out->y || out->y_t || out->scale;
+}
 
 /* Checks an op's output (quantize_fp8.c): y, rows x cols, dense, `dtype`,
  * or where fp8 is given (y then 0), its FP8 output. */

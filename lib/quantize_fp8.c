@@ -52,8 +52,7 @@ int fo_check_output_or_fp8(const char *op, uintptr_t y, const fo_fp8_out *fp8, i
     if (y)
         return fo_fail(FO_ERR_INVALID_ARGUMENT,
                        "%s: y=0x%" PRIxPTR
-                       " is given beside fp8.y or fp8.y_t; the FP8 output "
-                       "replaces y, so y must be 0",
+                       " is given beside the FP8 output (fp8), which replaces y: y must be 0",
                        op, y);
     return check_fp8_out(op, "fp8", fp8, rows, cols);
 }

@@ -1,6 +1,7 @@
 // swiglu.cu: y = silu(gate) * up and its gradients on CUDA, one kernel for
-// both passes, in 8-element chunks (16-byte accesses when aligned).
-#include "common.cuh"
+// both passes, in 8-element chunks (16-byte accesses when aligned); y in
+// FP8 through quantize_fp8.cuh's kernels, computed where it is cast.
+#include "quantize_fp8.cuh"
 
 namespace fo {
 namespace {
@@ -41,6 +42,36 @@ __global__ void swiglu_kernel(fo_swiglu_params a) {
     });
 }
 
+// silu for GateSource: g * sigmoid(g), as swiglu_kernel computes it; |silu(g)| < 0.2785 for g < 0.
+struct Silu {
+    static constexpr double kNegativeBound = 0.2785;
+    template <typename A>
+    __device__ __forceinline__ A value(A g) const {
+        return g * sigmoid(g);
+    }
+};
+
+void launch_swiglu_fp8(const fo_swiglu_params &a, cudaStream_t stream) {
+    dispatch_dtype(a.dtype, [&](auto tag) {
+        using T = decltype(tag);
+        const T *gate = static_cast<const T *>(a.gate), *up = static_cast<const T *>(a.up);
+        const bool vec = a.cols % kChunk == 0 && aligned16(gate) && aligned16(up) &&
+                         stride_aligned16<T>(a.gate_row_stride, a.rows) &&
+                         stride_aligned16<T>(a.up_row_stride, a.rows) && a.fp8->y % 8 == 0;
+        const bool flat = a.rows <= 1 || (a.gate_row_stride == a.cols && a.up_row_stride == a.cols);
+        if (vec)
+            launch_fp8_out(*a.fp8,
+                           GateSource<T, true, Silu>{gate, up, a.gate_row_stride, a.up_row_stride,
+                                                     a.cols, Silu{}},
+                           flat, a.rows, a.cols, stream);
+        else
+            launch_fp8_out(*a.fp8,
+                           GateSource<T, false, Silu>{gate, up, a.gate_row_stride, a.up_row_stride,
+                                                      a.cols, Silu{}},
+                           flat, a.rows, a.cols, stream);
+    });
+}
+
 }  // namespace
 }  // namespace fo
 
@@ -48,6 +79,9 @@ using namespace fo;
 
 extern "C" int fo_cuda_swiglu(int device_index, uintptr_t stream, const fo_swiglu_params *in) {
     const bool backward = in->dy != nullptr;
+    if (in->fp8)
+        return launch_on("fo_swiglu_forward", device_index,
+                         [&] { launch_swiglu_fp8(*in, cudaStream_t(stream)); });
     return launch_on(backward ? "fo_swiglu_backward" : "fo_swiglu_forward", device_index, [&] {
         fo_swiglu_params a = *in;
         // dense operands are one long row: the whole grid spreads over it

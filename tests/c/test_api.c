@@ -1121,6 +1121,44 @@ static void test_errors_quantize_fp8(void) {
                   NULL, NULL);
 }
 
+/* An FP8 output (fo_fp8_out) of SwiGLU: the errors the outputs' checks
+ * name; the values are the Python tests' (tests/test_gate_fp8.py). */
+static fo_swiglu_forward_args swiglu_fp8_base(void) {
+    fo_swiglu_forward_args a = {.struct_size = sizeof a,
+                                .device_type = CPU,
+                                .gate = addr(&E_IN),
+                                .gate_row_stride = 4,
+                                .up = addr(&E_IN2),
+                                .up_row_stride = 4,
+                                .rows = 2,
+                                .cols = 4,
+                                .dtype = F32,
+                                .fp8 = {.y = addr(&E_OUT),
+                                        .scale = addr(&E_OUT2),
+                                        .amax = addr(&E_OUT2) + 16,
+                                        .fp8_dtype = FO_FP8_E4M3,
+                                        .recipe = FO_FP8_TENSORWISE}};
+    return a;
+}
+
+static void test_errors_swiglu_fp8(void) {
+    section("errors: fo_swiglu_forward's FP8 output");
+    static const char op[] = "fo_swiglu_forward";
+    fo_swiglu_forward_args a;
+#define CALL(why, status, needle, needle2, edit) \
+    STRUCT_CASE(a, op, swiglu_fp8_base, fo_swiglu_forward, why, status, needle, needle2, edit)
+    CALL("the base case", OK, NULL, NULL, (void)0);
+    CALL("rowwise", OK, NULL, NULL, (a.fp8.recipe = FO_FP8_ROWWISE, a.fp8.amax = 0));
+    CALL("y beside the FP8 output", INVALID, "y=0x", "y must be 0", a.y = addr(&E_OUT2) + 64);
+    CALL("fp8_dtype code 3", BAD_DTYPE, "fp8.fp8_dtype=3", NULL, a.fp8.fp8_dtype = 3);
+    CALL("recipe code 2", INVALID, "fp8.recipe=2", NULL, a.fp8.recipe = 2);
+    CALL("y_t with rowwise", INVALID, "fp8.y_t", "recipe=0",
+         (a.fp8.recipe = FO_FP8_ROWWISE, a.fp8.y_t = a.fp8.y, a.fp8.y = 0));
+    CALL("tensorwise without amax", INVALID, "fp8.amax", "null", a.fp8.amax = 0);
+    CALL("scale 2 bytes off", INVALID, "fp8.scale=0x", "align", a.fp8.scale += 2);
+#undef CALL
+}
+
 /* gpt-oss's _apply_gate in double, with its gradients as torch.clamp gives
  * them (passing at the bounds or not, as `closed` says). */
 static double clamped_swiglu_reference(double gate, double up, double alpha, double limit,
@@ -1664,7 +1702,8 @@ static void test_struct_size(void) {
         {"fo_norm_forward", call_norm_forward, &norm_fwd, sizeof norm_fwd, 0, 0},
         {"fo_norm_backward", call_norm_backward, &norm_bwd, sizeof norm_bwd, 0, 0},
         {"fo_norm_backward_workspace_bytes", call_norm_query, &norm_bwd, sizeof norm_bwd, 0, 0},
-        {"fo_geglu_forward", call_geglu_forward, &geglu_fwd, sizeof geglu_fwd, 0, 0},
+        {"fo_geglu_forward", call_geglu_forward, &geglu_fwd, sizeof geglu_fwd,
+         offsetof(fo_geglu_forward_args, fp8), 0},
         {"fo_geglu_backward", call_geglu_backward, &geglu_bwd, sizeof geglu_bwd, 0, 0},
         {"fo_rope_forward", call_rope_forward, &rope, sizeof rope, ROPE_FIRST_SIZE, 0},
         {"fo_rope_backward", call_rope_backward, &rope, sizeof rope, ROPE_FIRST_SIZE, 0},
@@ -1676,8 +1715,8 @@ static void test_struct_size(void) {
          offsetof(fo_reduce_sum_args, reserved)},
         {"fo_reduce_sum_workspace_bytes", call_reduce_sum_query, &sum, sizeof sum, 0,
          offsetof(fo_reduce_sum_args, reserved)},
-        {"fo_swiglu_forward", call_swiglu_forward, &swiglu_fwd, sizeof swiglu_fwd, 0,
-         offsetof(fo_swiglu_forward_args, reserved)},
+        {"fo_swiglu_forward", call_swiglu_forward, &swiglu_fwd, sizeof swiglu_fwd,
+         offsetof(fo_swiglu_forward_args, fp8), offsetof(fo_swiglu_forward_args, reserved)},
         {"fo_swiglu_backward", call_swiglu_backward, &swiglu_bwd, sizeof swiglu_bwd, 0,
          offsetof(fo_swiglu_backward_args, reserved)},
     };
@@ -2630,6 +2669,7 @@ int main(void) {
     test_errors_clamped_swiglu();
     test_errors_dyt();
     test_errors_quantize_fp8();
+    test_errors_swiglu_fp8();
     test_errors_rope();
     test_struct_size();
     test_empty_operands();

@@ -1071,8 +1071,11 @@ static void decode_gated(call *c, input *in, int backward) {
 
 static void decode_swiglu(call *c, input *in, int backward) {
     decode_gated(c, in, backward);
-    take_struct_size(c, in, backward ? sizeof(fo_swiglu_backward_args)
-                                     : sizeof(fo_swiglu_forward_args));
+    if (backward)
+        take_struct_size(c, in, sizeof(fo_swiglu_backward_args));
+    else /* the first version ends before the FP8 output */
+        take_struct_size_since(c, in, sizeof(fo_swiglu_forward_args),
+                               offsetof(fo_swiglu_forward_args, fp8));
 }
 
 static void decode_geglu(call *c, input *in, int backward) {
@@ -1082,8 +1085,11 @@ static void decode_geglu(call *c, input *in, int backward) {
     c->approximate = b < 240 ? b & 1 : invalid[b & 3];
     if (c->approximate != FO_GELU_NONE && c->approximate != FO_GELU_TANH)
         must_fail(&c->v, "approximate %d", c->approximate);
-    take_struct_size(c, in, backward ? sizeof(fo_geglu_backward_args)
-                                     : sizeof(fo_geglu_forward_args));
+    if (backward)
+        take_struct_size(c, in, sizeof(fo_geglu_backward_args));
+    else /* the first version ends before the FP8 output */
+        take_struct_size_since(c, in, sizeof(fo_geglu_forward_args),
+                               offsetof(fo_geglu_forward_args, fp8));
 }
 
 /* Clamped SwiGLU: gate_up is rows x 2 cols, in pairs or halves; the
