@@ -83,18 +83,24 @@ int64_t fo_cpu_threads_for(int64_t items, int64_t item_elements) {
     return threads < worth ? threads : worth;
 }
 
-/* Range t of items split in `threads` contiguous ranges: items / threads
- * each, and one more for the first items % threads. */
-static void run_range(fo_cpu_range_fn fn, const void *ctx, int64_t items, int64_t threads,
-                      int64_t t) {
-    const int64_t share = items / threads, extra = items % threads;
-    const int64_t begin = t * share + (t < extra ? t : extra);
-    fn(ctx, begin, begin + share + (t < extra));
+/* A job's items split in `ranges` contiguous ranges: items / ranges each,
+ * and one more for the first items % ranges. */
+static void run_range(fo_cpu_range_fn fn, const void *ctx, int64_t items, int64_t ranges,
+                      int64_t k) {
+    const int64_t share = items / ranges, extra = items % ranges;
+    const int64_t begin = k * share + (k < extra ? k : extra);
+    fn(ctx, begin, begin + share + (k < extra));
 }
 
+/* Ranges a job is cut into for each of its threads: the caller and the
+ * workers claim them one at a time, so a thread the system has not yet
+ * scheduled (torch's OpenMP threads spin on the cores after each of its
+ * ops) leaves its share to the others instead of holding up the call. */
+#define RANGES_A_THREAD 4
+
 /* The pool: one job at a time (a second caller meanwhile runs its call on
- * its own thread, with the same bits). Worker w takes range w of a job of
- * more than w threads; the caller takes range 0. */
+ * its own thread, with the same bits). Workers below the job's thread
+ * count join it while it is open and claim its ranges with the caller. */
 static struct {
     pthread_mutex_t busy; /* held by the caller whose job the pool runs */
     pthread_mutex_t lock; /* guards what follows */
@@ -103,8 +109,10 @@ static struct {
     _Atomic uint64_t generation; /* one more for each job posted */
     fo_cpu_range_fn fn;
     const void *ctx;
-    int64_t items, threads;
-    _Atomic int64_t running; /* workers still in the job (changed under lock) */
+    int64_t items, ranges, threads;
+    int open; /* workers may still join the job */
+    _Atomic int64_t next; /* the next range to claim */
+    _Atomic int64_t running; /* workers in the job (changed under lock) */
     uint64_t born[MAX_THREADS]; /* the generation when worker w started */
 } pool = {PTHREAD_MUTEX_INITIALIZER,
           PTHREAD_MUTEX_INITIALIZER,
@@ -117,13 +125,27 @@ static struct {
           0,
           0,
           0,
+          0,
+          0,
+          0,
           {0}};
+
+/* Runs the job's ranges until none is left (the job's fields stay as they
+ * are while a worker is in it or the caller has not closed it). */
+static void claim_ranges(fo_cpu_range_fn fn, const void *ctx, int64_t items, int64_t ranges) {
+    for (;;) {
+        const int64_t k = atomic_fetch_add_explicit(&pool.next, 1, memory_order_relaxed);
+        if (k >= ranges) return;
+        run_range(fn, ctx, items, ranges, k);
+    }
+}
 
 /* A worker that finished a job, and a caller waiting for its workers, spin
  * this long before they sleep: a sleeping thread takes 10-90 us to wake on
  * a 2-core VM, and back-to-back calls then find the pool awake (relu of
  * 512 x 256 on 2 threads 105 -> 14 us, LayerNorm 131 -> 56 us; 4096 x 1024
- * relu 795 -> 750 us). */
+ * relu 795 -> 750 us). The spin yields the core to any other thread ready
+ * to run on it. */
 #define SPIN_NS 50000
 
 static int64_t now_ns(void) {
@@ -140,6 +162,7 @@ static void spin_for_job(uint64_t seen) {
             if (atomic_load_explicit(&pool.generation, memory_order_relaxed) != seen) return;
             FO_PAUSE();
         }
+        sched_yield();
     } while (now_ns() < end);
 }
 
@@ -167,14 +190,15 @@ static void *worker(void *arg) {
         }
         while (pool.generation == seen) pthread_cond_wait(&pool.posted, &pool.lock);
         seen = pool.generation;
-        if (w >= pool.threads) continue; /* a job of fewer threads */
+        if (!pool.open || w >= pool.threads) continue; /* closed, or a job of fewer threads */
         const fo_cpu_range_fn fn = pool.fn;
         const void *ctx = pool.ctx;
-        const int64_t items = pool.items, threads = pool.threads;
+        const int64_t items = pool.items, ranges = pool.ranges;
+        pool.running++;
         pthread_mutex_unlock(&pool.lock);
-        run_range(fn, ctx, items, threads, w);
+        claim_ranges(fn, ctx, items, ranges);
         pthread_mutex_lock(&pool.lock);
-        if (--pool.running == 0) pthread_cond_signal(&pool.finished);
+        if (--pool.running == 0 && !pool.open) pthread_cond_signal(&pool.finished);
     }
     return NULL;
 }
@@ -215,6 +239,7 @@ static void after_fork_child(void) {
     pthread_cond_init(&pool.finished, NULL);
     pool.workers = 0;
     pool.running = 0;
+    pool.open = 0;
 }
 
 static pthread_once_t fork_handlers = PTHREAD_ONCE_INIT;
@@ -233,15 +258,22 @@ void fo_cpu_parallel(int64_t items, int64_t item_elements, fo_cpu_range_fn fn, c
     }
     pthread_mutex_lock(&pool.lock);
     threads = grow(threads);
+    const int64_t ranges = items < threads * RANGES_A_THREAD ? items : threads * RANGES_A_THREAD;
     pool.fn = fn;
     pool.ctx = ctx;
     pool.items = items;
+    pool.ranges = ranges;
     pool.threads = threads;
-    pool.running = threads - 1;
+    pool.next = 0;
+    pool.running = 0;
+    pool.open = 1;
     pool.generation++;
     pthread_cond_broadcast(&pool.posted);
     pthread_mutex_unlock(&pool.lock);
-    run_range(fn, ctx, items, threads, 0);
+    claim_ranges(fn, ctx, items, ranges);
+    pthread_mutex_lock(&pool.lock);
+    pool.open = 0; /* a worker not yet in finds every range taken: it need not join */
+    pthread_mutex_unlock(&pool.lock);
     spin_for_workers();
     pthread_mutex_lock(&pool.lock);
     while (pool.running > 0) pthread_cond_wait(&pool.finished, &pool.lock);

@@ -21,10 +21,11 @@ typedef void (*fo_cpu_range_fn)(const void *ctx, int64_t begin, int64_t end);
 int64_t fo_cpu_threads_for(int64_t items, int64_t item_elements);
 
 /* fn over items [0, items), each costing about item_elements elements of
- * work: on one thread when that is all the call is worth, else split in
- * contiguous ranges over up to fo_get_cpu_threads() threads (the caller's
- * own thread takes the first range). While the pool runs another caller's
- * job, the call runs on its own thread: the same bits, later. */
+ * work: on one thread when that is all the call is worth, else cut in
+ * contiguous ranges that the caller and up to fo_get_cpu_threads() - 1 of
+ * the pool's threads claim in turn (a thread the system runs late leaves
+ * its ranges to the others). While the pool runs another caller's job, the
+ * call runs on its own thread: the same bits, later. */
 void fo_cpu_parallel(int64_t items, int64_t item_elements, fo_cpu_range_fn fn, const void *ctx);
 
 #endif

@@ -11,7 +11,7 @@ from conftest import assert_close, random
 import fused_ops_py as fo
 from fused_ops_py._ffi import lib
 
-# 1.07M elements, worth 4 threads (a thread takes at least 2^18 elements);
+# 1.07M elements, worth 16 threads (a thread takes at least 2^16 elements);
 # 1032 columns: five 256-element pieces a row, the last one short.
 SHAPE = (1040, 1032)
 COLS = SHAPE[-1]

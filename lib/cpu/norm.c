@@ -291,19 +291,68 @@ static inline void row_sums_f32(double *restrict lane1, double *restrict lane2,
 }
 
 /* dh = rstd * (wdy - mean(wdy) - xhat * mean(wdy * xhat)) (+ more) of a
- * row, in double, rounded once; called with w and more each either null or
- * known not to be, so each inlined copy vectorizes. */
+ * row, in double, rounded once, and the row's terms of dweight and dbias
+ * (each optional) in the same pass; called with w, more, dweight and dbias
+ * each either null or known not to be, so each inlined copy vectorizes. */
 static inline void row_out_f32(float *restrict out, const float *restrict dy,
                                const float *restrict w, const float *restrict h,
                                const float *restrict more, double mean, double rstd,
-                               double mean_wdy, double mean_wdy_xhat, int64_t n) {
+                               double mean_wdy, double mean_wdy_xhat, double *restrict dweight,
+                               double *restrict dbias, int64_t n) {
     for (int64_t i = 0; i < n; i++) {
         const double xhat = (h[i] - mean) * rstd;
         const double wdy = w ? (double)dy[i] * w[i] : dy[i];
         double dh = rstd * (wdy - mean_wdy - xhat * mean_wdy_xhat);
         if (more) dh += more[i];
         out[i] = (float)dh;
+        if (dweight) dweight[i] += dy[i] * xhat;
+        if (dbias) dbias[i] += dy[i];
     }
+}
+
+/* row_out_f32 with each of w, more, dweight and dbias null or not, known at
+ * the call. */
+static void row_out_f32_cases(float *restrict out, const float *restrict dy,
+                              const float *restrict w, const float *restrict h,
+                              const float *restrict more, double mean, double rstd, double mean_wdy,
+                              double mean_wdy_xhat, double *restrict dweight,
+                              double *restrict dbias, int64_t n) {
+#define ROW_OUT(W, MORE, DW, DB) \
+    row_out_f32(out, dy, W, h, MORE, mean, rstd, mean_wdy, mean_wdy_xhat, DW, DB, n)
+    if (dweight && dbias) {
+        if (w && more)
+            ROW_OUT(w, more, dweight, dbias);
+        else if (w)
+            ROW_OUT(w, NULL, dweight, dbias);
+        else if (more)
+            ROW_OUT(NULL, more, dweight, dbias);
+        else
+            ROW_OUT(NULL, NULL, dweight, dbias);
+    } else if (dweight) {
+        if (w && more)
+            ROW_OUT(w, more, dweight, NULL);
+        else if (w)
+            ROW_OUT(w, NULL, dweight, NULL);
+        else if (more)
+            ROW_OUT(NULL, more, dweight, NULL);
+        else
+            ROW_OUT(NULL, NULL, dweight, NULL);
+    } else if (dbias) {
+        if (more)
+            ROW_OUT(w, more, NULL, dbias);
+        else
+            ROW_OUT(w, NULL, NULL, dbias);
+    } else {
+        if (w && more)
+            ROW_OUT(w, more, NULL, NULL);
+        else if (w)
+            ROW_OUT(w, NULL, NULL, NULL);
+        else if (more)
+            ROW_OUT(NULL, more, NULL, NULL);
+        else
+            ROW_OUT(NULL, NULL, NULL, NULL);
+    }
+#undef ROW_OUT
 }
 
 /* One row of the float32 dx (and dresidual), in double as the generic path;
@@ -338,21 +387,16 @@ static void backward_row_f32(const fo_norm_backward_params *a, int64_t r, double
     const float *restrict more =
         a->dresidual_out ? (const float *)a->dresidual_out + r * a->dresidual_out_row_stride : NULL;
     if (out) {
-        if (w && more)
-            row_out_f32(out, dy, w, h, more, mean, rstd, mean_wdy, mean_wdy_xhat, cols);
-        else if (w)
-            row_out_f32(out, dy, w, h, NULL, mean, rstd, mean_wdy, mean_wdy_xhat, cols);
-        else if (more)
-            row_out_f32(out, dy, NULL, h, more, mean, rstd, mean_wdy, mean_wdy_xhat, cols);
-        else
-            row_out_f32(out, dy, NULL, h, NULL, mean, rstd, mean_wdy, mean_wdy_xhat, cols);
+        row_out_f32_cases(out, dy, w, h, more, mean, rstd, mean_wdy, mean_wdy_xhat, dweight, dbias,
+                          cols);
+    } else {
+        if (dweight)
+            for (int64_t i = 0; i < cols; i++) dweight[i] += dy[i] * ((h[i] - mean) * rstd);
+        if (dbias)
+            for (int64_t i = 0; i < cols; i++) dbias[i] += dy[i];
     }
     if (a->dx && a->dresidual)
         memcpy((float *)a->dresidual + r * cols, out, (size_t)cols * sizeof(float));
-    if (dweight)
-        for (int64_t i = 0; i < cols; i++) dweight[i] += dy[i] * ((h[i] - mean) * rstd);
-    if (dbias)
-        for (int64_t i = 0; i < cols; i++) dbias[i] += dy[i];
 }
 
 /* dx (and dresidual) of rows [r0, r1): each row is independent. */
