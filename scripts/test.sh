@@ -101,7 +101,7 @@ FUSED_OPS_PY_LIBRARY="$PWD/build/cpu/libfused_ops.so" pytest -q tests
 # The wheel carries the CPU kernels for three instruction sets and picks the
 # best this CPU runs: the others run here through FUSED_OPS_PY_CPU_ISA.
 # Each op's tests are tests/test_<op>.py, beside fused_ops_py/ops/<op>.py.
-cpu_kernel_tests=(tests/test_norms.py tests/test_variants.py tests/test_cpu_threads.py)
+cpu_kernel_tests=(tests/test_norms.py tests/test_variants.py tests/test_cpu_threads.py tests/test_gate_fp8.py)
 for op in fused_ops_py/ops/*.py; do
     [ -f "tests/test_$(basename "$op")" ] && cpu_kernel_tests+=("tests/test_$(basename "$op")")
 done
