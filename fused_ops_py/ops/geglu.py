@@ -28,10 +28,9 @@ from .quantize_fp8 import (
     fake_fp8_output,
     fp8_fields,
     fp8_op_output,
-    fp8_output,
     fp8_result,
 )
-from .swiglu import check_swiglu
+from .swiglu import check_swiglu, gate_fp8_call
 
 # the raw calls -------------------------------------------------------------------------
 
@@ -128,19 +127,8 @@ def geglu_fp8_forward(fn, gate, up, approximate, recipe, dtype, transpose):
         key += (approximate, recipe, dtype, transpose)
     except AttributeError:  # not tensors: the checks name what is wrong
         key = None
-    template, dense, cuda_index, free = prepared(
-        _geglu_fp8_plans, key, _geglu_fp8_plan, fn, gate, up, approximate, recipe, dtype, transpose
-    )
-    a = call_struct(_GEGLU_FORWARD, template, cuda_index, free)
-    y, scale, y_t, amax = fp8_output(a.fp8, gate, recipe, dtype, transpose)
-    if not dense:  # views, or copies where no view has dense rows: kept alive until the call returns
-        gate, up = as_rows(gate)[0], as_rows(up)[0]
-    a.gate, a.up = gate.data_ptr(), up.data_ptr()
-    status = lib.fo_geglu_forward(a)
-    if status or SYNC:
-        finish(lib.fo_geglu_forward, status, (a.device_type, a.device_index))
-    free.append(a)
-    return y, scale, y_t
+    plan = prepared(_geglu_fp8_plans, key, _geglu_fp8_plan, fn, gate, up, approximate, recipe, dtype, transpose)
+    return gate_fp8_call(lib.fo_geglu_forward, _GEGLU_FORWARD, plan, gate, up, recipe, dtype, transpose)
 
 
 def geglu_backward_prepared(b, dy_rows, want_gate, want_up, gate):

@@ -107,17 +107,23 @@ def swiglu_fp8_forward(fn, gate, up, recipe, dtype, transpose):
         key += (recipe, dtype, transpose)
     except AttributeError:  # not tensors: the checks name what is wrong
         key = None
-    template, dense, cuda_index, free = prepared(
-        _swiglu_fp8_plans, key, _swiglu_fp8_plan, fn, gate, up, recipe, dtype, transpose
-    )
-    a = call_struct(_SWIGLU_FORWARD, template, cuda_index, free)
+    plan = prepared(_swiglu_fp8_plans, key, _swiglu_fp8_plan, fn, gate, up, recipe, dtype, transpose)
+    return gate_fp8_call(lib.fo_swiglu_forward, _SWIGLU_FORWARD, plan, gate, up, recipe, dtype, transpose)
+
+
+def gate_fp8_call(forward, ctype, plan, gate, up, recipe, dtype, transpose):
+    """A gate's forward (fo_swiglu_forward, fo_geglu_forward) with its FP8
+    output, from a plan (template, dense, CUDA index, free structs): (y or
+    None, scale, y_t or None)."""
+    template, dense, cuda_index, free = plan
+    a = call_struct(ctype, template, cuda_index, free)
     y, scale, y_t, amax = fp8_output(a.fp8, gate, recipe, dtype, transpose)
     if not dense:  # views, or copies where no view has dense rows: kept alive until the call returns
         gate, up = as_rows(gate)[0], as_rows(up)[0]
     a.gate, a.up = gate.data_ptr(), up.data_ptr()
-    status = lib.fo_swiglu_forward(a)
+    status = forward(a)
     if status or SYNC:
-        finish(lib.fo_swiglu_forward, status, (a.device_type, a.device_index))
+        finish(forward, status, (a.device_type, a.device_index))
     free.append(a)
     return y, scale, y_t
 

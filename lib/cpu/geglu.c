@@ -77,7 +77,8 @@ static void geglu_floats(const float *restrict gate, const float *restrict up,
 
 /* The forward's elements [c0, c0 + n) of row r into dst, n of `dtype`
  * (float64 with libm's tanh and erfc). */
-static void forward_piece(const fo_geglu_params *a, int64_t r, int64_t c0, int64_t n, void *dst) {
+static void forward_piece(const void *op, int64_t r, int64_t c0, int64_t n, void *dst) {
+    const fo_geglu_params *a = op;
     if (a->dtype == FO_DTYPE_F64) {
         const double *restrict gate = (const double *)a->gate + r * a->gate_row_stride + c0;
         const double *restrict up = (const double *)a->up + r * a->up_row_stride + c0;
@@ -137,26 +138,9 @@ static void geglu_pieces(const void *ctx, int64_t k0, int64_t k1) {
     }
 }
 
-/* The forward's piece as `dtype` holds it, as floats: the FP8 output's values. */
-static const float *fp8_piece(const void *src, float *buf, int64_t r, int64_t c0, int64_t n) {
-    const fo_geglu_params *a = src;
-    double y[CPU_CHUNK]; /* room for any dtype's n elements */
-    if (a->dtype == FO_DTYPE_F32) {
-        forward_piece(a, r, c0, n, buf);
-        return buf;
-    }
-    forward_piece(a, r, c0, n, y);
-    if (a->dtype == FO_DTYPE_F64)
-        for (int64_t i = 0; i < n; i++) buf[i] = (float)y[i];
-    else
-        fo_float_in(buf, y, 0, n, a->dtype);
-    return buf;
-}
-
 void FO_CPU(geglu)(const fo_geglu_params *a) {
     if (a->fp8) {
-        float maxima[FO_FP8_GROUPS];
-        FO_CPU(write_fp8)(a->fp8, a->rows, a->cols, fp8_piece, a, maxima);
+        FO_CPU(write_fp8_output)(a->fp8, a->rows, a->cols, forward_piece, a, a->dtype);
         return;
     }
     fo_cpu_parallel_pieces(a->rows, a->cols, geglu_pieces, a);

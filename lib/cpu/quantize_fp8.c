@@ -132,6 +132,36 @@ void FO_CPU(write_fp8)(const fo_fp8_out *out, int64_t rows, int64_t cols, fo_fp8
     if (out->amax) *(float *)out->amax = m;
 }
 
+/* An op's forward, for write_fp8_output. */
+typedef struct {
+    fo_forward_piece_fn forward;
+    const void *op;
+    int dtype;
+} output_source;
+
+/* The forward's piece as `dtype` holds it, as floats. */
+static const float *output_piece(const void *src, float *buf, int64_t r, int64_t c0, int64_t n) {
+    const output_source *o = src;
+    double stored[CPU_CHUNK]; /* room for any dtype's n elements */
+    if (o->dtype == FO_DTYPE_F32) {
+        o->forward(o->op, r, c0, n, buf);
+        return buf;
+    }
+    o->forward(o->op, r, c0, n, stored);
+    if (o->dtype == FO_DTYPE_F64)
+        for (int64_t i = 0; i < n; i++) buf[i] = (float)stored[i];
+    else
+        fo_float_in(buf, stored, 0, n, o->dtype);
+    return buf;
+}
+
+void FO_CPU(write_fp8_output)(const fo_fp8_out *out, int64_t rows, int64_t cols,
+                              fo_forward_piece_fn forward, const void *op, int dtype) {
+    const output_source src = {forward, op, dtype};
+    float maxima[FO_FP8_GROUPS];
+    FO_CPU(write_fp8)(out, rows, cols, output_piece, &src, maxima);
+}
+
 /* Elements [c0, c0 + n) of row r of fo_quantize_fp8's x as floats (float64
  * rounded once). */
 static const float *x_piece(const void *src, float *buf, int64_t r, int64_t c0, int64_t n) {
