@@ -319,39 +319,25 @@ static void row_out_f32_cases(float *restrict out, const float *restrict dy,
                               double *restrict dbias, int64_t n) {
 #define ROW_OUT(W, MORE, DW, DB) \
     row_out_f32(out, dy, W, h, MORE, mean, rstd, mean_wdy, mean_wdy_xhat, DW, DB, n)
+#define BY_W_AND_MORE(DW, DB)        \
+    if (w && more)                   \
+        ROW_OUT(w, more, DW, DB);    \
+    else if (w)                      \
+        ROW_OUT(w, NULL, DW, DB);    \
+    else if (more)                   \
+        ROW_OUT(NULL, more, DW, DB); \
+    else                             \
+        ROW_OUT(NULL, NULL, DW, DB)
     if (dweight && dbias) {
-        if (w && more)
-            ROW_OUT(w, more, dweight, dbias);
-        else if (w)
-            ROW_OUT(w, NULL, dweight, dbias);
-        else if (more)
-            ROW_OUT(NULL, more, dweight, dbias);
-        else
-            ROW_OUT(NULL, NULL, dweight, dbias);
+        BY_W_AND_MORE(dweight, dbias);
     } else if (dweight) {
-        if (w && more)
-            ROW_OUT(w, more, dweight, NULL);
-        else if (w)
-            ROW_OUT(w, NULL, dweight, NULL);
-        else if (more)
-            ROW_OUT(NULL, more, dweight, NULL);
-        else
-            ROW_OUT(NULL, NULL, dweight, NULL);
+        BY_W_AND_MORE(dweight, NULL);
     } else if (dbias) {
-        if (more)
-            ROW_OUT(w, more, NULL, dbias);
-        else
-            ROW_OUT(w, NULL, NULL, dbias);
+        BY_W_AND_MORE(NULL, dbias);
     } else {
-        if (w && more)
-            ROW_OUT(w, more, NULL, NULL);
-        else if (w)
-            ROW_OUT(w, NULL, NULL, NULL);
-        else if (more)
-            ROW_OUT(NULL, more, NULL, NULL);
-        else
-            ROW_OUT(NULL, NULL, NULL, NULL);
+        BY_W_AND_MORE(NULL, NULL);
     }
+#undef BY_W_AND_MORE
 #undef ROW_OUT
 }
 
