@@ -1,10 +1,10 @@
 """FP8 casts on the GPU: fused_quantize_fp8 against torchao.float8's scaling
 math (amax, scale, clamp, convert: torchao's functions restated in torch, so
 that any torchao version compares) compiled by torch.compile, rowwise and
-tensorwise, with and without the transposed copy, bf16 in; and SwiGLU's FP8
+tensorwise, with and without the transposed copy, bf16 in; SwiGLU's FP8
 output (fused_swiglu(fp8=...)) against our two calls (fused_swiglu, then
 fused_quantize_fp8) and against silu(gate) * up and the cast compiled
-together.
+together; and RMSNorm's, alone and after the residual add, likewise.
 
 Kernel time: replays of a CUDA graph of one call, median, L2 flushed
 (triton's do_bench). GB/s counts the fewest bytes: x read once, the FP8
@@ -30,6 +30,7 @@ import fused_ops_py as fo
 
 SHAPES = [(1024, 1024), (4096, 4096), (16384, 4096), (8192, 8192)]
 GATE_SHAPES = [(4096, 4096), (8192, 14336)]  # the last: a Llama-3-8B MLP over 4 x 2048 tokens
+NORM_SHAPES = [(4096, 4096), (8192, 4096), (16384, 4096)]  # Llama-3-8B's hidden size over 4096-16384 tokens
 FORMS = (("rowwise", False), ("tensorwise", False), ("tensorwise", True))
 FP8 = torch.float8_e4m3fn
 
@@ -50,6 +51,29 @@ def torchao_cast(x, recipe, transpose):
 def torchao_gate_cast(gate, up, recipe, transpose):
     """silu(gate) * up in bf16, then torchao_cast: compiled as one graph."""
     return torchao_cast(F.silu(gate) * up, recipe, transpose)
+
+
+def torchao_norm_cast(x, residual, weight, recipe, transpose):
+    """RMSNorm (after the residual add, where given) in bf16, then torchao_cast:
+    compiled as one graph; with a residual, h beside the cast."""
+    h = x if residual is None else x + residual
+    cast = torchao_cast(F.rms_norm(h, h.shape[-1:], weight, torch.finfo(h.dtype).eps), recipe, transpose)
+    return cast if residual is None else (*cast, h)
+
+
+def fused_norm(x, residual, weight, **fp8):
+    """fused_rms_norm, or fused_add_rms_norm with a residual (its FP8 tuple then h, flat)."""
+    if residual is None:
+        return fo.fused_rms_norm(x, weight, **fp8)
+    y, h = fo.fused_add_rms_norm(x, residual, weight, **fp8)
+    return (*y, h) if isinstance(y, tuple) else (y, h)
+
+
+def two_norm_calls(x, residual, weight, recipe, transpose):
+    out = fused_norm(x, residual, weight)
+    y, h = out if residual is not None else (out, None)
+    cast = fo.fused_quantize_fp8(y, recipe=recipe, transpose=transpose)
+    return cast if residual is None else (*cast, h)
 
 
 def same_bytes(mine, peer):
@@ -117,6 +141,33 @@ def gate_rows(timing, ceiling, peers):
     return rows
 
 
+def norm_rows(timing, ceiling, peers):
+    compiled = torch.compile(torchao_norm_cast, dynamic=False)
+    rows = []
+    for m, n in NORM_SHAPES:
+        x = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
+        weight = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+        for residual in (None, torch.randn(m, n, device="cuda", dtype=torch.bfloat16)):
+            name = "rms_norm" if residual is None else "add_rms_norm"
+            for recipe, transpose in FORMS:
+                scales = m if recipe == "rowwise" else 1
+                # x (and the residual) in, (h and) the FP8 copies and scales out
+                nbytes = (2 if residual is None else 6) * m * n + m * n * (2 if transpose else 1) + 4 * scales
+                mine = fused_norm(x, residual, weight, fp8=recipe, transpose=transpose)
+                same = same_bytes(mine, two_norm_calls(x, residual, weight, recipe, transpose))
+                providers = [
+                    ("fused", lambda x, r, w: fused_norm(x, r, w, fp8=recipe, transpose=transpose)),
+                    ("fused-two-calls", lambda x, r, w: two_norm_calls(x, r, w, recipe, transpose)),
+                ]
+                if peers:
+                    providers.append(("torchao-compile", lambda x, r, w: compiled(x, r, w, recipe, transpose)))
+                for provider, fn in providers:
+                    ms, _ = graph_bench(fn, (x, residual, weight), None, "fwd", timing)
+                    rows.append(row(f"{name} {m}x{n}", recipe, transpose, provider, ms, nbytes, ceiling, same))
+                    print(rows[-1], flush=True)
+    return rows
+
+
 def write(out, name, rows, meta):
     with open(out / f"{name}.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
@@ -139,6 +190,7 @@ def main():
     meta = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, copy_ceiling_gbs=round(ceiling))
     write(out, "fp8_cast", cast_rows(timing, ceiling, not args.no_peers), meta)
     write(out, "fp8_gate", gate_rows(timing, ceiling, not args.no_peers), meta)
+    write(out, "fp8_norm", norm_rows(timing, ceiling, not args.no_peers), meta)
 
 
 if __name__ == "__main__":

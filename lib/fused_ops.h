@@ -52,7 +52,7 @@
 #define FO_VERSION_MINOR 2
 #define FO_VERSION_PATCH 0
 /* Bumped on any change that breaks a caller built against an older header. */
-#define FO_ABI_VERSION 6
+#define FO_ABI_VERSION 7
 
 #ifdef __cplusplus
 extern "C" {
@@ -128,7 +128,8 @@ FO_API const char *fo_cpu_isa(void);
  * A struct_size under the first version's size, or over the library's own, is
  * FO_ERR_INVALID_ARGUMENT, as is a NULL struct pointer (every struct below
  * is in its first version, FO_ABI_VERSION 4 (those of square, reduce_sum and
- * swiglu: 5; the FP8 output of swiglu's and geglu's forward: 6), but fo_rope_args, whose first
+ * swiglu: 5; the FP8 output of swiglu's and geglu's forward: 6; the FP8 output of
+ * fo_norm_forward: 7), but fo_rope_args, whose first
  * version ends at `pairs`, and fo_cross_entropy_args, at `softcap`). The library reads the struct
  * during the call only. Each struct carries the call's device: device_type (FO_DEVICE_CPU or
  * FO_DEVICE_CUDA), device_index (the CUDA ordinal; ignored on the CPU) and stream (a cudaStream_t
@@ -267,6 +268,27 @@ FO_API int fo_reduce_sum_workspace_bytes(const fo_reduce_sum_args *args, int64_t
 
 FO_API int fo_reduce_sum(const fo_reduce_sum_args *args);
 
+/* The FP8 formats and recipes of fo_quantize_fp8 and of the FP8 outputs. */
+enum fo_fp8_dtype { FO_FP8_E4M3 = 0, FO_FP8_E5M2 = 1 };
+enum fo_fp8_recipe { FO_FP8_TENSORWISE = 0, FO_FP8_ROWWISE = 1 };
+
+/*
+ * An op's output written in FP8 instead of `dtype`, in the same pass: the
+ * bytes and scales fo_quantize_fp8 gives for the output as `dtype` would
+ * hold it (its rounding to `dtype` included), without writing that output.
+ *   y, y_t, scale: as fo_quantize_fp8's (y and y_t dense, y_t tensorwise
+ *             only; either may be 0, not both).
+ *   amax:     float32, one a row (rowwise; optional) or one (tensorwise;
+ *             required: the pass keeps the running max there).
+ * An op takes its FP8 output when y, y_t or scale is given (its own y is
+ * then 0).
+ */
+typedef struct fo_fp8_out {
+    uintptr_t y, y_t, scale, amax;
+    int32_t fp8_dtype; /* enum fo_fp8_dtype */
+    int32_t recipe; /* enum fo_fp8_recipe */
+} fo_fp8_out;
+
 /* Normalizations. */
 enum fo_norm_kind {
     FO_NORM_LAYER = 0, /* (h - mean(h)) / sqrt(var(h) + eps) * weight + bias */
@@ -279,7 +301,9 @@ enum fo_norm_kind {
  *   h            = dropout(x, dropout_p) + residual   if residual is given,
  *                  else x (and dropout_p must be 0)
  *   residual_out = h in residual_dtype                 (when residual is given)
- *   y            = norm(residual_out or x) * weight + bias, in `dtype`
+ *   y            = norm(residual_out or x) * weight + bias, in `dtype`,
+ *                  or in FP8 (fp8: the bytes and scales fo_quantize_fp8
+ *                  gives for y)
  * Statistics and arithmetic are fp32 (fp64 for fp64).
  */
 typedef struct fo_norm_forward_args {
@@ -316,7 +340,19 @@ typedef struct fo_norm_forward_args {
                               + col / 4) is at least floor(p * 2^32)
                               (lib/philox.h); the same on the CPU and the
                               GPU, and backward regenerates it */
+    fo_fp8_out fp8; /* y in FP8 instead (fo_fp8_out; y then 0), or all 0 */
+    uintptr_t workspace; /* with fp8: fo_norm_forward_workspace_bytes bytes,
+                            device memory on CUDA, 8-byte aligned */
+    int64_t workspace_bytes;
 } fo_norm_forward_args;
+
+/* Bytes of workspace fo_norm_forward needs for these arguments (the
+ * workspace fields are not read): 0 without fp8; with it, on CUDA 2 *
+ * sizeof(fp32, fp64 for fp64) a row (the statistics the cast reads), on the
+ * CPU y in `dtype` and, tensorwise, a float for each of up to 256 row groups.
+ * @return FO_OK and *bytes, or an error status (the arguments are checked as
+ * the call itself checks them). */
+FO_API int fo_norm_forward_workspace_bytes(const fo_norm_forward_args *args, int64_t *bytes);
 
 FO_API int fo_norm_forward(const fo_norm_forward_args *args);
 
@@ -376,27 +412,6 @@ typedef struct fo_norm_backward_args {
 FO_API int fo_norm_backward_workspace_bytes(const fo_norm_backward_args *args, int64_t *bytes);
 
 FO_API int fo_norm_backward(const fo_norm_backward_args *args);
-
-/* The FP8 formats and recipes of fo_quantize_fp8 and of the FP8 outputs. */
-enum fo_fp8_dtype { FO_FP8_E4M3 = 0, FO_FP8_E5M2 = 1 };
-enum fo_fp8_recipe { FO_FP8_TENSORWISE = 0, FO_FP8_ROWWISE = 1 };
-
-/*
- * An op's output written in FP8 instead of `dtype`, in the same pass: the
- * bytes and scales fo_quantize_fp8 gives for the output as `dtype` would
- * hold it (its rounding to `dtype` included), without writing that output.
- *   y, y_t, scale: as fo_quantize_fp8's (y and y_t dense, y_t tensorwise
- *             only; either may be 0, not both).
- *   amax:     float32, one a row (rowwise; optional) or one (tensorwise;
- *             required: the pass keeps the running max there).
- * An op takes its FP8 output when y, y_t or scale is given (its own y is
- * then 0).
- */
-typedef struct fo_fp8_out {
-    uintptr_t y, y_t, scale, amax;
-    int32_t fp8_dtype; /* enum fo_fp8_dtype */
-    int32_t recipe; /* enum fo_fp8_recipe */
-} fo_fp8_out;
 
 /*
  * SwiGLU: y = silu(gate) * up = gate / (1 + exp(-gate)) * up, elementwise.

@@ -129,6 +129,13 @@ typedef struct fo_norm_forward_params {
     int dtype, kind;
     double eps, dropout_p;
     uint64_t seed, offset;
+    const fo_fp8_out *fp8; /* y in FP8 (y then NULL), or NULL */
+    void *workspace; /* with fp8: fo_norm_forward_workspace_bytes' bytes */
+    /* set by the CUDA launcher for its first pass (norm.cu), else NULL:
+     * each row's (mean, rstd as y took it) in acc_t, and the running max of
+     * |y| (tensorwise) */
+    void *row_stats;
+    float *fp8_amax;
 } fo_norm_forward_params;
 
 typedef struct fo_norm_backward_params {

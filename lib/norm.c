@@ -46,51 +46,88 @@ static int check_stats(const char *op, const char *name, uintptr_t address, int6
 #define FORWARD_ARGS_FIRST FO_ARGS_END(fo_norm_forward_args, offset)
 #define BACKWARD_ARGS_FIRST FO_ARGS_END(fo_norm_backward_args, offset)
 
+/* Every check of the forward but the workspace's: the call and its
+ * workspace query both make them. */
+static int check_forward(const char *op, fo_norm_forward_args *c) {
+    int status;
+    if ((status = check_norm_common(op, c->device_type, c->device_index, c->rows, c->cols, c->dtype,
+                                    c->param_dtype, c->kind, c->dropout_p)))
+        return status;
+    if (!(isfinite(c->eps) && c->eps > 0.0))
+        return fo_fail(FO_ERR_INVALID_ARGUMENT, "%s: eps=%g must be finite and > 0", op, c->eps);
+    if (c->kind == FO_NORM_RMS && c->bias)
+        return fo_fail(FO_ERR_INVALID_ARGUMENT, "%s: RMSNorm takes no bias (bias=0x%" PRIxPTR ")",
+                       op, c->bias);
+    if (c->residual) {
+        if ((status = fo_check_companion_dtype(op, "residual_dtype", c->residual_dtype, c->dtype)))
+            return status;
+        if (!c->residual_out && c->rows > 0 && c->cols > 0)
+            return fo_fail(FO_ERR_INVALID_ARGUMENT,
+                           "%s: residual is given but residual_out is a null "
+                           "address",
+                           op);
+    } else {
+        c->residual_dtype = c->dtype;
+        if (c->residual_out)
+            return fo_fail(FO_ERR_INVALID_ARGUMENT,
+                           "%s: residual_out=0x%" PRIxPTR " is given without a residual", op,
+                           c->residual_out);
+        if (c->dropout_p > 0.0)
+            return fo_fail(FO_ERR_INVALID_ARGUMENT,
+                           "%s: dropout_p=%g needs a residual (the dropped-out "
+                           "sum is what backward reads)",
+                           op, c->dropout_p);
+    }
+    if ((status = fo_check_output_or_fp8(op, c->y, &c->fp8, c->rows, c->cols, c->dtype)) ||
+        (status = fo_check_operand(op, "residual_out", c->residual_out, c->cols, c->rows, c->cols,
+                                   c->residual_dtype, 1)) ||
+        (status = check_stats(op, "mean", c->mean, c->rows, c->dtype)) ||
+        (status = check_stats(op, "rstd", c->rstd, c->rows, c->dtype)) ||
+        (status =
+             fo_check_operand(op, "x", c->x, c->x_row_stride, c->rows, c->cols, c->dtype, 0)) ||
+        (status = fo_check_operand(op, "residual", c->residual, c->residual_row_stride, c->rows,
+                                   c->cols, c->residual_dtype, 1)) ||
+        (status =
+             fo_check_operand(op, "weight", c->weight, c->cols, 1, c->cols, c->param_dtype, 1)) ||
+        (status = fo_check_operand(op, "bias", c->bias, c->cols, 1, c->cols, c->param_dtype, 1)))
+        return status;
+    return FO_OK;
+}
+
+/* The workspace of a checked call (fused_ops.h, fo_norm_forward_workspace_bytes). */
+static int64_t forward_workspace(const fo_norm_forward_args *c) {
+    if (!fo_fp8_out_given(&c->fp8)) return 0;
+    if (c->device_type == FO_DEVICE_CUDA) return 2 * c->rows * (c->dtype == FO_DTYPE_F64 ? 8 : 4);
+    const int64_t y = (c->rows * c->cols * fo_dtype_size(c->dtype) + 7) / 8 * 8;
+    if (c->fp8.recipe == FO_FP8_ROWWISE) return y;
+    return y + (c->rows < FO_FP8_GROUPS ? c->rows : FO_FP8_GROUPS) * (int64_t)sizeof(float);
+}
+
+int fo_norm_forward_workspace_bytes(const fo_norm_forward_args *args, int64_t *bytes) {
+    static const char op[] = "fo_norm_forward_workspace_bytes";
+    fo_norm_forward_args c;
+    int status;
+    if ((status =
+             fo_read_args(op, "fo_norm_forward_args", &c, sizeof c, FORWARD_ARGS_FIRST, args)) ||
+        (status = fo_check_bytes_pointer(op, bytes)) || (status = check_forward(op, &c)))
+        return status;
+    *bytes = forward_workspace(&c);
+    return FO_OK;
+}
+
 int fo_norm_forward(const fo_norm_forward_args *args) {
     static const char op[] = "fo_norm_forward";
     fo_norm_forward_args c;
     int status;
     if ((status =
              fo_read_args(op, "fo_norm_forward_args", &c, sizeof c, FORWARD_ARGS_FIRST, args)) ||
-        (status = check_norm_common(op, c.device_type, c.device_index, c.rows, c.cols, c.dtype,
-                                    c.param_dtype, c.kind, c.dropout_p)))
+        (status = check_forward(op, &c)) ||
+        (status = fo_check_workspace(op, c.workspace, c.workspace_bytes, forward_workspace(&c))))
         return status;
-    if (!(isfinite(c.eps) && c.eps > 0.0))
-        return fo_fail(FO_ERR_INVALID_ARGUMENT, "%s: eps=%g must be finite and > 0", op, c.eps);
-    if (c.kind == FO_NORM_RMS && c.bias)
-        return fo_fail(FO_ERR_INVALID_ARGUMENT, "%s: RMSNorm takes no bias (bias=0x%" PRIxPTR ")",
-                       op, c.bias);
-    if (c.residual) {
-        if ((status = fo_check_companion_dtype(op, "residual_dtype", c.residual_dtype, c.dtype)))
-            return status;
-        if (!c.residual_out && c.rows > 0 && c.cols > 0)
-            return fo_fail(FO_ERR_INVALID_ARGUMENT,
-                           "%s: residual is given but residual_out is a null "
-                           "address",
-                           op);
-    } else {
-        c.residual_dtype = c.dtype;
-        if (c.residual_out)
-            return fo_fail(FO_ERR_INVALID_ARGUMENT,
-                           "%s: residual_out=0x%" PRIxPTR " is given without a residual", op,
-                           c.residual_out);
-        if (c.dropout_p > 0.0)
-            return fo_fail(FO_ERR_INVALID_ARGUMENT,
-                           "%s: dropout_p=%g needs a residual (the dropped-out "
-                           "sum is what backward reads)",
-                           op, c.dropout_p);
-    }
-    if ((status = fo_check_operand(op, "y", c.y, c.cols, c.rows, c.cols, c.dtype, 0)) ||
-        (status = fo_check_operand(op, "residual_out", c.residual_out, c.cols, c.rows, c.cols,
-                                   c.residual_dtype, 1)) ||
-        (status = check_stats(op, "mean", c.mean, c.rows, c.dtype)) ||
-        (status = check_stats(op, "rstd", c.rstd, c.rows, c.dtype)) ||
-        (status = fo_check_operand(op, "x", c.x, c.x_row_stride, c.rows, c.cols, c.dtype, 0)) ||
-        (status = fo_check_operand(op, "residual", c.residual, c.residual_row_stride, c.rows,
-                                   c.cols, c.residual_dtype, 1)) ||
-        (status = fo_check_operand(op, "weight", c.weight, c.cols, 1, c.cols, c.param_dtype, 1)) ||
-        (status = fo_check_operand(op, "bias", c.bias, c.cols, 1, c.cols, c.param_dtype, 1)))
-        return status;
+    const int fp8 = fo_fp8_out_given(&c.fp8);
+    if (fp8 && c.workspace % 8 != 0)
+        return fo_fail(FO_ERR_INVALID_ARGUMENT,
+                       "%s: workspace=0x%" PRIxPTR " is not 8-byte aligned", op, c.workspace);
     fo_norm_forward_params a = {(void *)c.y,
                                 (void *)c.residual_out,
                                 (void *)c.mean,
@@ -110,8 +147,12 @@ int fo_norm_forward(const fo_norm_forward_args *args) {
                                 c.eps,
                                 c.dropout_p,
                                 c.seed,
-                                c.offset};
-    if (c.rows == 0 || c.cols == 0) return FO_OK;
+                                c.offset,
+                                fp8 ? &c.fp8 : NULL,
+                                (void *)c.workspace,
+                                NULL,
+                                NULL};
+    if ((c.rows == 0 || c.cols == 0) && !fp8) return FO_OK; /* FP8 writes its scales */
     if (c.device_type == FO_DEVICE_CUDA) return fo_cuda_norm_forward(c.device_index, c.stream, &a);
     fo_cpu()->norm_forward(&a);
     return FO_OK;

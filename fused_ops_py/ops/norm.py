@@ -18,8 +18,17 @@ from .._core import (
     or_empty,
     stats_dtype,
 )
-from .norm_calls import LAYER, RMS, check_norm, norm_backward, norm_backward_prepared, norm_forward
+from .norm_calls import (
+    LAYER,
+    RMS,
+    check_norm,
+    norm_backward,
+    norm_backward_prepared,
+    norm_forward,
+    norm_fp8_forward,
+)
 from .norm_dropout import norm_seed_offset
+from .quantize_fp8 import TRANSPOSES, check_fp8_options, fake_fp8_output, fp8_op_output, fp8_result
 
 # autograd ------------------------------------------------------------------------------
 
@@ -270,6 +279,31 @@ def _register():
 
     norm_op.register_autograd(_norm_grad, setup_context=_norm_setup)
 
+    # the FP8 output (no gradient): transpose as TRANSPOSES' index
+    @custom_op("fused_ops_py::norm_fp8", mutates_args=())
+    def norm_fp8_op(
+        x: Tensor,
+        residual: Optional[Tensor],
+        weight: Optional[Tensor],
+        bias: Optional[Tensor],
+        kind: int,
+        eps: float,
+        dropout_p: float,
+        seed_offset: Optional[Tensor],
+        recipe: str,
+        dtype: torch.dtype,
+        transpose: int,
+    ) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+        fn = "fused_ops_py::norm_fp8"
+        args = (fn, kind, x, residual, weight, bias, eps, dropout_p, None, recipe, dtype, TRANSPOSES[transpose])
+        (y, scale, y_t), residual_out, _, _ = norm_fp8_forward(*args, seed_offset=seed_offset)
+        return (*fp8_op_output(y, scale, y_t, x, dtype), or_empty(residual_out, x))
+
+    @norm_fp8_op.register_fake
+    def _(x, residual, weight, bias, kind, eps, dropout_p, seed_offset, recipe, dtype, transpose):
+        residual_out = residual.new_empty(residual.shape) if residual is not None else empty(x)
+        return (*fake_fp8_output(x, recipe, dtype, transpose), residual_out)
+
 
 if AVAILABLE:
     _register()
@@ -307,10 +341,63 @@ def _norm(fn, kind, x, residual, weight, bias, eps, dropout_p, normalized_shape)
     return norm_forward(fn, kind, x, residual, weight, bias, eps, dropout_p, normalized_shape, False)[:2]
 
 
-def fused_layer_norm(x, weight=None, bias=None, eps=1e-5, normalized_shape=None):
+def _norm_fp8(fn, kind, x, residual, weight, bias, eps, dropout_p, normalized_shape, fp8):
+    """(the FP8 output as fp8_result gives it, residual_out or None); fp8 =
+    (recipe, dtype, transpose)."""
+    recipe, dtype, transpose = fp8
+    if eps is None:
+        eps = _DEFAULT_EPS[x.dtype] if isinstance(x, torch.Tensor) and x.dtype in _DEFAULT_EPS else None
+    if compiling():
+        shape = check_norm(fn, x, residual, weight, bias, normalized_shape)
+        check_fp8_options(fn, recipe, dtype, transpose)
+        if shape != tuple(x.shape[-1:]):
+            raise ValueError(f"{fn}: fp8={recipe!r} takes normalized_shape of x's last dimension alone, got {shape}")
+        y, scale, y_t, residual_out = torch.ops.fused_ops_py.norm_fp8(
+            x,
+            residual,
+            weight,
+            bias,
+            kind,
+            eps,
+            dropout_p,
+            norm_seed_offset(dropout_p),
+            recipe,
+            dtype,
+            TRANSPOSES.index(transpose),
+        )
+    else:
+        args = (fn, kind, x, residual, weight, bias, eps, dropout_p, normalized_shape, recipe, dtype, transpose)
+        (y, scale, y_t), residual_out, _, _ = norm_fp8_forward(*args)
+    return fp8_result(y, scale, y_t, transpose), residual_out if residual is not None else None
+
+
+_FP8_DOC = """
+
+    fp8="rowwise" or "tensorwise": the output in FP8 instead, the 16-bit
+    (or other) output never written: the bytes and scales that
+    fused_quantize_fp8(y, recipe=fp8, dtype=fp8_dtype, transpose=transpose)
+    returns for this function's y, in its tuple, which takes y's place in the
+    result. No gradient flows through it; normalized_shape is x's last
+    dimension."""
+
+
+def fused_layer_norm(
+    x,
+    weight=None,
+    bias=None,
+    eps=1e-5,
+    normalized_shape=None,
+    *,
+    fp8=None,
+    fp8_dtype=torch.float8_e4m3fn,
+    transpose=False,
+):
     """torch.nn.functional.layer_norm over the trailing normalized_shape
     (default: weight's shape, else x's last dimension)."""
-    return _norm("fused_layer_norm", LAYER, x, None, weight, bias, eps, 0.0, normalized_shape)[0]
+    fn = "fused_layer_norm"
+    if fp8 is not None:
+        return _norm_fp8(fn, LAYER, x, None, weight, bias, eps, 0.0, normalized_shape, (fp8, fp8_dtype, transpose))[0]
+    return _norm(fn, LAYER, x, None, weight, bias, eps, 0.0, normalized_shape)[0]
 
 
 def _offset_weight(fn, weight, offset, x, normalized_shape):
@@ -332,25 +419,70 @@ def _offset_weight(fn, weight, offset, x, normalized_shape):
     return weight.float() + float(offset)
 
 
-def fused_rms_norm(x, weight=None, eps=None, normalized_shape=None, offset=0.0):
+def fused_rms_norm(
+    x,
+    weight=None,
+    eps=None,
+    normalized_shape=None,
+    offset=0.0,
+    *,
+    fp8=None,
+    fp8_dtype=torch.float8_e4m3fn,
+    transpose=False,
+):
     """torch.nn.functional.rms_norm over the trailing normalized_shape;
     eps=None means torch.finfo(x.dtype).eps, as in torch. offset: x * rstd *
     (offset + weight), the sum in fp32 (Gemma's RMSNorm is offset=1.0)."""
+    fn = "fused_rms_norm"
     if type(offset) is not float or offset:  # the default 0.0 costs one test
-        weight = _offset_weight("fused_rms_norm", weight, offset, x, normalized_shape)
-    return _norm("fused_rms_norm", RMS, x, None, weight, None, eps, 0.0, normalized_shape)[0]
+        weight = _offset_weight(fn, weight, offset, x, normalized_shape)
+    if fp8 is not None:
+        return _norm_fp8(fn, RMS, x, None, weight, None, eps, 0.0, normalized_shape, (fp8, fp8_dtype, transpose))[0]
+    return _norm(fn, RMS, x, None, weight, None, eps, 0.0, normalized_shape)[0]
 
 
-def fused_add_layer_norm(x, residual, weight=None, bias=None, eps=1e-5, dropout_p=0.0):
+def fused_add_layer_norm(
+    x,
+    residual,
+    weight=None,
+    bias=None,
+    eps=1e-5,
+    dropout_p=0.0,
+    *,
+    fp8=None,
+    fp8_dtype=torch.float8_e4m3fn,
+    transpose=False,
+):
     """(layer_norm(h), h) with h = dropout(x, dropout_p) + residual: the
     pre-norm transformer block in one pass. residual may be fp32 beside
     fp16/bf16 x (an fp32 residual stream); h keeps residual's dtype."""
-    return _norm("fused_add_layer_norm", LAYER, x, residual, weight, bias, eps, dropout_p, None)
+    fn = "fused_add_layer_norm"
+    if fp8 is not None:
+        return _norm_fp8(fn, LAYER, x, residual, weight, bias, eps, dropout_p, None, (fp8, fp8_dtype, transpose))
+    return _norm(fn, LAYER, x, residual, weight, bias, eps, dropout_p, None)
 
 
-def fused_add_rms_norm(x, residual, weight=None, eps=None, dropout_p=0.0, offset=0.0):
+def fused_add_rms_norm(
+    x,
+    residual,
+    weight=None,
+    eps=None,
+    dropout_p=0.0,
+    offset=0.0,
+    *,
+    fp8=None,
+    fp8_dtype=torch.float8_e4m3fn,
+    transpose=False,
+):
     """(rms_norm(h), h) with h = dropout(x, dropout_p) + residual; offset as
     in fused_rms_norm."""
+    fn = "fused_add_rms_norm"
     if type(offset) is not float or offset:
-        weight = _offset_weight("fused_add_rms_norm", weight, offset, x, None)
-    return _norm("fused_add_rms_norm", RMS, x, residual, weight, None, eps, dropout_p, None)
+        weight = _offset_weight(fn, weight, offset, x, None)
+    if fp8 is not None:
+        return _norm_fp8(fn, RMS, x, residual, weight, None, eps, dropout_p, None, (fp8, fp8_dtype, transpose))
+    return _norm(fn, RMS, x, residual, weight, None, eps, dropout_p, None)
+
+
+for _public in (fused_layer_norm, fused_rms_norm, fused_add_layer_norm, fused_add_rms_norm):
+    _public.__doc__ += _FP8_DOC

@@ -20,6 +20,7 @@ from .._core import (
 )
 from .._ffi import SYNC, ffi, finish, lib
 from .norm_dropout import dropout_seed_offset, seed_offset_values
+from .quantize_fp8 import check_fp8_options, fp8_fields, fp8_output
 
 LAYER, RMS = lib.FO_NORM_LAYER, lib.FO_NORM_RMS
 
@@ -204,6 +205,84 @@ def norm_forward(
         backward = (b, template)
     free.append(a)
     return y, residual_out, stats, seed_offset, cols, backward
+
+
+def _norm_fp8_plan(fn, kind, x, residual, weight, bias, eps, dropout_p, normalized_shape, recipe, dtype, transpose):
+    check_fp8_options(fn, recipe, dtype, transpose)
+    plan = _norm_forward_plan(fn, kind, x, residual, weight, bias, eps, dropout_p, normalized_shape)
+    if plan[2] != x.shape[-1]:
+        raise ValueError(
+            f"{fn}: fp8={recipe!r} takes normalized_shape of x's last dimension alone, got {normalized_shape}"
+        )
+    for name, value in fp8_fields(recipe, dtype).items():
+        setattr(plan[0][0].fp8, name, value)
+    return plan
+
+
+_norm_fp8_plans = {}
+_norm_fp8_workspaces = {}
+
+
+def norm_fp8_forward(
+    fn,
+    kind,
+    x,
+    residual,
+    weight,
+    bias,
+    eps,
+    dropout_p,
+    normalized_shape,
+    recipe,
+    dtype,
+    transpose,
+    save_stats=False,
+    seed_offset=None,
+):
+    """norm_forward with y in FP8, the bf16 (or other) y never written:
+    ((y or None, scale, y_t or None), residual_out or None, stats or None,
+    seed_offset or None)."""
+    try:
+        if type(eps) is not float or type(dropout_p) is not float:
+            raise TypeError
+        key = (kind, x.shape, x.stride(), x.dtype, x.device, eps, dropout_p, normalized_shape)
+        key += tuple(None if t is None else (t.shape, t.stride(), t.dtype, t.device) for t in (weight, bias, residual))
+        key += (recipe, dtype, transpose)
+    except (AttributeError, TypeError):  # not tensors, or eps and dropout_p not floats
+        key = None
+    args = (fn, kind, x, residual, weight, bias, eps, dropout_p, normalized_shape, recipe, dtype, transpose)
+    template, rows, cols, dense, index, _, free = prepared(_norm_fp8_plans, key, _norm_fp8_plan, *args)
+    a = call_struct(_NORM_FORWARD, template, index, free[1 if save_stats else 0])
+    y, scale, y_t, amax = fp8_output(a.fp8, x, recipe, dtype, transpose)
+    x_rows = x if dense else as_rows(x, cols)[0]  # a view or copy, kept alive until the call returns
+    a.x = x_rows.data_ptr()
+    if weight is not None:
+        weight = weight.contiguous()  # the library reads parameters as cols dense elements
+        a.weight = weight.data_ptr()
+    if bias is not None:
+        bias = bias.contiguous()
+        a.bias = bias.data_ptr()
+    residual_out = stats = None
+    if residual is not None:
+        residual_rows = residual if dense else as_rows(residual, cols)[0]
+        residual_out = dense_like(residual)
+        a.residual_out, a.residual = residual_out.data_ptr(), residual_rows.data_ptr()
+    if save_stats:
+        stats = x.new_empty(rows if kind == RMS else 2 * rows, dtype=stats_dtype(x.dtype))
+        a.rstd = stats.data_ptr()
+        if kind == LAYER:
+            a.mean = a.rstd + rows * stats.itemsize
+    if dropout_p > 0:
+        if seed_offset is None:
+            seed_offset = dropout_seed_offset(x, rows, cols)
+        a.seed, a.offset = seed_offset_values(seed_offset)
+    workspace = scratch(_norm_fp8_workspaces, key, lib.fo_norm_forward_workspace_bytes, a, x)
+    a.workspace, a.workspace_bytes = (workspace.data_ptr(), workspace.numel()) if workspace is not None else (0, 0)
+    status = lib.fo_norm_forward(a)
+    if status or SYNC:
+        finish(lib.fo_norm_forward, status, (a.device_type, a.device_index))
+    free[1 if save_stats else 0].append(a)
+    return (y, scale, y_t), residual_out, stats, seed_offset
 
 
 def _norm_backward_plan(dy, dresidual_out, h, weight, bias, kind, dropout_p, cols, x_dtype):

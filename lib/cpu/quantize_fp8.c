@@ -162,19 +162,32 @@ void FO_CPU(write_fp8_output)(const fo_fp8_out *out, int64_t rows, int64_t cols,
     FO_CPU(write_fp8)(out, rows, cols, output_piece, &src, maxima);
 }
 
-/* Elements [c0, c0 + n) of row r of fo_quantize_fp8's x as floats (float64
- * rounded once). */
+/* Rows of x, with their row stride and dtype, for write_fp8_rows. */
+typedef struct {
+    const void *x;
+    int64_t stride;
+    int dtype;
+} rows_source;
+
+/* Elements [c0, c0 + n) of row r of x as floats (float64 rounded once). */
 static const float *x_piece(const void *src, float *buf, int64_t r, int64_t c0, int64_t n) {
-    const fo_quantize_fp8_args *a = src;
-    const int64_t at = r * a->x_row_stride + c0;
-    if (a->dtype != FO_DTYPE_F64) return fo_float_in(buf, (const void *)a->x, at, n, a->dtype);
+    const rows_source *x = src;
+    const int64_t at = r * x->stride + c0;
+    if (x->dtype != FO_DTYPE_F64) return fo_float_in(buf, x->x, at, n, x->dtype);
     double d[CPU_CHUNK];
-    fo_cpu_load(d, (const void *)a->x, at, n, a->dtype);
+    fo_cpu_load(d, x->x, at, n, x->dtype);
     for (int64_t i = 0; i < n; i++) buf[i] = (float)d[i];
     return buf;
 }
 
+void FO_CPU(write_fp8_rows)(const fo_fp8_out *out, int64_t rows, int64_t cols, const void *x,
+                            int64_t stride, int dtype, float *maxima) {
+    const rows_source src = {x, stride, dtype};
+    FO_CPU(write_fp8)(out, rows, cols, x_piece, &src, maxima);
+}
+
 void FO_CPU(quantize_fp8)(const fo_quantize_fp8_args *a) {
     const fo_fp8_out out = {a->y, a->y_t, a->scale, a->amax, a->fp8_dtype, a->recipe};
-    FO_CPU(write_fp8)(&out, a->rows, a->cols, x_piece, a, (float *)a->workspace);
+    FO_CPU(write_fp8_rows)
+    (&out, a->rows, a->cols, (const void *)a->x, a->x_row_stride, a->dtype, (float *)a->workspace);
 }

@@ -6,6 +6,8 @@
 
 #include <cooperative_groups.h>
 
+#include <cfloat>
+
 #include "../philox.h"
 #include "common.cuh"
 
@@ -273,6 +275,44 @@ __device__ __forceinline__ void normalize_chunk(A (&v)[kChunk], A mean, A rstd, 
         v[i] = EXACT ? fma(normalized(v[i], mean, rstd), w[i], b[i])
                      : fma(fma(v[i], rstd, shift), w[i], b[i]);
 }
+// The FP8 output's first pass (norm.cu): the running max of |y| over the
+// chunk's first n values as T stores them, the finite ones only (as the
+// cast's amax takes them).
+template <typename T, typename A>
+__device__ __forceinline__ float output_amax(float running, const A (&v)[kChunk], int n = kChunk) {
+#pragma unroll
+    for (int i = 0; i < kChunk; i++) {
+        const float m = fabsf(float(to_acc(from_acc<T>(v[i]))));
+        if (i < n && m <= FLT_MAX) running = fmaxf(running, m);
+    }
+    return running;
+}
+
+// max(*out, the block's v) into *out (zeroed before the launch; non-negative
+// floats order as their bits do). Every thread of the block calls it.
+__device__ void block_atomic_max(float *out, float v) {
+    __shared__ float warps[32];
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    const int t = int(threadIdx.y * blockDim.x + threadIdx.x);
+    if (t % 32 == 0) warps[t / 32] = v;
+    __syncthreads();
+    if (t == 0) {
+        for (int w = 1; w < int(blockDim.x * blockDim.y / 32); w++) v = fmaxf(v, warps[w]);
+        atomicMax(reinterpret_cast<int *>(out), __float_as_int(v));
+    }
+}
+
+// Row r's statistics as the output took them, for the FP8 output's cast
+// (norm.cu's NormSource): mean and the rstd that y used.
+template <typename A>
+__device__ __forceinline__ void store_row_stats(void *row_stats, int64_t r, A mean, A rstd) {
+    A *s = static_cast<A *>(row_stats) + 2 * r;
+    s[0] = mean;
+    s[1] = rstd;
+}
+
 // The register and shared-memory forward of fp64 take the exact order and
 // mean (corrected_mean); the register forward of fp32 and 16-bit the FFMAs,
 // a mean exact where the row is constant (kCentredRow) and y = b where the

@@ -308,6 +308,7 @@ __global__ void __maxnreg__(
     const int lane = int(blockIdx.x % CLUSTER) * blockDim.x + threadIdx.x;
     const int row_threads = CLUSTER * blockDim.x;
     int parity = 0;  // cluster_row_sum's slot
+    float amax = 0.0f;  // the FP8 output's (a.fp8_amax)
     // the row loop is uniform across the block and the cluster (row_sum
     // and cluster_row_sum hold barriers)
     for (int64_t base = blockIdx.x / CLUSTER * int64_t(blockDim.y); base < a.rows;
@@ -400,6 +401,8 @@ __global__ void __maxnreg__(
         // h * rstd + shift would leave the rounding of mean * rstd
         const A y_rstd = variance == A(0) && a.eps > 0 ? A(0) : rstd;  // (eps 0: NaN, as torch)
         const A shift = -mean * y_rstd;
+        if (a.row_stats && lane == 0) store_row_stats(a.row_stats, r, mean, y_rstd);
+        if (!a.y && !a.fp8_amax) continue;  // FP8 rowwise: the cast computes y
 #pragma unroll
         for (int k = 0; k < CPT; k++) {
             const int c = lane + k * row_threads;
@@ -413,9 +416,13 @@ __global__ void __maxnreg__(
             weight_chunk.get(w);
             bias_chunk.get(b);
             normalize_chunk<kExactNormalize<T>>(v, mean, y_rstd, shift, w, b);
-            store_row_chunk<T, ACCESS>(static_cast<T *>(a.y) + r * cols, v, c, cols);
+            if (a.y)
+                store_row_chunk<T, ACCESS>(static_cast<T *>(a.y) + r * cols, v, c, cols);
+            else
+                amax = output_amax<T>(amax, v);
         }
     }
+    if (a.fp8_amax) block_atomic_max(a.fp8_amax, amax);
     if constexpr (CLUSTER > 1) cluster_sync();
 }
 

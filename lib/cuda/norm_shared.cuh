@@ -132,6 +132,7 @@ __global__ void __maxnreg__(kSharedForwardRegisters<T>)
 #pragma unroll
         for (int i = 0; i < kChunk; i++) values[i] = to_acc(raw[i]);
     };
+    float amax = 0.0f;  // the FP8 output's (a.fp8_amax)
     if (blockIdx.x < a.rows)
         for (int c = threadIdx.x; c < chunks; c += blockDim.x) copy_chunk(blockIdx.x, c);
     __pipeline_commit();
@@ -168,6 +169,7 @@ __global__ void __maxnreg__(kSharedForwardRegisters<T>)
         if (threadIdx.x == 0) {
             if (a.mean) static_cast<A *>(a.mean)[r] = mean;
             if (a.rstd) static_cast<A *>(a.rstd)[r] = rstd;
+            if (a.row_stats) store_row_stats(a.row_stats, r, mean, rstd);
         }
         const A shift = -mean * rstd;
         for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
@@ -183,12 +185,16 @@ __global__ void __maxnreg__(kSharedForwardRegisters<T>)
             else
                 fill(b, A(0));
             normalize_chunk<kExactNormalize<T>>(v, mean, rstd, shift, w, b);
-            store_chunk<T, true, true>(static_cast<T *>(a.y) + r * a.cols + col, v, kChunk);
+            if (a.y)
+                store_chunk<T, true, true>(static_cast<T *>(a.y) + r * a.cols + col, v, kChunk);
+            else
+                amax = output_amax<T>(amax, v);
             // the slot is free: its values were read (and used) above
             if (next < a.rows) copy_chunk(next, c);
         }
         __pipeline_commit();
     }
+    if (a.fp8_amax) block_atomic_max(a.fp8_amax, amax);
 }
 
 }  // namespace

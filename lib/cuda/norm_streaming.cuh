@@ -40,6 +40,7 @@ __global__ void __launch_bounds__(kMaxRowThreads) norm_forward_kernel(fo_norm_fo
     const P *bias = static_cast<const P *>(a.bias);
     const int64_t cols = a.cols, chunks = chunks_per_row(cols);
     const bool rms = a.kind == FO_NORM_RMS;
+    float amax = 0.0f;  // the FP8 output's (a.fp8_amax)
     // the row loop is uniform across the block (row_sum holds barriers)
     for (int64_t base = blockIdx.x * int64_t(blockDim.y); base < a.rows;
          base += int64_t(gridDim.x) * blockDim.y) {
@@ -108,7 +109,9 @@ __global__ void __launch_bounds__(kMaxRowThreads) norm_forward_kernel(fo_norm_fo
         if (threadIdx.x == 0) {
             if (a.mean) static_cast<A *>(a.mean)[r] = mean;
             if (a.rstd) static_cast<A *>(a.rstd)[r] = rstd;
+            if (a.row_stats) store_row_stats(a.row_stats, r, mean, rstd);
         }
+        if (!a.y && !a.fp8_amax) continue;  // FP8 rowwise: the cast computes y
         for (int64_t c = threadIdx.x; c < chunks; c += blockDim.x) {
             const int64_t col = c * kChunk;
             const int n = int(cols - col < kChunk ? cols - col : kChunk);
@@ -117,9 +120,13 @@ __global__ void __launch_bounds__(kMaxRowThreads) norm_forward_kernel(fo_norm_fo
             load_params(w, weight ? weight + col : nullptr, n, A(1));
             load_params(b, bias ? bias + col : nullptr, n, A(0));
             normalize_chunk<true>(h, mean, rstd, A(0), w, b);
-            store_chunk<T, VEC, kForwardHints<T>>(static_cast<T *>(a.y) + r * cols + col, h, n);
+            if (a.y)
+                store_chunk<T, VEC, kForwardHints<T>>(static_cast<T *>(a.y) + r * cols + col, h, n);
+            else
+                amax = output_amax<T>(amax, h, n);
         }
     }
+    if (a.fp8_amax) block_atomic_max(a.fp8_amax, amax);
 }
 
 // T: dy, dx; H: h, dresidual_out, dresidual (T or float); P: weight.

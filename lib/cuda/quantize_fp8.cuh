@@ -12,8 +12,8 @@
 // running). kVec: 8-byte stores of the codes (cols % 8 == 0, y 8-byte
 // aligned; the Source's loads may vectorize). Held: a type that holds the
 // values exactly (the op's output dtype), for a row kept in registers, and
-// kHeldChunks of them a thread. flattened(rows): the Source of dense
-// operands taken as one row of rows * cols values.
+// kHeldChunks of them a thread. kFlattens: flattened(rows) is the Source of
+// dense operands taken as one row of rows * cols values.
 //
 // Rowwise: a warp (rows of up to 32 * kHeldChunks chunks) or a block a
 // row; its chunks stay in registers between the row's amax and its cast
@@ -394,6 +394,7 @@ __global__ void __launch_bounds__(kThreads)
 template <typename T, bool VEC>
 struct RowsSource {
     static constexpr bool kVec = VEC;
+    static constexpr bool kFlattens = true;
     static constexpr int kHeldChunks = 4;
     using Held = float;
     struct Raw {
@@ -423,6 +424,7 @@ template <typename T, bool VEC, typename Act>
 struct GateSource {
     using A = acc_t<T>;
     static constexpr bool kVec = VEC;
+    static constexpr bool kFlattens = true;
     static constexpr int kHeldChunks = sizeof(T) == 2 ? 8 : 4;  // 16-bit rows of 16384 held
     using Held = std::conditional_t<sizeof(T) == 2, T, float>;
     struct Raw {  // as loaded: 16-bit chunks in 8 registers, not 16
@@ -508,17 +510,21 @@ template <bool E4M3, typename Source>
 void launch_tensorwise_cast(uint8_t *y, uint8_t *y_t, float *scale, float *amax,
                             const float *partials, int count, const Source &src, bool flat,
                             int64_t rows, int64_t cols, cudaStream_t stream) {
+    flat = flat && Source::kFlattens;
     if (!y_t) {
         const int64_t flat_rows = flat ? 1 : rows, flat_cols = flat ? rows * cols : cols;
         const int64_t work =
             (flat_rows * chunks_per_row(flat_cols) + 4 * kThreads - 1) / (4 * kThreads);
         const int blocks = int(work < 1 ? 1 : work > kCastBlocks ? kCastBlocks : work);
-        if (flat)
-            tensorwise_cast_kernel<Source, E4M3, true><<<blocks, kThreads, 0, stream>>>(
-                y, scale, amax, partials, count, src.flattened(rows), 1, rows * cols);
-        else
-            tensorwise_cast_kernel<Source, E4M3, false>
-                <<<blocks, kThreads, 0, stream>>>(y, scale, amax, partials, count, src, rows, cols);
+        if constexpr (Source::kFlattens) {
+            if (flat) {
+                tensorwise_cast_kernel<Source, E4M3, true><<<blocks, kThreads, 0, stream>>>(
+                    y, scale, amax, partials, count, src.flattened(rows), 1, rows * cols);
+                return;
+            }
+        }
+        tensorwise_cast_kernel<Source, E4M3, false>
+            <<<blocks, kThreads, 0, stream>>>(y, scale, amax, partials, count, src, rows, cols);
         return;
     }
     const int64_t tiles_x = (cols + kTile - 1) / kTile, tiles_y = (rows + kTile - 1) / kTile;

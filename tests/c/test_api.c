@@ -1159,6 +1159,64 @@ static void test_errors_swiglu_fp8(void) {
 #undef CALL
 }
 
+/* The norms' FP8 output: its checks, and the workspace the CPU asks for
+ * (y in float32, 2 x 4: 32 bytes, then a float for each of the 2 row groups). */
+static fo_norm_forward_args norm_fp8_base(void) {
+    fo_norm_forward_args a = {.struct_size = sizeof a,
+                              .device_type = CPU,
+                              .x = addr(&E_IN),
+                              .x_row_stride = 4,
+                              .param_dtype = F32,
+                              .rows = 2,
+                              .cols = 4,
+                              .dtype = F32,
+                              .kind = FO_NORM_LAYER,
+                              .eps = 1e-5,
+                              .fp8 = {.y = addr(&E_OUT),
+                                      .scale = addr(&E_OUT2),
+                                      .amax = addr(&E_OUT2) + 16,
+                                      .fp8_dtype = FO_FP8_E4M3,
+                                      .recipe = FO_FP8_TENSORWISE},
+                              .workspace = addr(&E_OUT) + 64,
+                              .workspace_bytes = 40};
+    return a;
+}
+
+static int norm_fp8_query(const fo_norm_forward_args *a) {
+    int64_t bytes;
+    return fo_norm_forward_workspace_bytes(a, &bytes);
+}
+
+static void test_errors_norm_fp8(void) {
+    section("errors: fo_norm_forward's FP8 output, fo_norm_forward_workspace_bytes");
+    static const char op[] = "fo_norm_forward", query[] = "fo_norm_forward_workspace_bytes";
+    fo_norm_forward_args a;
+#define CALL(why, status, needle, needle2, edit) \
+    STRUCT_CASE(a, op, norm_fp8_base, fo_norm_forward, why, status, needle, needle2, edit)
+    CALL("the base case", OK, NULL, NULL, (void)0);
+    CALL("rowwise", OK, NULL, NULL, (a.fp8.recipe = FO_FP8_ROWWISE, a.fp8.amax = 0));
+    CALL("y beside the FP8 output", INVALID, "y=0x", "y must be 0", a.y = addr(&E_OUT2) + 64);
+    CALL("recipe code 2", INVALID, "fp8.recipe=2", NULL, a.fp8.recipe = 2);
+    CALL("tensorwise without amax", INVALID, "fp8.amax", "null", a.fp8.amax = 0);
+    CALL("a workspace too small", TOO_SMALL, "workspace_bytes=39", "40", a.workspace_bytes = 39);
+    CALL("a workspace 4 bytes off", INVALID, "workspace=0x", "8-byte aligned",
+         (a.workspace += 4, a.workspace_bytes = 40));
+#undef CALL
+#define CALL(why, status, needle, needle2, edit) \
+    STRUCT_CASE(a, query, norm_fp8_base, norm_fp8_query, why, status, needle, needle2, edit)
+    CALL("recipe code 2", INVALID, "fp8.recipe=2", NULL, a.fp8.recipe = 2);
+#undef CALL
+    int64_t bytes = -1;
+    a = norm_fp8_base();
+    CHECK(fo_norm_forward_workspace_bytes(&a, &bytes) == OK && bytes == 40,
+          "%s: %lld bytes on the CPU for 2 x 4 float32 tensorwise, want 40", query,
+          (long long)bytes);
+    a.fp8 = (fo_fp8_out){0};
+    a.y = addr(&E_OUT);
+    CHECK(fo_norm_forward_workspace_bytes(&a, &bytes) == OK && bytes == 0,
+          "%s: %lld bytes without fp8, want 0", query, (long long)bytes);
+}
+
 /* gpt-oss's _apply_gate in double, with its gradients as torch.clamp gives
  * them (passing at the bounds or not, as `closed` says). */
 static double clamped_swiglu_reference(double gate, double up, double alpha, double limit,
@@ -1699,7 +1757,8 @@ static void test_struct_size(void) {
         {"fo_bias_scale_relu_backward", call_relu_backward, &relu_bwd, sizeof relu_bwd, 0, 0},
         {"fo_bias_scale_relu_backward_workspace_bytes", call_relu_query, &relu_bwd, sizeof relu_bwd,
          0, 0},
-        {"fo_norm_forward", call_norm_forward, &norm_fwd, sizeof norm_fwd, 0, 0},
+        {"fo_norm_forward", call_norm_forward, &norm_fwd, sizeof norm_fwd,
+         offsetof(fo_norm_forward_args, fp8), 0},
         {"fo_norm_backward", call_norm_backward, &norm_bwd, sizeof norm_bwd, 0, 0},
         {"fo_norm_backward_workspace_bytes", call_norm_query, &norm_bwd, sizeof norm_bwd, 0, 0},
         {"fo_geglu_forward", call_geglu_forward, &geglu_fwd, sizeof geglu_fwd,
@@ -2670,6 +2729,7 @@ int main(void) {
     test_errors_dyt();
     test_errors_quantize_fp8();
     test_errors_swiglu_fp8();
+    test_errors_norm_fp8();
     test_errors_rope();
     test_struct_size();
     test_empty_operands();

@@ -1453,7 +1453,7 @@ static void decode_norm_forward(call *c, input *in) {
                        residual, in);
     operand *w = add(c, NF_W, "weight", IN, c->param_dtype, 1, c->cols, 0, flags & 2, in);
     operand *b = add(c, NF_B, "bias", IN, c->param_dtype, 1, c->cols, 0, bias, in);
-    take_struct_size(c, in, sizeof(fo_norm_forward_args));
+    take_struct_size_since(c, in, sizeof(fo_norm_forward_args), offsetof(fo_norm_forward_args, fp8));
     judge_norm_scalars(c);
     if (!(isfinite(c->eps) && c->eps > 0.0))
         must_fail(&c->v, "eps %g is not finite and > 0", c->eps);
