@@ -90,6 +90,38 @@ def test_siblings_share_one_cast_of_their_input(recipe):
         assert torch.equal(shared, alone)
 
 
+@pytest.mark.parametrize("act", ["silu", "gelu_pytorch_tanh", "gelu"])
+@pytest.mark.parametrize("grad", [True, False])
+def test_the_gate_hands_its_fp8_output_to_down(act, grad, monkeypatch):
+    """A patched MLP's tensorwise down_proj takes the gate's FP8 output (no
+    16-bit product): the same bits, forward and every gradient, as down_proj
+    casting the product itself."""
+    from fused_ops_py.patching import mlp as patched_mlp
+
+    transformers = pytest.importorskip("transformers", reason="transformers is not installed")
+    config = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, hidden_act=act)
+    tokens = torch.randn(2, 24, 64, dtype=torch.bfloat16, generator=torch.Generator().manual_seed(3))
+    fed, feed = [], patched_mlp.gate_float8_input
+    monkeypatch.setattr(patched_mlp, "gate_float8_input", lambda *a, **k: fed.append(1) or feed(*a, **k))
+    results = []
+    for fp8_gate in (True, False):
+        if not fp8_gate:  # down_proj casts the product itself
+            monkeypatch.setattr(patched_mlp, "_FP8_GATES", {})
+        torch.manual_seed(0)
+        mlp = transformers.models.llama.modeling_llama.LlamaMLP(config).to(torch.bfloat16)
+        fo.patch(mlp)
+        patch_fp8(mlp, "tensorwise")
+        x = tokens.clone().requires_grad_(grad)
+        with torch.set_grad_enabled(grad):
+            out = mlp(x)
+        if grad:
+            out.float().square().sum().backward()
+        results.append([out] + ([x.grad] + [p.grad for p in mlp.parameters()] if grad else []))
+    assert fed == [1]
+    for fused, alone in zip(*results):
+        assert fused is not None and torch.equal(fused, alone)
+
+
 def test_fp8_model_loss_takes_chunks_of_twice_the_default(monkeypatch):
     from fused_ops_py.ops.linear_cross_entropy import default_chunk_rows
     from fused_ops_py.patching import loss

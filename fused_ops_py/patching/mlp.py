@@ -11,6 +11,8 @@ import types
 import torch
 from torch import nn
 
+from .._core import compiling
+from ..gate_float8_input import gate_float8_input, takes_gate_float8
 from ..ops.clamped_swiglu import fused_clamped_swiglu
 from ..ops.geglu import fused_geglu
 from ..ops.swiglu import swiglu_over_inputs
@@ -177,9 +179,23 @@ _EXPERTS_DISPATCH = known(
 )
 
 
+# the gates whose FP8 output feeds a tensorwise Float8Linear down projection
+# (patch(fp8=...)), by their GELU approximation (None: SiLU)
+_FP8_GATES = {swiglu_over_inputs: None, _tanh_gelu: "tanh", _erf_gelu: "none"}
+
+
+def _down(module, gated, gate, up):
+    """down_proj(gated(gate, up)); gate and up are the forward's own, used by
+    nothing else, so a tensorwise Float8Linear takes the gate's FP8 output."""
+    down = module.down_proj
+    if gated in _FP8_GATES and takes_gate_float8(down) and not compiling():
+        return down(gate_float8_input(gate, up, _FP8_GATES[gated], down, over_inputs=True))
+    return down(gated(gate, up))
+
+
 def _gated_forward(gated):
     def forward(self, x):
-        return self.down_proj(gated(self.gate_proj(x), self.up_proj(x)))
+        return _down(self, gated, self.gate_proj(x), self.up_proj(x))
 
     return forward
 
@@ -187,7 +203,7 @@ def _gated_forward(gated):
 def _gate_up_forward(gated):
     def forward(self, hidden_states):
         gate, up = self.gate_up_proj(hidden_states).chunk(2, dim=-1)
-        return self.down_proj(gated(gate, up))
+        return _down(self, gated, gate, up)
 
     return forward
 
