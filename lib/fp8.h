@@ -10,16 +10,16 @@
 #include "fused_ops.h"
 
 #ifdef __CUDACC__
-#define FO_HOST_DEVICE __host__ __device__
+#define FO_FP8_HOST_DEVICE __host__ __device__
 #else
-#define FO_HOST_DEVICE
+#define FO_FP8_HOST_DEVICE
 #endif
 
 /* The largest finite value of e4m3 (fn: no inf) and of e5m2. */
 #define FO_FP8_E4M3_MAX 448.0f
 #define FO_FP8_E5M2_MAX 57344.0f
 
-static inline FO_HOST_DEVICE float fo_fp8_max(int fp8_dtype) {
+static inline FO_FP8_HOST_DEVICE float fo_fp8_max(int fp8_dtype) {
     return fp8_dtype == FO_FP8_E4M3 ? FO_FP8_E4M3_MAX : FO_FP8_E5M2_MAX;
 }
 
@@ -27,7 +27,7 @@ static inline FO_HOST_DEVICE float fo_fp8_max(int fp8_dtype) {
  * rounded once, as torchao.float8 computes it; rowwise rounds it down to a
  * power of two (clearing the mantissa: q is a normal float for any finite
  * amax), so its reciprocal, the scale, is exact. */
-static inline FO_HOST_DEVICE float fo_fp8_multiplier(float amax, int fp8_dtype, int rowwise) {
+static inline FO_FP8_HOST_DEVICE float fo_fp8_multiplier(float amax, int fp8_dtype, int rowwise) {
     double a = (double)amax;
     if (!(a >= 1e-12)) a = 1e-12; /* zero rows: a finite scale */
     float q = (float)((double)fo_fp8_max(fp8_dtype) / a);

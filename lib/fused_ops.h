@@ -340,7 +340,8 @@ typedef struct fo_norm_forward_args {
                               + col / 4) is at least floor(p * 2^32)
                               (lib/philox.h); the same on the CPU and the
                               GPU, and backward regenerates it */
-    fo_fp8_out fp8; /* y in FP8 instead (fo_fp8_out; y then 0), or all 0 */
+    fo_fp8_out fp8; /* y in FP8 instead (fo_fp8_out; y then 0), or all 0;
+                       e4m3, from dtype float32, float16 or bfloat16 */
     uintptr_t workspace; /* with fp8: fo_norm_forward_workspace_bytes bytes,
                             device memory on CUDA, 8-byte aligned */
     int64_t workspace_bytes;
@@ -348,7 +349,7 @@ typedef struct fo_norm_forward_args {
 
 /* Bytes of workspace fo_norm_forward needs for these arguments (the
  * workspace fields are not read): 0 without fp8; with it, on CUDA 2 *
- * sizeof(fp32, fp64 for fp64) a row (the statistics the cast reads), on the
+ * sizeof(float) a row (the statistics the cast reads), on the
  * CPU y in `dtype` and, tensorwise, a float for each of up to 256 row groups.
  * @return FO_OK and *bytes, or an error status (the arguments are checked as
  * the call itself checks them). */

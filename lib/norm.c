@@ -78,6 +78,17 @@ static int check_forward(const char *op, fo_norm_forward_args *c) {
                            "sum is what backward reads)",
                            op, c->dropout_p);
     }
+    if (fo_fp8_out_given(&c->fp8) && c->dtype == FO_DTYPE_F64)
+        return fo_fail(FO_ERR_UNSUPPORTED_DTYPE,
+                       "%s: dtype float64 has no FP8 output (fp8); it takes float32, float16 or "
+                       "bfloat16",
+                       op);
+    /* a norm's output is an activation: e4m3, as in torchao's and TransformerEngine's recipes */
+    if (fo_fp8_out_given(&c->fp8) && c->fp8.fp8_dtype == FO_FP8_E5M2)
+        return fo_fail(FO_ERR_UNSUPPORTED_DTYPE,
+                       "%s: fp8.fp8_dtype=1 (e5m2); a norm's FP8 output is e4m3 (0), the format "
+                       "of activations",
+                       op);
     if ((status = fo_check_output_or_fp8(op, c->y, &c->fp8, c->rows, c->cols, c->dtype)) ||
         (status = fo_check_operand(op, "residual_out", c->residual_out, c->cols, c->rows, c->cols,
                                    c->residual_dtype, 1)) ||

@@ -343,8 +343,9 @@ def _norm(fn, kind, x, residual, weight, bias, eps, dropout_p, normalized_shape)
 
 def _norm_fp8(fn, kind, x, residual, weight, bias, eps, dropout_p, normalized_shape, fp8):
     """(the FP8 output as fp8_result gives it, residual_out or None); fp8 =
-    (recipe, dtype, transpose)."""
-    recipe, dtype, transpose = fp8
+    (recipe, transpose), e4m3 (an activation's format)."""
+    recipe, transpose = fp8
+    dtype = torch.float8_e4m3fn
     if eps is None:
         eps = _DEFAULT_EPS[x.dtype] if isinstance(x, torch.Tensor) and x.dtype in _DEFAULT_EPS else None
     if compiling():
@@ -373,12 +374,12 @@ def _norm_fp8(fn, kind, x, residual, weight, bias, eps, dropout_p, normalized_sh
 
 _FP8_DOC = """
 
-    fp8="rowwise" or "tensorwise": the output in FP8 instead, the 16-bit
-    (or other) output never written: the bytes and scales that
-    fused_quantize_fp8(y, recipe=fp8, dtype=fp8_dtype, transpose=transpose)
-    returns for this function's y, in its tuple, which takes y's place in the
-    result. No gradient flows through it; normalized_shape is x's last
-    dimension."""
+    fp8="rowwise" or "tensorwise": the output in FP8 (e4m3) instead, the
+    16-bit (or other) output never written: the bytes and scales that
+    fused_quantize_fp8(y, recipe=fp8, transpose=transpose) returns for this
+    function's y, in its tuple, which takes y's place in the result. No
+    gradient flows through it; x is float32, float16 or bfloat16, and
+    normalized_shape its last dimension."""
 
 
 def fused_layer_norm(
@@ -389,14 +390,13 @@ def fused_layer_norm(
     normalized_shape=None,
     *,
     fp8=None,
-    fp8_dtype=torch.float8_e4m3fn,
     transpose=False,
 ):
     """torch.nn.functional.layer_norm over the trailing normalized_shape
     (default: weight's shape, else x's last dimension)."""
     fn = "fused_layer_norm"
     if fp8 is not None:
-        return _norm_fp8(fn, LAYER, x, None, weight, bias, eps, 0.0, normalized_shape, (fp8, fp8_dtype, transpose))[0]
+        return _norm_fp8(fn, LAYER, x, None, weight, bias, eps, 0.0, normalized_shape, (fp8, transpose))[0]
     return _norm(fn, LAYER, x, None, weight, bias, eps, 0.0, normalized_shape)[0]
 
 
@@ -427,7 +427,6 @@ def fused_rms_norm(
     offset=0.0,
     *,
     fp8=None,
-    fp8_dtype=torch.float8_e4m3fn,
     transpose=False,
 ):
     """torch.nn.functional.rms_norm over the trailing normalized_shape;
@@ -437,7 +436,7 @@ def fused_rms_norm(
     if type(offset) is not float or offset:  # the default 0.0 costs one test
         weight = _offset_weight(fn, weight, offset, x, normalized_shape)
     if fp8 is not None:
-        return _norm_fp8(fn, RMS, x, None, weight, None, eps, 0.0, normalized_shape, (fp8, fp8_dtype, transpose))[0]
+        return _norm_fp8(fn, RMS, x, None, weight, None, eps, 0.0, normalized_shape, (fp8, transpose))[0]
     return _norm(fn, RMS, x, None, weight, None, eps, 0.0, normalized_shape)[0]
 
 
@@ -450,7 +449,6 @@ def fused_add_layer_norm(
     dropout_p=0.0,
     *,
     fp8=None,
-    fp8_dtype=torch.float8_e4m3fn,
     transpose=False,
 ):
     """(layer_norm(h), h) with h = dropout(x, dropout_p) + residual: the
@@ -458,7 +456,7 @@ def fused_add_layer_norm(
     fp16/bf16 x (an fp32 residual stream); h keeps residual's dtype."""
     fn = "fused_add_layer_norm"
     if fp8 is not None:
-        return _norm_fp8(fn, LAYER, x, residual, weight, bias, eps, dropout_p, None, (fp8, fp8_dtype, transpose))
+        return _norm_fp8(fn, LAYER, x, residual, weight, bias, eps, dropout_p, None, (fp8, transpose))
     return _norm(fn, LAYER, x, residual, weight, bias, eps, dropout_p, None)
 
 
@@ -471,7 +469,6 @@ def fused_add_rms_norm(
     offset=0.0,
     *,
     fp8=None,
-    fp8_dtype=torch.float8_e4m3fn,
     transpose=False,
 ):
     """(rms_norm(h), h) with h = dropout(x, dropout_p) + residual; offset as
@@ -480,7 +477,7 @@ def fused_add_rms_norm(
     if type(offset) is not float or offset:
         weight = _offset_weight(fn, weight, offset, x, None)
     if fp8 is not None:
-        return _norm_fp8(fn, RMS, x, residual, weight, None, eps, dropout_p, None, (fp8, fp8_dtype, transpose))
+        return _norm_fp8(fn, RMS, x, residual, weight, None, eps, dropout_p, None, (fp8, transpose))
     return _norm(fn, RMS, x, residual, weight, None, eps, dropout_p, None)
 
 

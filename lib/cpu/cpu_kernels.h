@@ -63,6 +63,10 @@ typedef const float *(*fo_fp8_piece_fn)(const void *src, float *buf, int64_t r, 
 void FO_CPU(write_fp8)(const fo_fp8_out *out, int64_t rows, int64_t cols, fo_fp8_piece_fn piece,
                        const void *src, float *maxima);
 
+/* rows x cols of x (its row stride and dtype) as FP8: fo_quantize_fp8's cast. */
+void FO_CPU(write_fp8_rows)(const fo_fp8_out *out, int64_t rows, int64_t cols, const void *x,
+                            int64_t stride, int dtype, float *maxima);
+
 /* An op's forward as FP8 (swiglu, geglu): forward(op, r, c0, n, dst) writes
  * row r's outputs c0 .. c0 + n (n <= CPU_CHUNK) into dst as `dtype`. */
 typedef void (*fo_forward_piece_fn)(const void *op, int64_t r, int64_t c0, int64_t n, void *dst);

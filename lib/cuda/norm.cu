@@ -170,49 +170,106 @@ void launch_backward(const fo_norm_backward_params &a, const BackwardPlan &plan,
 
 // y = norm(h) as the first pass's kernel computed it and stores it in T,
 // from h (x, or residual_out with a residual), each row's (mean, rstd as y
-// took it) and the weight and bias. EXACT: the kernel's normalize_chunk form.
-template <typename T, typename H, typename P, bool VEC, bool EXACT>
+// took it) and the weight and bias; exact: the kernel's normalize_chunk
+// form. Typed (T a 16-bit type): h and the parameters of T, read by 16-byte
+// vectors (rows of whole chunks, every operand aligned). Otherwise
+// (RuntimeDtype: float32 x, fp32 parameters or residual stream, odd rows)
+// every dtype is a code, read an element at a time: one instantiation for
+// all. A block a row and tensorwise never flattened (each row has its
+// statistics): the kernels a Source instantiates are what this file's
+// build time is made of.
+struct RuntimeDtype {};
+
+// v rounded to dtype (f32, f16 or bf16), as a float
+__device__ __forceinline__ float round_to(float v, int dtype) {
+    switch (dtype) {
+        case FO_DTYPE_F16:
+            return __half2float(__float2half_rn(v));
+        case FO_DTYPE_BF16:
+            return __bfloat162float(__float2bfloat16_rn(v));
+        default:
+            return v;
+    }
+}
+
+__device__ __forceinline__ float load_as_float(const void *p, int64_t at, int dtype) {
+    switch (dtype) {
+        case FO_DTYPE_F32:
+            return static_cast<const float *>(p)[at];
+        case FO_DTYPE_F16:
+            return __half2float(static_cast<const __half *>(p)[at]);
+        default:
+            return __bfloat162float(static_cast<const __nv_bfloat16 *>(p)[at]);
+    }
+}
+
+template <typename T>
 struct NormSource {
-    using A = acc_t<T>;
-    static constexpr bool kVec = VEC;
-    static constexpr bool kFlattens = false;  // each row has its statistics
-    static constexpr int kHeldChunks = sizeof(T) == 2 ? 8 : 4;
-    using Held = std::conditional_t<sizeof(T) == 2, T, float>;
-    struct Raw {  // h as loaded, and where
-        alignas(16) H h[kChunk];
+    static constexpr bool kVec = !std::is_same_v<T, RuntimeDtype>;
+    static constexpr bool kFlattens = false;
+    static constexpr bool kBlockRows = true;
+    static constexpr int kHeldChunks = kVec ? 8 : 4;
+    using Held = std::conditional_t<kVec, T, float>;
+    using Stored = std::conditional_t<kVec, T, float>;  // h as fetched
+    struct Raw {
+        alignas(16) Stored h[kChunk];
         int64_t r, c0;
     };
-    const H *h;
+    const void *h;
     int64_t stride, cols;
-    const A *row_stats;
-    const P *weight, *bias;
+    const float *row_stats;
+    const void *weight, *bias;
+    bool exact;
+    int dtype, h_dtype, param_dtype;  // RuntimeDtype's
+
+    // a parameter chunk as floats, or fill where there is none
+    __device__ __forceinline__ void params(float (&out)[kChunk], const void *p, int64_t c0,
+                                           float fill) const {
+        if (!p) {
+#pragma unroll
+            for (int i = 0; i < kChunk; i++) out[i] = fill;
+        } else if constexpr (kVec) {
+            alignas(16) T raw[kChunk];
+            *reinterpret_cast<uint4 *>(raw) =
+                *reinterpret_cast<const uint4 *>(static_cast<const T *>(p) + c0);
+#pragma unroll
+            for (int i = 0; i < kChunk; i++) out[i] = to_acc(raw[i]);
+        } else {
+#pragma unroll
+            for (int i = 0; i < kChunk; i++)
+                out[i] = c0 + i < cols ? load_as_float(p, c0 + i, param_dtype) : fill;
+        }
+    }
     __device__ __forceinline__ void fetch(Raw &raw, int64_t r, int64_t c0) const {
         raw.r = r;
         raw.c0 = c0;
-        const H *row = h + r * stride;
-        if constexpr (VEC) {
-#pragma unroll
-            for (int i = 0; i < int(sizeof(H)) * kChunk / 16; i++)
-                reinterpret_cast<uint4 *>(raw.h)[i] = reinterpret_cast<const uint4 *>(row + c0)[i];
+        if constexpr (kVec) {
+            *reinterpret_cast<uint4 *>(raw.h) =
+                *reinterpret_cast<const uint4 *>(static_cast<const T *>(h) + r * stride + c0);
         } else {
 #pragma unroll
-            for (int i = 0; i < kChunk; i++) raw.h[i] = c0 + i < cols ? row[c0 + i] : H(0.0f);
+            for (int i = 0; i < kChunk; i++)
+                raw.h[i] = c0 + i < cols ? load_as_float(h, r * stride + c0 + i, h_dtype) : 0.0f;
         }
     }
     __device__ __forceinline__ void values(float (&out)[kChunk], const Raw &raw) const {
-        const A mean = row_stats[2 * raw.r], rstd = row_stats[2 * raw.r + 1];
-        const A shift = -mean * rstd;
-        A v[kChunk], w[kChunk], b[kChunk];
+        const float mean = row_stats[2 * raw.r], rstd = row_stats[2 * raw.r + 1];
+        float v[kChunk], w[kChunk], b[kChunk];
+        params(w, weight, raw.c0, 1.0f);
+        params(b, bias, raw.c0, 0.0f);
+#pragma unroll
+        for (int i = 0; i < kChunk; i++) v[i] = to_acc(raw.h[i]);
+        if (exact)
+            normalize_chunk<true>(v, mean, rstd, 0.0f, w, b);
+        else
+            normalize_chunk<false>(v, mean, rstd, -mean * rstd, w, b);
 #pragma unroll
         for (int i = 0; i < kChunk; i++) {
-            const bool in = VEC || raw.c0 + i < cols;
-            v[i] = A(to_acc(raw.h[i]));
-            w[i] = weight && in ? A(to_acc(weight[raw.c0 + i])) : A(1);
-            b[i] = bias && in ? A(to_acc(bias[raw.c0 + i])) : A(0);
+            if constexpr (kVec)
+                out[i] = to_acc(from_acc<T>(v[i]));
+            else
+                out[i] = round_to(v[i], dtype);
         }
-        normalize_chunk<EXACT>(v, mean, rstd, shift, w, b);
-#pragma unroll
-        for (int i = 0; i < kChunk; i++) out[i] = float(to_acc(from_acc<T>(v[i])));
     }
     __device__ __forceinline__ float amax(float running, const Raw &raw) const {
         float v[kChunk];
@@ -221,35 +278,20 @@ struct NormSource {
     }
 };
 
-// The FP8 output's cast, after the first pass: rowwise, or tensorwise from
-// the max the first pass left in fp8.amax.
-template <typename T, typename H, typename P, bool EXACT>
-void launch_norm_fp8_cast(const fo_norm_forward_params &a, cudaStream_t stream) {
+// The FP8 output's cast (e4m3: norm.c), after the first pass: rowwise, or
+// tensorwise from the max the first pass left in fp8.amax.
+template <typename Source>
+void launch_norm_fp8_cast(const fo_norm_forward_params &a, const Source &source,
+                          cudaStream_t stream) {
     const fo_fp8_out &out = *a.fp8;
-    const H *h = static_cast<const H *>(a.residual ? a.residual_out : a.x);
-    const int64_t stride = a.residual ? a.cols : a.x_row_stride;
-    const bool vec = a.cols % kChunk == 0 && aligned16(h) && stride_aligned16<H>(stride, a.rows) &&
-                     out.y % 8 == 0;
     uint8_t *y = reinterpret_cast<uint8_t *>(out.y), *y_t = reinterpret_cast<uint8_t *>(out.y_t);
     float *scale = reinterpret_cast<float *>(out.scale),
           *amax = reinterpret_cast<float *>(out.amax);
-    const bool e4m3 = out.fp8_dtype == FO_FP8_E4M3;
-    auto with = [&](auto source) {
-        if (out.recipe == FO_FP8_ROWWISE)
-            e4m3 ? launch_rowwise<true>(y, scale, amax, source, a.rows, a.cols, stream)
-                 : launch_rowwise<false>(y, scale, amax, source, a.rows, a.cols, stream);
-        else
-            e4m3 ? launch_tensorwise_cast<true>(y, y_t, scale, nullptr, amax, 1, source, false,
-                                                a.rows, a.cols, stream)
-                 : launch_tensorwise_cast<false>(y, y_t, scale, nullptr, amax, 1, source, false,
-                                                 a.rows, a.cols, stream);
-    };
-    const auto *stats = static_cast<const acc_t<T> *>(a.row_stats);
-    const P *weight = static_cast<const P *>(a.weight), *bias = static_cast<const P *>(a.bias);
-    if (vec)
-        with(NormSource<T, H, P, true, EXACT>{h, stride, a.cols, stats, weight, bias});
+    if (out.recipe == FO_FP8_ROWWISE)
+        launch_rowwise<true>(y, scale, amax, source, a.rows, a.cols, stream);
     else
-        with(NormSource<T, H, P, false, EXACT>{h, stride, a.cols, stats, weight, bias});
+        launch_tensorwise_cast<true>(y, y_t, scale, nullptr, amax, 1, source, false, a.rows, a.cols,
+                                     stream);
 }
 
 // The FP8 output: the plan's kernel without y (the statistics into the
@@ -267,14 +309,25 @@ void launch_forward_fp8(const fo_norm_forward_params &in, int device, const Devi
     const ForwardPlan plan = norm_forward_plan<T>(a, device, info);
     if (a.rows > 0 && a.cols > 0) launch_forward<T>(a, plan, stream);
     const bool exact = kExactNormalize<T> || plan.kernel == NormKernel::kStreaming;
-    dispatch_companion<T>(a.residual ? a.residual_dtype : a.dtype, [&](auto h_tag) {
-        using H = decltype(h_tag);
-        dispatch_companion<T>(a.param_dtype, [&](auto param_tag) {
-            using P = decltype(param_tag);
-            exact ? launch_norm_fp8_cast<T, H, P, true>(a, stream)
-                  : launch_norm_fp8_cast<T, H, P, false>(a, stream);
-        });
-    });
+    const int h_dtype = a.residual ? a.residual_dtype : a.dtype;
+    const void *h = a.residual ? a.residual_out : a.x;
+    const int64_t stride = a.residual ? a.cols : a.x_row_stride;
+    // typed: a 16-bit T, h and the parameters of T, every operand aligned
+    const bool typed = sizeof(T) == 2 && h_dtype == a.dtype &&
+                       ((!a.weight && !a.bias) || a.param_dtype == a.dtype) &&
+                       a.cols % kChunk == 0 && aligned16(h) &&
+                       stride_aligned16<T>(stride, a.rows) && aligned16(a.weight) &&
+                       aligned16(a.bias) && a.fp8->y % 8 == 0;
+    auto with = [&](auto source) {
+        launch_norm_fp8_cast(
+            a,
+            decltype(source){h, stride, a.cols, static_cast<const float *>(a.row_stats), a.weight,
+                             a.bias, exact, a.dtype, h_dtype, a.param_dtype},
+            stream);
+    };
+    if constexpr (sizeof(T) == 2)
+        if (typed) return with(NormSource<T>{});
+    with(NormSource<RuntimeDtype>{});
 }
 
 }  // namespace
@@ -305,11 +358,14 @@ extern "C" int fo_cuda_norm_forward(int device_index, uintptr_t stream,
         const DeviceInfo info = device_info(device_index);
         dispatch_dtype(a->dtype, [&](auto tag) {
             using T = decltype(tag);
-            if (a->fp8)
-                launch_forward_fp8<T>(*a, device_index, info, cudaStream_t(stream));
-            else
-                launch_forward<T>(*a, norm_forward_plan<T>(*a, device_index, info),
-                                  cudaStream_t(stream));
+            if constexpr (!std::is_same_v<T, double>) {  // (fp64 has no FP8 output: norm.c)
+                if (a->fp8) {
+                    launch_forward_fp8<T>(*a, device_index, info, cudaStream_t(stream));
+                    return;
+                }
+            }
+            launch_forward<T>(*a, norm_forward_plan<T>(*a, device_index, info),
+                              cudaStream_t(stream));
         });
     });
 }

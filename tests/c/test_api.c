@@ -1197,6 +1197,9 @@ static void test_errors_norm_fp8(void) {
     CALL("rowwise", OK, NULL, NULL, (a.fp8.recipe = FO_FP8_ROWWISE, a.fp8.amax = 0));
     CALL("y beside the FP8 output", INVALID, "y=0x", "y must be 0", a.y = addr(&E_OUT2) + 64);
     CALL("recipe code 2", INVALID, "fp8.recipe=2", NULL, a.fp8.recipe = 2);
+    CALL("e5m2 (an activation is e4m3)", BAD_DTYPE, "fp8.fp8_dtype=1", "e4m3",
+         a.fp8.fp8_dtype = FO_FP8_E5M2);
+    CALL("float64 in", BAD_DTYPE, "dtype float64", "FP8", (a.dtype = F64, a.param_dtype = F64));
     CALL("tensorwise without amax", INVALID, "fp8.amax", "null", a.fp8.amax = 0);
     CALL("a workspace too small", TOO_SMALL, "workspace_bytes=39", "40", a.workspace_bytes = 39);
     CALL("a workspace 4 bytes off", INVALID, "workspace=0x", "8-byte aligned",
