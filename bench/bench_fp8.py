@@ -14,6 +14,7 @@ the peer's (they compute the same scales).
 
     python bench/bench_fp8.py --out bench/results/h200
     python bench/bench_fp8.py --no-peers --out DIR  # the fused rows alone (old/new runs)
+    python bench/bench_fp8.py --only norm --out DIR  # one of the three tables
 """
 
 import argparse
@@ -180,6 +181,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="bench/results/local")
     parser.add_argument("--no-peers", action="store_true", help="the fused rows alone")
+    parser.add_argument("--only", choices=("cast", "gate", "norm"), help="one table of the three")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -188,9 +190,9 @@ def main():
     # one specialization a shape, recipe and transpose: past dynamo's default limit of 8
     torch._dynamo.config.recompile_limit = 64
     meta = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, copy_ceiling_gbs=round(ceiling))
-    write(out, "fp8_cast", cast_rows(timing, ceiling, not args.no_peers), meta)
-    write(out, "fp8_gate", gate_rows(timing, ceiling, not args.no_peers), meta)
-    write(out, "fp8_norm", norm_rows(timing, ceiling, not args.no_peers), meta)
+    for name, rows in (("cast", cast_rows), ("gate", gate_rows), ("norm", norm_rows)):
+        if args.only in (None, name):
+            write(out, f"fp8_{name}", rows(timing, ceiling, not args.no_peers), meta)
 
 
 if __name__ == "__main__":

@@ -175,9 +175,9 @@ void launch_backward(const fo_norm_backward_params &a, const BackwardPlan &plan,
 // vectors (rows of whole chunks, every operand aligned). Otherwise
 // (RuntimeDtype: float32 x, fp32 parameters or residual stream, odd rows)
 // every dtype is a code, read an element at a time: one instantiation for
-// all. A block a row and tensorwise never flattened (each row has its
-// statistics): the kernels a Source instantiates are what this file's
-// build time is made of.
+// all. Rowwise groups of 64 or 256 threads and tensorwise never flattened
+// (each row has its statistics): the kernels a Source instantiates are what
+// this file's build time is made of.
 struct RuntimeDtype {};
 
 // v rounded to dtype (f32, f16 or bf16), as a float
@@ -207,7 +207,7 @@ template <typename T>
 struct NormSource {
     static constexpr bool kVec = !std::is_same_v<T, RuntimeDtype>;
     static constexpr bool kFlattens = false;
-    static constexpr bool kBlockRows = true;
+    static constexpr bool kFewGroups = true;
     static constexpr int kHeldChunks = kVec ? 8 : 4;
     using Held = std::conditional_t<kVec, T, float>;
     using Stored = std::conditional_t<kVec, T, float>;  // h as fetched

@@ -401,11 +401,13 @@ __global__ void __maxnreg__(
         // h * rstd + shift would leave the rounding of mean * rstd
         const A y_rstd = variance == A(0) && a.eps > 0 ? A(0) : rstd;  // (eps 0: NaN, as torch)
         const A shift = -mean * y_rstd;
-        // chunk k's output, in v (false past the row)
-        auto output_chunk = [&](int k, A(&v)[kChunk]) {
+        if (a.row_stats && lane == 0) store_row_stats(a.row_stats, r, mean, y_rstd);
+        if (!a.y && !a.fp8_amax) continue;  // FP8 rowwise: the cast computes y
+#pragma unroll
+        for (int k = 0; k < CPT; k++) {
             const int c = lane + k * row_threads;
-            if (c >= chunks) return false;
-            A w[kChunk], b[kChunk];
+            if (c >= chunks) continue;
+            A v[kChunk], w[kChunk], b[kChunk];
             h[k].get(v);
             // widened a word at a time, as the row
             Held<P, true> weight_chunk, bias_chunk;
@@ -414,23 +416,10 @@ __global__ void __maxnreg__(
             weight_chunk.get(w);
             bias_chunk.get(b);
             normalize_chunk<kExactNormalize<T>>(v, mean, y_rstd, shift, w, b);
-            return true;
-        };
-        if (!a.y) {  // the FP8 output's first pass (norm.cu): y is the cast's to compute
-            if (lane == 0) store_row_stats(a.row_stats, r, mean, y_rstd);
-#pragma unroll
-            for (int k = 0; k < CPT; k++) {
-                A v[kChunk];
-                if (a.fp8_amax && output_chunk(k, v)) amax = output_amax<T>(amax, v);
-            }
-            continue;
-        }
-#pragma unroll
-        for (int k = 0; k < CPT; k++) {
-            A v[kChunk];
-            if (output_chunk(k, v))
-                store_row_chunk<T, ACCESS>(static_cast<T *>(a.y) + r * cols, v,
-                                           lane + k * row_threads, cols);
+            if (a.y)
+                store_row_chunk<T, ACCESS>(static_cast<T *>(a.y) + r * cols, v, c, cols);
+            else
+                amax = output_amax<T>(amax, v);
         }
     }
     if (a.fp8_amax) block_atomic_max(a.fp8_amax, amax);

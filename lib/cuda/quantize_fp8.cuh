@@ -13,8 +13,8 @@
 // aligned; the Source's loads may vectorize). Held: a type that holds the
 // values exactly (the op's output dtype), for a row kept in registers, and
 // kHeldChunks of them a thread. kFlattens: flattened(rows) is the Source of
-// dense operands taken as one row of rows * cols values. kBlockRows: rowwise
-// takes a block a row, whatever its length.
+// dense operands taken as one row of rows * cols values. kFewGroups: rowwise
+// takes groups of 64 or 256 threads only.
 //
 // Rowwise: a warp (rows of up to 32 * kHeldChunks chunks) or a block a
 // row; its chunks stay in registers between the row's amax and its cast
@@ -398,7 +398,7 @@ template <typename T, bool VEC>
 struct RowsSource {
     static constexpr bool kVec = VEC;
     static constexpr bool kFlattens = true;
-    static constexpr bool kBlockRows = false;
+    static constexpr bool kFewGroups = false;
     static constexpr int kHeldChunks = 4;
     using Held = float;
     struct Raw {
@@ -429,7 +429,7 @@ struct GateSource {
     using A = acc_t<T>;
     static constexpr bool kVec = VEC;
     static constexpr bool kFlattens = true;
-    static constexpr bool kBlockRows = false;
+    static constexpr bool kFewGroups = false;
     static constexpr int kHeldChunks = sizeof(T) == 2 ? 8 : 4;  // 16-bit rows of 16384 held
     using Held = std::conditional_t<sizeof(T) == 2, T, float>;
     struct Raw {  // as loaded: 16-bit chunks in 8 registers, not 16
@@ -499,8 +499,11 @@ void launch_rowwise(uint8_t *y, float *scale, float *amax, const Source &src, in
             <<<unsigned(blocks), kThreads, 0, stream>>>(y, scale, amax, src, rows, cols);
     };
     constexpr int64_t kHeld = Source::kHeldChunks;
-    if constexpr (Source::kBlockRows) {  // (one instantiation)
-        with(std::integral_constant<int, kThreads>{});
+    if constexpr (Source::kFewGroups) {  // (fewer instantiations)
+        if (chunks <= 64 * kHeld)
+            with(std::integral_constant<int, 64>{});
+        else
+            with(std::integral_constant<int, kThreads>{});
         return;
     }
     if (chunks <= 32 * kHeld)
