@@ -296,7 +296,7 @@ def _register():
     ) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
         fn = "fused_ops_py::norm_fp8"
         args = (fn, kind, x, residual, weight, bias, eps, dropout_p, None, recipe, dtype, TRANSPOSES[transpose])
-        (y, scale, y_t), residual_out, _, _ = norm_fp8_forward(*args, seed_offset=seed_offset)
+        (y, scale, y_t), residual_out = norm_fp8_forward(*args, seed_offset=seed_offset)
         return (*fp8_op_output(y, scale, y_t, x, dtype), or_empty(residual_out, x))
 
     @norm_fp8_op.register_fake
@@ -368,7 +368,7 @@ def _norm_fp8(fn, kind, x, residual, weight, bias, eps, dropout_p, normalized_sh
         )
     else:
         args = (fn, kind, x, residual, weight, bias, eps, dropout_p, normalized_shape, recipe, dtype, transpose)
-        (y, scale, y_t), residual_out, _, _ = norm_fp8_forward(*args)
+        (y, scale, y_t), residual_out = norm_fp8_forward(*args)
     return fp8_result(y, scale, y_t, transpose), residual_out if residual is not None else None
 
 

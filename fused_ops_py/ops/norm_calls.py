@@ -236,12 +236,10 @@ def norm_fp8_forward(
     recipe,
     dtype,
     transpose,
-    save_stats=False,
     seed_offset=None,
 ):
-    """norm_forward with y in FP8, the bf16 (or other) y never written:
-    ((y or None, scale, y_t or None), residual_out or None, stats or None,
-    seed_offset or None)."""
+    """norm_forward with y in FP8, the bf16 (or other) y never written, and
+    no statistics: ((y or None, scale, y_t or None), residual_out or None)."""
     try:
         if type(eps) is not float or type(dropout_p) is not float:
             raise TypeError
@@ -252,7 +250,7 @@ def norm_fp8_forward(
         key = None
     args = (fn, kind, x, residual, weight, bias, eps, dropout_p, normalized_shape, recipe, dtype, transpose)
     template, rows, cols, dense, index, _, free = prepared(_norm_fp8_plans, key, _norm_fp8_plan, *args)
-    a = call_struct(_NORM_FORWARD, template, index, free[1 if save_stats else 0])
+    a = call_struct(_NORM_FORWARD, template, index, free[0])
     y, scale, y_t, amax = fp8_output(a.fp8, x, recipe, dtype, transpose)
     x_rows = x if dense else as_rows(x, cols)[0]  # a view or copy, kept alive until the call returns
     a.x = x_rows.data_ptr()
@@ -262,16 +260,11 @@ def norm_fp8_forward(
     if bias is not None:
         bias = bias.contiguous()
         a.bias = bias.data_ptr()
-    residual_out = stats = None
+    residual_out = None
     if residual is not None:
         residual_rows = residual if dense else as_rows(residual, cols)[0]
         residual_out = dense_like(residual)
         a.residual_out, a.residual = residual_out.data_ptr(), residual_rows.data_ptr()
-    if save_stats:
-        stats = x.new_empty(rows if kind == RMS else 2 * rows, dtype=stats_dtype(x.dtype))
-        a.rstd = stats.data_ptr()
-        if kind == LAYER:
-            a.mean = a.rstd + rows * stats.itemsize
     if dropout_p > 0:
         if seed_offset is None:
             seed_offset = dropout_seed_offset(x, rows, cols)
@@ -281,8 +274,8 @@ def norm_fp8_forward(
     status = lib.fo_norm_forward(a)
     if status or SYNC:
         finish(lib.fo_norm_forward, status, (a.device_type, a.device_index))
-    free[1 if save_stats else 0].append(a)
-    return (y, scale, y_t), residual_out, stats, seed_offset
+    free[0].append(a)
+    return (y, scale, y_t), residual_out
 
 
 def _norm_backward_plan(dy, dresidual_out, h, weight, bias, kind, dropout_p, cols, x_dtype):
