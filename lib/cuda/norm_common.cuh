@@ -275,6 +275,7 @@ __device__ __forceinline__ void normalize_chunk(A (&v)[kChunk], A mean, A rstd, 
         v[i] = EXACT ? fma(normalized(v[i], mean, rstd), w[i], b[i])
                      : fma(fma(v[i], rstd, shift), w[i], b[i]);
 }
+
 // The FP8 output's first pass (norm.cu): the running max of |y| over the
 // chunk's first n values as T stores them, the finite ones only (as the
 // cast's amax takes them).
