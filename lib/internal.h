@@ -132,11 +132,18 @@ typedef struct fo_norm_forward_params {
     const fo_fp8_out *fp8; /* y in FP8 (y then NULL), or NULL */
     void *workspace; /* with fp8: fo_norm_forward_workspace_bytes' bytes */
     /* set by the CUDA launcher for its first pass (norm.cu), else NULL:
-     * each row's (mean, rstd as y took it) in acc_t, and the running max of
+     * each row's (mean, rstd as y took it) in fp32, and the running max of
      * |y| (tensorwise) */
     void *row_stats;
     float *fp8_amax;
 } fo_norm_forward_params;
+
+/* The CPU's FP8 norm workspace: y in `dtype` first, these bytes (8-byte
+ * aligned), then the tensorwise row groups' maxima (lib/norm.c sizes it,
+ * lib/cpu/norm.c lays it out). */
+static inline int64_t fo_norm_fp8_y_bytes(int64_t rows, int64_t cols, int dtype) {
+    return (rows * cols * fo_dtype_size(dtype) + 7) / 8 * 8;
+}
 
 typedef struct fo_norm_backward_params {
     void *dx, *dresidual, *dweight, *dbias; /* each optional */

@@ -108,8 +108,8 @@ static int check_forward(const char *op, fo_norm_forward_args *c) {
 /* The workspace of a checked call (fused_ops.h, fo_norm_forward_workspace_bytes). */
 static int64_t forward_workspace(const fo_norm_forward_args *c) {
     if (!fo_fp8_out_given(&c->fp8)) return 0;
-    if (c->device_type == FO_DEVICE_CUDA) return 2 * c->rows * (c->dtype == FO_DTYPE_F64 ? 8 : 4);
-    const int64_t y = (c->rows * c->cols * fo_dtype_size(c->dtype) + 7) / 8 * 8;
+    if (c->device_type == FO_DEVICE_CUDA) return 2 * c->rows * (int64_t)sizeof(float);
+    const int64_t y = fo_norm_fp8_y_bytes(c->rows, c->cols, c->dtype);
     if (c->fp8.recipe == FO_FP8_ROWWISE) return y;
     return y + (c->rows < FO_FP8_GROUPS ? c->rows : FO_FP8_GROUPS) * (int64_t)sizeof(float);
 }

@@ -249,7 +249,7 @@ static void forward_rows(const void *ctx, int64_t r0, int64_t r1) {
 }
 
 /* With fp8, y goes to the workspace and is cast from there: the bytes of
- * fo_quantize_fp8(y) by construction (the maxima follow y, 8-byte aligned). */
+ * fo_quantize_fp8(y) by construction (the maxima follow y: internal.h). */
 void FO_CPU(norm_forward)(const fo_norm_forward_params *a) {
     if (!a->fp8) {
         fo_cpu_parallel(a->rows, a->cols, forward_rows, a);
@@ -258,9 +258,9 @@ void FO_CPU(norm_forward)(const fo_norm_forward_params *a) {
     fo_norm_forward_params b = *a;
     b.y = a->workspace;
     fo_cpu_parallel(b.rows, b.cols, forward_rows, &b);
-    const int64_t y_bytes = (a->rows * a->cols * fo_dtype_size(a->dtype) + 7) / 8 * 8;
-    FO_CPU(write_fp8_rows)
-    (a->fp8, a->rows, a->cols, b.y, a->cols, a->dtype, (float *)((char *)a->workspace + y_bytes));
+    float *maxima =
+        (float *)((char *)a->workspace + fo_norm_fp8_y_bytes(a->rows, a->cols, a->dtype));
+    FO_CPU(write_fp8_rows)(a->fp8, a->rows, a->cols, b.y, a->cols, a->dtype, maxima);
 }
 
 /* dy * weight for columns c0.. of row r, into wdy. */
