@@ -136,6 +136,11 @@ typedef struct fo_norm_forward_params {
      * |y| (tensorwise) */
     void *row_stats;
     float *fp8_amax;
+    /* set by the CUDA launcher where the register kernel writes the
+     * rowwise FP8 output in its one pass: the codes, scales and row maxima
+     * (optional) */
+    uint8_t *fp8_y;
+    float *fp8_scale, *fp8_row_amax;
 } fo_norm_forward_params;
 
 /* The CPU's FP8 norm workspace: y in `dtype` first, these bytes (8-byte

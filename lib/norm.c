@@ -162,6 +162,9 @@ int fo_norm_forward(const fo_norm_forward_args *args) {
                                 fp8 ? &c.fp8 : NULL,
                                 (void *)c.workspace,
                                 NULL,
+                                NULL,
+                                NULL,
+                                NULL,
                                 NULL};
     if ((c.rows == 0 || c.cols == 0) && !fp8) return FO_OK; /* FP8 writes its scales */
     if (c.device_type == FO_DEVICE_CUDA) return fo_cuda_norm_forward(c.device_index, c.stream, &a);

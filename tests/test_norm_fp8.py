@@ -89,9 +89,10 @@ def test_is_the_quantized_output_byte_for_byte(device, dtype, name, recipe, tran
 @pytest.mark.parametrize("name", NORMS)
 @pytest.mark.parametrize("recipe,transpose", [("rowwise", False), ("tensorwise", True)])
 @pytest.mark.parametrize("shape", [(9, 256), (2, 40000)], ids=str)
-def test_variants_fp32_residual_no_params_dropout_offset(device, name, recipe, transpose, shape):
+@pytest.mark.parametrize("residual_dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_variants_residual_dtype_no_params_dropout_offset(device, name, recipe, transpose, shape, residual_dtype):
     norm = NORMS[name]
-    x, residual, weight, bias = inputs(shape, torch.bfloat16, device, residual_dtype=torch.float32)
+    x, residual, weight, bias = inputs(shape, torch.bfloat16, device, residual_dtype=residual_dtype)
     cases = [dict(weight=weight, bias=bias), dict(weight=None, bias=None)]
     for case in cases:
         got = norm(x, residual, case["weight"], case["bias"], fp8=recipe, transpose=transpose)

@@ -1,7 +1,8 @@
 // norm.cu: LayerNorm and RMSNorm with fused residual add and dropout on CUDA:
 // the entry points. Each makes the call's plan (norm_plan.cuh: which
 // kernel, grid, cluster and workspace) and launches what it says. The FP8
-// output takes two passes: the plan's kernel writes each row's statistics
+// output is one pass where the register kernel writes it rowwise; else two
+// passes: the plan's kernel writes each row's statistics
 // (and, tensorwise, the max of |y|) without y, then quantize_fp8.cuh's cast
 // computes y again from h and them (NormSource), the same bits.
 #include "norm_plan.cuh"
@@ -12,7 +13,9 @@ namespace {
 
 // The register forward kernel of this call (its types, input, row access
 // and chunks a thread), in clusters of plan.cluster blocks where above 1.
-template <typename T, typename P>
+// FP8_ROWS: with y in FP8, rowwise (a 16-bit T, the residual and the
+// parameters of T, no cluster: launch_forward_fp8).
+template <typename T, typename P, bool FP8_ROWS = false>
 void launch_forward_registers(const fo_norm_forward_params &a, const ForwardPlan &plan,
                               cudaStream_t stream) {
     dispatch_row_access<T>(a.cols, [&](auto access) {
@@ -21,12 +24,15 @@ void launch_forward_registers(const fo_norm_forward_params &a, const ForwardPlan
             constexpr int CPT = chunks.value;
             auto launch = [&](auto input, auto residual_tag, auto cluster) {
                 constexpr int CLUSTER = cluster.value;
-                const auto kernel = norm_forward_registers_kernel<T, decltype(residual_tag), P, CPT,
-                                                                  input.value, ACCESS, CLUSTER>;
-                if constexpr (CLUSTER == 1)
-                    kernel<<<plan.grid, plan.block, 0, stream>>>(a);
-                else
-                    launch_clustered(kernel, plan.grid, plan.block, CLUSTER, stream, a);
+                using R = decltype(residual_tag);
+                if constexpr (!FP8_ROWS || (std::is_same_v<R, T> && CLUSTER == 1)) {
+                    const auto kernel = norm_forward_registers_kernel<T, R, P, CPT, input.value,
+                                                                      ACCESS, CLUSTER, FP8_ROWS>;
+                    if constexpr (CLUSTER == 1)
+                        kernel<<<plan.grid, plan.block, 0, stream>>>(a);
+                    else
+                        launch_clustered(kernel, plan.grid, plan.block, CLUSTER, stream, a);
+                }
             };
             auto with_input = [&](auto cluster) {
                 if (!a.residual) {
@@ -42,7 +48,7 @@ void launch_forward_registers(const fo_norm_forward_params &a, const ForwardPlan
                                cluster);
                 });
             };
-            if (plan.cluster == 1) {
+            if (FP8_ROWS || plan.cluster == 1) {
                 with_input(std::integral_constant<int, 1>{});
                 return;
             }
@@ -294,7 +300,8 @@ void launch_norm_fp8_cast(const fo_norm_forward_params &a, const Source &source,
                                      stream);
 }
 
-// The FP8 output: the plan's kernel without y (the statistics into the
+// The FP8 output: rowwise where the plan takes the register kernel, in its
+// one pass; otherwise the plan's kernel without y (the statistics into the
 // workspace, tensorwise the max of |y| into fp8.amax), then the cast.
 template <typename T>
 void launch_forward_fp8(const fo_norm_forward_params &in, int device, const DeviceInfo &info,
@@ -307,8 +314,6 @@ void launch_forward_fp8(const fo_norm_forward_params &in, int device, const Devi
         cudaMemsetAsync(a.fp8_amax, 0, sizeof(float), stream);
     }
     const ForwardPlan plan = norm_forward_plan<T>(a, device, info);
-    if (a.rows > 0 && a.cols > 0) launch_forward<T>(a, plan, stream);
-    const bool exact = kExactNormalize<T> || plan.kernel == NormKernel::kStreaming;
     const int h_dtype = a.residual ? a.residual_dtype : a.dtype;
     const void *h = a.residual ? a.residual_out : a.x;
     const int64_t stride = a.residual ? a.cols : a.x_row_stride;
@@ -318,6 +323,19 @@ void launch_forward_fp8(const fo_norm_forward_params &in, int device, const Devi
                        a.cols % kChunk == 0 && aligned16(h) &&
                        stride_aligned16<T>(stride, a.rows) && aligned16(a.weight) &&
                        aligned16(a.bias) && a.fp8->y % 8 == 0;
+    if constexpr (sizeof(T) == 2) {
+        // rowwise from registers: one pass (without parameters, T's fills 1 and 0 are P's)
+        if (!tensorwise && typed && a.cols > 0 && plan.kernel == NormKernel::kRegisters) {
+            a.row_stats = nullptr;
+            a.fp8_y = reinterpret_cast<uint8_t *>(a.fp8->y);
+            a.fp8_scale = reinterpret_cast<float *>(a.fp8->scale);
+            a.fp8_row_amax = reinterpret_cast<float *>(a.fp8->amax);
+            if (a.rows > 0) launch_forward_registers<T, T, true>(a, plan, stream);
+            return;
+        }
+    }
+    if (a.rows > 0 && a.cols > 0) launch_forward<T>(a, plan, stream);
+    const bool exact = kExactNormalize<T> || plan.kernel == NormKernel::kStreaming;
     auto with = [&](auto source) {
         launch_norm_fp8_cast(
             a,

@@ -53,6 +53,22 @@ __device__ A row_sum(A v) {
     return total;
 }
 
+// The max of v over the blockDim.x threads of this row, in every thread
+// (max is exact in any order). Every thread of the block calls it.
+__device__ float row_max(float v) {
+    __shared__ float warp_maxima[8][kMaxRowThreads / 32];
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    const int warps = blockDim.x / 32;
+    if (warps == 1) return v;
+    if (threadIdx.x % 32 == 0) warp_maxima[threadIdx.y][threadIdx.x / 32] = v;
+    __syncthreads();
+    for (int w = 0; w < warps; w++) v = fmaxf(v, warp_maxima[threadIdx.y][w]);
+    __syncthreads();  // the next call reuses warp_maxima
+    return v;
+}
+
 // row_sum over a row that a cluster of CLUSTER blocks holds (one row a
 // block, blockDim.y == 1): each block's row_sum, then the blocks' totals
 // read from each other's shared memory in rank order, the same bits in
