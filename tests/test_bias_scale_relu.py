@@ -209,3 +209,18 @@ def test_nan_passes_its_gradient_as_in_torch(device):
     reference = x.detach().clone().requires_grad_()
     torch.relu(reference).sum().backward()
     torch.testing.assert_close(x.grad, reference.grad)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_half_relu_edges_and_their_gradients_as_in_torch(dtype, device):
+    tiny = torch.finfo(dtype).smallest_normal / 4  # a subnormal
+    values = [float("nan"), -float("nan"), float("inf"), -float("inf"), 1.0, -1.0, 0.0, -0.0, tiny, -tiny]
+    x = torch.tensor([values * 3], dtype=dtype, device=device).requires_grad_()  # 30 columns: past a mask byte
+    reference = x.detach().clone().requires_grad_()
+    y, want = fo.relu(x), torch.relu(reference)
+    torch.testing.assert_close(y, want, rtol=0, atol=0, equal_nan=True)
+    assert not torch.signbit(y[~y.isnan()]).any()  # -0 is +0, as x + 0.0 gives
+    dy = torch.arange(1.0, 31.0, dtype=dtype, device=device)[None]
+    y.backward(dy)
+    want.backward(dy)
+    torch.testing.assert_close(x.grad, reference.grad, rtol=0, atol=0)

@@ -13,14 +13,39 @@
  * of x is flag b, 0 or 1) into one byte: x * 0x0102040810204080 gathers
  * flag b at bit 56 + b, with no carries (each column of the product has
  * at most one set bit). */
-static void mask_of_f32(unsigned char *restrict mask, const float *restrict y, int64_t n) {
-    unsigned char flag[CPU_CHUNK + 8] = {0};
-    for (int64_t i = 0; i < n; i++) flag[i] = !(y[i] <= 0.0f);
+static void pack_flags(unsigned char *restrict mask, const unsigned char *restrict flag,
+                       int64_t n) {
     for (int64_t j = 0; j < (n + 7) / 8; j++) {
         uint64_t x; /* little-endian: byte b is flag b */
         memcpy(&x, flag + 8 * j, sizeof x);
         mask[j] = (unsigned char)((x * 0x0102040810204080u) >> 56);
     }
+}
+
+static void mask_of_f32(unsigned char *restrict mask, const float *restrict y, int64_t n) {
+    unsigned char flag[CPU_CHUNK + 8] = {0};
+    for (int64_t i = 0; i < n; i++) flag[i] = !(y[i] <= 0.0f);
+    pack_flags(mask, flag, n);
+}
+
+/* relu of a bfloat16 or float16 piece on its bits, in one pass: a negative
+ * value or -0 becomes +0, the rest (NaN too) is kept, which is x + 0.0
+ * rounded back; y is not <= 0 exactly where its bits are not 0. Converting
+ * to float and back, then y again for the mask, took 1.3 ms at 4096 x 1024
+ * bf16 against torch's 0.84. */
+static void relu_piece_halves(const fo_bias_scale_relu_forward_params *a, int64_t r, int64_t c0,
+                              int64_t n) {
+    const uint16_t *restrict x = (const uint16_t *)a->x + r * a->x_row_stride + c0;
+    uint16_t *restrict y = (uint16_t *)a->y + r * a->cols + c0;
+    const uint16_t inf = a->dtype == FO_DTYPE_BF16 ? 0x7f80 : 0x7c00;
+    unsigned char flag[CPU_CHUNK + 8] = {0};
+    for (int64_t i = 0; i < n; i++) {
+        const uint16_t b = x[i];
+        const uint16_t v = !(b & 0x8000) || (b & 0x7fff) > inf ? b : 0;
+        y[i] = v;
+        flag[i] = v != 0;
+    }
+    if (a->mask) pack_flags(a->mask + r * fo_mask_row_bytes(a->cols) + c0 / 8, flag, n);
 }
 
 /* A piece of a float32, bfloat16 or float16 tensor, in float as torch
@@ -29,6 +54,10 @@ static void mask_of_f32(unsigned char *restrict mask, const float *restrict y, i
  * passes no gradient. */
 static void forward_piece_float(const fo_bias_scale_relu_forward_params *a, int64_t r, int64_t c0,
                                 int64_t n) {
+    if (a->scale == 1.0 && !a->bias && a->dtype != FO_DTYPE_F32) {
+        relu_piece_halves(a, r, c0, n);
+        return;
+    }
     float x_buf[CPU_CHUNK], bias_buf[CPU_CHUNK], y_buf[CPU_CHUNK], stored_buf[CPU_CHUNK];
     const float *restrict x = fo_float_in(x_buf, a->x, r * a->x_row_stride + c0, n, a->dtype);
     const int64_t out = r * a->cols + c0;
@@ -111,7 +140,6 @@ static void forward_pieces(const void *ctx, int64_t k0, int64_t k1) {
 static void backward_piece_float(const fo_bias_scale_relu_backward_params *a, int64_t r, int64_t c0,
                                  int64_t n, double *restrict dbias) {
     float dy_buf[CPU_CHUNK], dx_buf[CPU_CHUNK], g[CPU_CHUNK];
-    const float *restrict dy = fo_float_in(dy_buf, a->dy, r * a->dy_row_stride + c0, n, a->dtype);
     const unsigned char *restrict mask = a->mask + r * fo_mask_row_bytes(a->cols) + c0 / 8;
     unsigned char kept[CPU_CHUNK];
     /* a mask byte to eight flag bytes: copied into every byte, byte b keeps
@@ -121,6 +149,14 @@ static void backward_piece_float(const fo_bias_scale_relu_backward_params *a, in
         const uint64_t flags = (bits + 0x7f7f7f7f7f7f7f7fu) >> 7 & 0x0101010101010101u;
         memcpy(kept + 8 * j, &flags, sizeof flags); /* little-endian: byte b */
     }
+    if (a->scale == 1.0 && !dbias && a->dx && a->dtype != FO_DTYPE_F32) {
+        /* relu's: dy's own bits where kept (g * 1.0 rounds to them), else +0 */
+        const uint16_t *restrict d16 = (const uint16_t *)a->dy + r * a->dy_row_stride + c0;
+        uint16_t *restrict dx16 = (uint16_t *)a->dx + r * a->cols + c0;
+        for (int64_t i = 0; i < n; i++) dx16[i] = kept[i] ? d16[i] : 0;
+        return;
+    }
+    const float *restrict dy = fo_float_in(dy_buf, a->dy, r * a->dy_row_stride + c0, n, a->dtype);
     for (int64_t i = 0; i < n; i++) {
         const float d = dy[i]; /* loaded either way: a select, no branch */
         g[i] = kept[i] ? d : 0.0f;
