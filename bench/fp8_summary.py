@@ -23,9 +23,10 @@ WHAT = {
     "each computing silu(gate) * up), our two calls (`fused_swiglu`, then `fused_quantize_fp8`), and silu(gate) "
     "* up with torchao.float8's cast compiled together by `torch.compile`, one graph. Bytes: gate and up read "
     "once, the FP8 copies and scales written once.",
-    "fp8_norm": "`fused_rms_norm(x, w, fp8=recipe)` and `fused_add_rms_norm(x, r, w, fp8=recipe)` (the norm's "
-    "kernel takes each row's statistics, and tensorwise the max of |y|, without writing y; then the cast "
-    "computes y again from x or h), our two calls (the norm, then `fused_quantize_fp8`), and `F.rms_norm` (after "
+    "fp8_norm": "`fused_rms_norm(x, w, fp8=recipe)` and `fused_add_rms_norm(x, r, w, fp8=recipe)` (rowwise "
+    "one pass: the norm's register kernel casts each row while it holds it; tensorwise the norm's kernel takes "
+    "each row's statistics and the max of |y| without writing y, then the cast computes y again from x or h), "
+    "our two calls (the norm, then `fused_quantize_fp8`), and `F.rms_norm` (after "
     "the add) with torchao.float8's cast compiled together by `torch.compile`, one graph. Bytes: x (and the "
     "residual) read once, h written once, the FP8 copies and scales written once.",
 }
