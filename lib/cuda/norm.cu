@@ -219,7 +219,6 @@ struct NormSource {
     using Stored = std::conditional_t<kVec, T, float>;  // h as fetched
     struct Raw {
         alignas(16) Stored h[kChunk];
-        int64_t r, c0;
     };
     const void *h;
     int64_t stride, cols;
@@ -247,8 +246,6 @@ struct NormSource {
         }
     }
     __device__ __forceinline__ void fetch(Raw &raw, int64_t r, int64_t c0) const {
-        raw.r = r;
-        raw.c0 = c0;
         if constexpr (kVec) {
             *reinterpret_cast<uint4 *>(raw.h) =
                 *reinterpret_cast<const uint4 *>(static_cast<const T *>(h) + r * stride + c0);
@@ -258,11 +255,12 @@ struct NormSource {
                 raw.h[i] = c0 + i < cols ? load_as_float(h, r * stride + c0 + i, h_dtype) : 0.0f;
         }
     }
-    __device__ __forceinline__ void values(float (&out)[kChunk], const Raw &raw) const {
-        const float mean = row_stats[2 * raw.r], rstd = row_stats[2 * raw.r + 1];
+    __device__ __forceinline__ void values(float (&out)[kChunk], const Raw &raw, int64_t r,
+                                           int64_t c0) const {
+        const float mean = row_stats[2 * r], rstd = row_stats[2 * r + 1];
         float v[kChunk], w[kChunk], b[kChunk];
-        params(w, weight, raw.c0, 1.0f);
-        params(b, bias, raw.c0, 0.0f);
+        params(w, weight, c0, 1.0f);
+        params(b, bias, c0, 0.0f);
 #pragma unroll
         for (int i = 0; i < kChunk; i++) v[i] = to_acc(raw.h[i]);
         if (exact)
@@ -277,9 +275,10 @@ struct NormSource {
                 out[i] = round_to(v[i], dtype);
         }
     }
-    __device__ __forceinline__ float amax(float running, const Raw &raw) const {
+    __device__ __forceinline__ float amax(float running, const Raw &raw, int64_t r,
+                                          int64_t c0) const {
         float v[kChunk];
-        values(v, raw);
+        values(v, raw, r, c0);
         return finite_max(running, v);
     }
 };

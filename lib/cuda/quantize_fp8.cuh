@@ -6,8 +6,10 @@
 // A Source gives a chunk of 8 values (row r, columns c0 .. c0 + 8, zeros
 // past cols) in two steps, so that a thread has several chunks' loads in
 // flight before it computes on any: fetch(Raw &, r, c0) loads what the
-// chunk needs, values(float (&)[8], const Raw &) computes its values, and
-// amax(running, const Raw &) is max(running, |values|) over the finite
+// chunk needs, values(float (&)[8], const Raw &, r, c0) computes its
+// values (r and c0 passed again, not held in Raw: the tensorwise cast
+// holds four chunks' Raw), and amax(running, const Raw &, r, c0) is
+// max(running, |values|) over the finite
 // ones (a Source may skip the values a cheaper bound shows are below
 // running). kVec: 8-byte stores of the codes (cols % 8 == 0, y 8-byte
 // aligned; the Source's loads may vectorize). Held: a type that holds the
@@ -193,7 +195,7 @@ __device__ __forceinline__ void load_values(const Source &src, float (&v)[kChunk
                                             int64_t c0) {
     typename Source::Raw raw;
     src.fetch(raw, r, c0);
-    src.values(v, raw);
+    src.values(v, raw, r, c0);
 }
 
 // Rowwise: GROUP threads a row (32, 64, 128 or 256: the block).
@@ -220,7 +222,7 @@ __global__ void __launch_bounds__(kThreads)
         for (int j = 0; j < kHeld; j++) {
             if (lane + int64_t(j) * GROUP >= chunks) continue;
             float v[kChunk];
-            src.values(v, raw[j]);
+            src.values(v, raw[j], r, (lane + int64_t(j) * GROUP) * kChunk);
             amax = finite_max(amax, v);
             held[j].set(v);
         }
@@ -228,7 +230,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int64_t c = lane + int64_t(kHeld) * GROUP; c < chunks; c += GROUP) {
         typename Source::Raw raw;
         src.fetch(raw, r, c * kChunk);
-        amax = src.amax(amax, raw);
+        amax = src.amax(amax, raw, r, c * kChunk);
     }
     amax = group_max<GROUP>(amax);
     const float q = fo_fp8_multiplier(amax, E4M3 ? FO_FP8_E4M3 : FO_FP8_E5M2, 1);
@@ -279,15 +281,15 @@ __global__ void __launch_bounds__(kThreads)
     float amax = 0.0f;
     for (int64_t k0 = blockIdx.x * int64_t(kThreads) + threadIdx.x; k0 < total; k0 += 4 * step) {
         typename Source::Raw raw[4];
+        int64_t r[4], c0[4];
 #pragma unroll
         for (int u = 0; u < 4; u++) {
-            int64_t r, c0;
-            chunk_at<FLAT>(k0 + u * step, chunks, r, c0);
-            if (k0 + u * step < total) src.fetch(raw[u], r, c0);
+            chunk_at<FLAT>(k0 + u * step, chunks, r[u], c0[u]);
+            if (k0 + u * step < total) src.fetch(raw[u], r[u], c0[u]);
         }
 #pragma unroll
         for (int u = 0; u < 4; u++)
-            if (k0 + u * step < total) amax = src.amax(amax, raw[u]);
+            if (k0 + u * step < total) amax = src.amax(amax, raw[u], r[u], c0[u]);
     }
     amax = block_max(amax);
     if (threadIdx.x == 0) {
@@ -336,7 +338,7 @@ __global__ void __launch_bounds__(kThreads)
         for (int u = 0; u < 4; u++)
             if (k0 + u * step < total) {
                 float v[kChunk];
-                src.values(v, raw[u]);
+                src.values(v, raw[u], r[u], c0[u]);
                 store8<VEC>(y + r[u] * cols, c0[u], cols, encode8<E4M3>(v, q));
             }
     }
@@ -409,11 +411,12 @@ struct RowsSource {
     __device__ __forceinline__ void fetch(Raw &raw, int64_t r, int64_t c0) const {
         load8<T, VEC>(raw.v, x + r * stride, c0, cols);
     }
-    __device__ __forceinline__ void values(float (&v)[kChunk], const Raw &raw) const {
+    __device__ __forceinline__ void values(float (&v)[kChunk], const Raw &raw, int64_t,
+                                           int64_t) const {
 #pragma unroll
         for (int i = 0; i < kChunk; i++) v[i] = raw.v[i];
     }
-    __device__ __forceinline__ float amax(float running, const Raw &raw) const {
+    __device__ __forceinline__ float amax(float running, const Raw &raw, int64_t, int64_t) const {
         return finite_max(running, raw.v);
     }
     RowsSource flattened(int64_t rows) const { return {x, stride, rows * cols}; }
@@ -457,11 +460,12 @@ struct GateSource {
     __device__ __forceinline__ float value(A g, A u) const {
         return as_float(from_acc<T>(act.value(g) * u));
     }
-    __device__ __forceinline__ void values(float (&v)[kChunk], const Raw &raw) const {
+    __device__ __forceinline__ void values(float (&v)[kChunk], const Raw &raw, int64_t,
+                                           int64_t) const {
 #pragma unroll
         for (int i = 0; i < kChunk; i++) v[i] = value(to_acc(raw.g[i]), to_acc(raw.u[i]));
     }
-    __device__ __forceinline__ float amax(float running, const Raw &raw) const {
+    __device__ __forceinline__ float amax(float running, const Raw &raw, int64_t, int64_t) const {
 #pragma unroll
         for (int i = 0; i < kChunk; i++) {
             const A g = to_acc(raw.g[i]), u = to_acc(raw.u[i]);
