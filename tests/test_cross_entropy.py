@@ -101,6 +101,26 @@ def test_values_and_gradients(vocab, reduction, options, dtype, device):
     assert_close(logits.grad, l64.grad, dtype)
 
 
+@pytest.mark.parametrize("label_smoothing", [0.0, 0.1])
+def test_masked_classes(label_smoothing, dtype, device):
+    # -inf logits (classes masked out): a finite loss and a zero gradient
+    # there without smoothing; with smoothing, torch's infinite loss
+    logits = random((9, 300), dtype, device, seed=5) * 4
+    logits[:, 7::5] = float("-inf")
+    logits.requires_grad_()
+    target = targets((9,), 300, device, seed=6) // 5 * 5  # never a masked class
+    loss = fo.fused_cross_entropy(logits, target, reduction="none", label_smoothing=label_smoothing)
+    l64 = as64(logits)
+    expected = reference(l64, target, reduction="none", label_smoothing=label_smoothing)
+    assert_close(loss, expected, dtype)
+    if label_smoothing == 0.0:
+        assert loss.isfinite().all()
+        loss.sum().backward()
+        expected.sum().backward()
+        assert_close(logits.grad, l64.grad, dtype)
+        assert torch.equal(logits.grad[:, 7::5], torch.zeros_like(logits.grad[:, 7::5]))
+
+
 @pytest.mark.parametrize("reduction", REDUCTIONS)
 def test_3d_strided_logits_and_target(reduction, device):
     # [B, T, V] logits read in place from a slice of a wider tensor (a row

@@ -72,7 +72,10 @@ static void cpu_rows(const void *ctx, int64_t r0, int64_t r1) {
             if (t >= c0 && t < c0 + n) z_t = z[t - c0];
         }
         const double lse = max + log(fo_lanes_total(&sums)), ls = a->label_smoothing;
-        loss = (1.0 - ls) * (lse - z_t) + ls * (lse - fo_lanes_total(&sums_z) / (double)a->vocab);
+        /* the sum of z only with smoothing: a -inf logit (a masked class) then leaves the loss
+         * finite, as in torch (0 * inf was NaN) */
+        loss = (1.0 - ls) * (lse - z_t);
+        if (ls > 0) loss += ls * (lse - fo_lanes_total(&sums_z) / (double)a->vocab);
         fo_cpu_store(a->loss, r, &loss, 1, loss_dtype);
         if (!a->dlogits) continue;
         const double smooth = ls / (double)a->vocab;
