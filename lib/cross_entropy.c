@@ -1,7 +1,8 @@
 /* cross_entropy.c: the cross-entropy of rows of logits with its gradient,
  * and the in-place row scaling its backward uses: argument checks, CPU/CUDA
- * dispatch and the CPU implementation (double arithmetic, one thread a
- * row, so every thread count gives the same bits). */
+ * dispatch and the CPU implementation (cpu/cross_entropy.c: exps in float
+ * and sums in double, or all in double for float64; one thread a row, so
+ * every thread count gives the same bits). */
 #include <inttypes.h>
 #include <math.h>
 

@@ -16,6 +16,9 @@ from fused_ops_py._ffi import lib
 SHAPE = (1040, 1032)
 COLS = SHAPE[-1]
 
+# classes of cross-entropy's rows
+TARGET = torch.randint(0, COLS, SHAPE[:1], generator=torch.Generator().manual_seed(4))
+
 # name: (fused call, float64 reference or None, its inputs): x and r are
 # [rows, cols], w is [cols].
 CASES = {
@@ -39,6 +42,11 @@ CASES = {
     "clamped_swiglu": (lambda x: fo.fused_clamped_swiglu(x * 4, limit=3.0), lambda x: clamped_swiglu(x * 4, 3.0), "x"),
     "rope": (lambda x, r: rope_of(fo.fused_rope, x, r), lambda x, r: rope_of(hf_rope, x, r), "xr"),
     "reduce_sum": (fo.reduce_sum, torch.sum, "x"),
+    "cross_entropy": (
+        lambda x: fo.fused_cross_entropy(x * 4, TARGET, reduction="none", label_smoothing=0.1),
+        lambda x: F.cross_entropy(x * 4, TARGET, reduction="none", label_smoothing=0.1),
+        "x",
+    ),
 }
 
 
@@ -105,6 +113,17 @@ def test_same_bits_on_one_thread_and_several(case):
         assert len(one) == len(many)
         for a, b in zip(one, many):  # zip(strict=True) is Python 3.10+
             assert torch.equal(a, b), f"{case}: other bits on {threads} threads than on 1"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+def test_cross_entropy_same_bits_in_float(dtype):
+    """Cross-entropy's rows of 32- and 16-bit logits take their exps in
+    float, not double: the same bits on every thread count too."""
+    inputs = inputs_of("x", dtype)
+    one = run(CASES["cross_entropy"][0], inputs, 1)
+    for threads in (2, 4):
+        for a, b in zip(one, run(CASES["cross_entropy"][0], inputs, threads)):
+            assert torch.equal(a, b), f"other bits on {threads} threads than on 1"
 
 
 @pytest.mark.parametrize("case", [name for name, (_, reference, _) in CASES.items() if reference])
