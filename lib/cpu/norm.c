@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cpu_convert.h"
+#include "cpu_double.h"
 #include "cpu_float.h"
 #include "cpu_kernels.h"
 #include "cpu_lanes.h"
@@ -266,9 +267,9 @@ void FO_CPU(norm_forward)(const fo_norm_forward_params *a) {
 /* dy * weight for columns c0.. of row r, into wdy. */
 static void load_weighted_dy(double *wdy, double *weight, const fo_norm_backward_params *a,
                              int64_t r, int64_t c0, int64_t n) {
-    fo_cpu_load(wdy, a->dy, r * a->dy_row_stride + c0, n, a->dtype);
+    fo_double_in(wdy, a->dy, r * a->dy_row_stride + c0, n, a->dtype);
     if (!a->weight) return;
-    fo_cpu_load(weight, a->weight, c0, n, a->param_dtype);
+    fo_double_in(weight, a->weight, c0, n, a->param_dtype);
     for (int64_t i = 0; i < n; i++) wdy[i] *= weight[i];
 }
 
@@ -417,7 +418,7 @@ static void backward_rows(const void *ctx, int64_t r0, int64_t r1) {
         for (int64_t c0 = 0; c0 < cols; c0 += CPU_CHUNK) {
             int64_t n = cols - c0 < CPU_CHUNK ? cols - c0 : CPU_CHUNK;
             load_weighted_dy(wdy, other, a, r, c0, n);
-            fo_cpu_load(xhat, a->h, r * a->h_row_stride + c0, n, a->h_dtype);
+            fo_double_in(xhat, a->h, r * a->h_row_stride + c0, n, a->h_dtype);
             for (int64_t i = 0; i < n; i++) xhat[i] = (xhat[i] - mean) * rstd;
             fo_lanes_add(&sum_wdy_xhat, wdy, xhat, n);
             if (c0 == 0) wdy0 = wdy[0];
@@ -429,21 +430,21 @@ static void backward_rows(const void *ctx, int64_t r0, int64_t r1) {
         for (int64_t c0 = 0; c0 < cols; c0 += CPU_CHUNK) {
             int64_t n = cols - c0 < CPU_CHUNK ? cols - c0 : CPU_CHUNK;
             load_weighted_dy(wdy, other, a, r, c0, n);
-            fo_cpu_load(xhat, a->h, r * a->h_row_stride + c0, n, a->h_dtype);
+            fo_double_in(xhat, a->h, r * a->h_row_stride + c0, n, a->h_dtype);
             for (int64_t i = 0; i < n; i++) {
                 xhat[i] = (xhat[i] - mean) * rstd;
                 wdy[i] = rstd * (wdy[i] - mean_wdy - xhat[i] * mean_wdy_xhat);
             }
             if (a->dresidual_out) {
-                fo_cpu_load(other, a->dresidual_out, r * a->dresidual_out_row_stride + c0, n,
-                            a->h_dtype);
+                fo_double_in(other, a->dresidual_out, r * a->dresidual_out_row_stride + c0, n,
+                             a->h_dtype);
                 for (int64_t i = 0; i < n; i++) wdy[i] += other[i];
             }
-            if (a->dresidual) fo_cpu_store(a->dresidual, r * cols + c0, wdy, n, a->h_dtype);
+            if (a->dresidual) fo_double_out(a->dresidual, r * cols + c0, wdy, n, a->h_dtype);
             if (a->dx) {
                 if (a->dropout_p > 0.0)
                     cpu_dropout(wdy, n, r, c0, a->dropout_p, a->seed, a->offset, cols);
-                fo_cpu_store(a->dx, r * cols + c0, wdy, n, a->dtype);
+                fo_double_out(a->dx, r * cols + c0, wdy, n, a->dtype);
             }
         }
     }
@@ -472,8 +473,8 @@ static void parameter_gradient_chunk(const fo_norm_backward_params *a, int64_t c
     for (int64_t r = 0; r < a->rows; r++) {
         const double mean = rms ? 0.0 : stat_at(a->mean, r, a->dtype);
         const double rstd = stat_at(a->rstd, r, a->dtype);
-        fo_cpu_load(wdy, a->dy, r * a->dy_row_stride + c0, n, a->dtype);
-        fo_cpu_load(xhat, a->h, r * a->h_row_stride + c0, n, a->h_dtype);
+        fo_double_in(wdy, a->dy, r * a->dy_row_stride + c0, n, a->dtype);
+        fo_double_in(xhat, a->h, r * a->h_row_stride + c0, n, a->h_dtype);
         for (int64_t i = 0; i < n; i++) {
             dweight[i] += wdy[i] * (xhat[i] - mean) * rstd;
             dbias[i] += wdy[i];
@@ -494,8 +495,8 @@ static void parameter_gradient_chunks(const void *ctx, int64_t k0, int64_t k1) {
             parameter_gradient_chunk_f32(a, c0, n, dweight, dbias);
         else
             parameter_gradient_chunk(a, c0, n, dweight, dbias);
-        if (a->dweight) fo_cpu_store(a->dweight, c0, dweight, n, a->param_dtype);
-        if (a->dbias) fo_cpu_store(a->dbias, c0, dbias, n, a->param_dtype);
+        if (a->dweight) fo_double_out(a->dweight, c0, dweight, n, a->param_dtype);
+        if (a->dbias) fo_double_out(a->dbias, c0, dbias, n, a->param_dtype);
     }
 }
 
@@ -541,8 +542,8 @@ static int fused_backward_f32(const fo_norm_backward_params *a) {
         const double *partial = f.partials + 2 * k * a->cols;
         for (int64_t i = 0; i < 2 * a->cols; i++) total[i] += partial[i];
     }
-    if (a->dweight) fo_cpu_store(a->dweight, 0, total, a->cols, a->param_dtype);
-    if (a->dbias) fo_cpu_store(a->dbias, 0, total + a->cols, a->cols, a->param_dtype);
+    if (a->dweight) fo_double_out(a->dweight, 0, total, a->cols, a->param_dtype);
+    if (a->dbias) fo_double_out(a->dbias, 0, total + a->cols, a->cols, a->param_dtype);
     free(f.partials);
     return 1;
 }
