@@ -12,18 +12,26 @@
 #include "cpu_parallel.h"
 #include "philox.h"
 
-/* Multiplies v[0..n) (columns col0..) by the dropout keep mask / (1 - p). */
+/* Multiplies v[0..n) (columns col0.., a multiple of 4; n <= CPU_CHUNK) by the dropout keep mask /
+ * (1 - p). The counters' Philox words go to arrays first, so that each instruction set's copy
+ * computes the rounds of many counters in its vectors. */
 static void cpu_dropout(double *v, int64_t n, int64_t row, int64_t col0, double p, uint64_t seed,
                         uint64_t offset, int64_t cols) {
-    uint32_t threshold = fo_dropout_threshold(p);
-    double scale = 1.0 / (1.0 - p);
-    uint64_t base = offset + (uint64_t)row * fo_dropout_row_counters(cols);
-    fo_philox_block block = fo_philox(seed, base + (uint64_t)col0 / 4);
-    for (int64_t i = 0; i < n; i++) {
-        int64_t col = col0 + i;
-        if (col % 4 == 0 && i > 0) block = fo_philox(seed, base + (uint64_t)col / 4);
-        v[i] = block.lane[col % 4] >= threshold ? v[i] * scale : 0.0;
+    const uint32_t threshold = fo_dropout_threshold(p);
+    const double scale = 1.0 / (1.0 - p);
+    const uint64_t base =
+        offset + (uint64_t)row * fo_dropout_row_counters(cols) + (uint64_t)col0 / 4;
+    uint32_t word[4][CPU_CHUNK / 4];
+    const int64_t blocks = (n + 3) / 4;
+    for (int64_t j = 0; j < blocks; j++) {
+        const fo_philox_block block = fo_philox(seed, base + (uint64_t)j);
+        for (int l = 0; l < 4; l++) word[l][j] = block.lane[l];
     }
+    int64_t j = 0;
+    for (; 4 * j + 4 <= n; j++)
+        for (int l = 0; l < 4; l++)
+            v[4 * j + l] = word[l][j] >= threshold ? v[4 * j + l] * scale : 0.0;
+    for (int64_t i = 4 * j; i < n; i++) v[i] = word[i - 4 * j][j] >= threshold ? v[i] * scale : 0.0;
 }
 
 static double stat_at(const void *stats, int64_t row, int dtype) {
@@ -273,21 +281,20 @@ static void load_weighted_dy(double *wdy, double *weight, const fo_norm_backward
     for (int64_t i = 0; i < n; i++) wdy[i] *= weight[i];
 }
 
-/* The float32 backward, for the same reason as the forward's: when every
- * tensor is float32 and there is no dropout. */
-static int backward_is_f32(const fo_norm_backward_params *a) {
-    return a->dtype == FO_DTYPE_F32 && a->h_dtype == FO_DTYPE_F32 &&
-           a->param_dtype == FO_DTYPE_F32 && a->dropout_p == 0.0;
+/* The float backward: every tensor float32, bfloat16 or float16 (float64 takes the double path).
+ * Pieces are read as floats (float32 in place) and computed in double as the double path does,
+ * dropout included. */
+static int backward_in_float(const fo_norm_backward_params *a) {
+    return a->dtype != FO_DTYPE_F64 && a->h_dtype != FO_DTYPE_F64 && a->param_dtype != FO_DTYPE_F64;
 }
 
-/* The two row sums of the float32 backward over a piece, of wdy - wdy0
- * (wdy = dy * w, wdy0 its first element) and wdy * xhat, in FLOAT_LANES
- * double lanes, one pass. Called with w either null or known not to be, so
- * each inlined copy vectorizes. */
-static inline void row_sums_f32(double *restrict lane1, double *restrict lane2,
-                                const float *restrict dy, const float *restrict w,
-                                const float *restrict h, double wdy0, double mean, double rstd,
-                                int64_t n) {
+/* The two row sums of the backward over a piece, of wdy - wdy0 (wdy = dy * w, wdy0 its first
+ * element) and wdy * xhat, in FLOAT_LANES double lanes, one pass. Called with w either null or
+ * known not to be, so each inlined copy vectorizes. */
+static inline void row_sums_float(double *restrict lane1, double *restrict lane2,
+                                  const float *restrict dy, const float *restrict w,
+                                  const float *restrict h, double wdy0, double mean, double rstd,
+                                  int64_t n) {
     int64_t i = 0;
     for (; i + FLOAT_LANES <= n; i += FLOAT_LANES)
         for (int l = 0; l < FLOAT_LANES; l++) {
@@ -302,106 +309,145 @@ static inline void row_sums_f32(double *restrict lane1, double *restrict lane2,
     }
 }
 
-/* dh = rstd * (wdy - mean(wdy) - xhat * mean(wdy * xhat)) (+ more) of a
- * row, in double, rounded once, and the row's terms of dweight and dbias
- * (each optional) in the same pass; called with w, more, dweight and dbias
- * each either null or known not to be, so each inlined copy vectorizes. */
-static inline void row_out_f32(float *restrict out, const float *restrict dy,
-                               const float *restrict w, const float *restrict h,
-                               const float *restrict more, double mean, double rstd,
-                               double mean_wdy, double mean_wdy_xhat, double *restrict dweight,
-                               double *restrict dbias, int64_t n) {
+/* dh = rstd * (wdy - mean(wdy) - xhat * mean(wdy * xhat)) (+ more) of a piece, in double, into
+ * out (rounded to float) or out_double, and the piece's terms of dweight and dbias (each optional)
+ * in the same pass (neither output: dweight's and dbias' terms only); called with each pointer
+ * either null or known not to be, so each inlined copy vectorizes. */
+static inline void piece_out_float(float *restrict out, double *restrict out_double,
+                                   const float *restrict dy, const float *restrict w,
+                                   const float *restrict h, const float *restrict more, double mean,
+                                   double rstd, double mean_wdy, double mean_wdy_xhat,
+                                   double *restrict dweight, double *restrict dbias, int64_t n) {
     for (int64_t i = 0; i < n; i++) {
         const double xhat = (h[i] - mean) * rstd;
         const double wdy = w ? (double)dy[i] * w[i] : dy[i];
         double dh = rstd * (wdy - mean_wdy - xhat * mean_wdy_xhat);
         if (more) dh += more[i];
-        out[i] = (float)dh;
+        if (out_double)
+            out_double[i] = dh;
+        else if (out)
+            out[i] = (float)dh;
         if (dweight) dweight[i] += dy[i] * xhat;
         if (dbias) dbias[i] += dy[i];
     }
 }
 
-/* row_out_f32 with each of w, more, dweight and dbias null or not, known at
- * the call. */
-static void row_out_f32_cases(float *restrict out, const float *restrict dy,
-                              const float *restrict w, const float *restrict h,
-                              const float *restrict more, double mean, double rstd, double mean_wdy,
-                              double mean_wdy_xhat, double *restrict dweight,
-                              double *restrict dbias, int64_t n) {
-#define ROW_OUT(W, MORE, DW, DB) \
-    row_out_f32(out, dy, W, h, MORE, mean, rstd, mean_wdy, mean_wdy_xhat, DW, DB, n)
-#define BY_W_AND_MORE(DW, DB)        \
-    if (w && more)                   \
-        ROW_OUT(w, more, DW, DB);    \
-    else if (w)                      \
-        ROW_OUT(w, NULL, DW, DB);    \
-    else if (more)                   \
-        ROW_OUT(NULL, more, DW, DB); \
-    else                             \
-        ROW_OUT(NULL, NULL, DW, DB)
-    if (dweight && dbias) {
-        BY_W_AND_MORE(dweight, dbias);
-    } else if (dweight) {
-        BY_W_AND_MORE(dweight, NULL);
-    } else if (dbias) {
-        BY_W_AND_MORE(NULL, dbias);
-    } else {
-        BY_W_AND_MORE(NULL, NULL);
+/* piece_out_float with each of its pointers null or not, known at the call. */
+static void piece_out_cases(float *restrict out, double *restrict out_double,
+                            const float *restrict dy, const float *restrict w,
+                            const float *restrict h, const float *restrict more, double mean,
+                            double rstd, double mean_wdy, double mean_wdy_xhat,
+                            double *restrict dweight, double *restrict dbias, int64_t n) {
+#define PIECE_OUT(OUT, OUT_DOUBLE, W, MORE, DW, DB) \
+    piece_out_float(OUT, OUT_DOUBLE, dy, W, h, MORE, mean, rstd, mean_wdy, mean_wdy_xhat, DW, DB, n)
+#define BY_W_AND_MORE(OUT, OUT_DOUBLE, DW, DB)          \
+    if (w && more)                                      \
+        PIECE_OUT(OUT, OUT_DOUBLE, w, more, DW, DB);    \
+    else if (w)                                         \
+        PIECE_OUT(OUT, OUT_DOUBLE, w, NULL, DW, DB);    \
+    else if (more)                                      \
+        PIECE_OUT(OUT, OUT_DOUBLE, NULL, more, DW, DB); \
+    else                                                \
+        PIECE_OUT(OUT, OUT_DOUBLE, NULL, NULL, DW, DB)
+#define BY_PARAMETERS(OUT, OUT_DOUBLE)                  \
+    if (dweight && dbias) {                             \
+        BY_W_AND_MORE(OUT, OUT_DOUBLE, dweight, dbias); \
+    } else if (dweight) {                               \
+        BY_W_AND_MORE(OUT, OUT_DOUBLE, dweight, NULL);  \
+    } else if (dbias) {                                 \
+        BY_W_AND_MORE(OUT, OUT_DOUBLE, NULL, dbias);    \
+    } else {                                            \
+        BY_W_AND_MORE(OUT, OUT_DOUBLE, NULL, NULL);     \
     }
+    if (out_double) {
+        BY_PARAMETERS(NULL, out_double)
+    } else if (out) {
+        BY_PARAMETERS(out, NULL)
+    } else {
+        BY_PARAMETERS(NULL, NULL)
+    }
+#undef BY_PARAMETERS
 #undef BY_W_AND_MORE
-#undef ROW_OUT
+#undef PIECE_OUT
 }
 
-/* One row of the float32 dx (and dresidual), in double as the generic path;
- * with dweight and dbias given, the row's terms of them added there. */
-static void backward_row_f32(const fo_norm_backward_params *a, int64_t r, double *restrict dweight,
-                             double *restrict dbias) {
+/* Stores a float piece of dx or dresidual: nothing where it was written in place. */
+static void store_piece(void *dst, int64_t offset, const float *src, int64_t n, int dtype) {
+    if (dtype != FO_DTYPE_F32)
+        fo_float_done(dst, offset, src, n, dtype);
+    else if ((const float *)dst + offset != src)
+        memcpy((float *)dst + offset, src, (size_t)n * sizeof(float));
+}
+
+/* One row of dx (and dresidual) of the float backward, a piece at a time (each piece read twice:
+ * for the sums, then from cache for the output); with dweight and dbias given, the row's terms of
+ * them added there. */
+static void backward_row_float(const fo_norm_backward_params *a, int64_t r,
+                               double *restrict dweight, double *restrict dbias) {
     const int64_t cols = a->cols;
     const int rms = a->kind == FO_NORM_RMS;
-    const float *restrict dy = (const float *)a->dy + r * a->dy_row_stride;
-    const float *restrict h = (const float *)a->h + r * a->h_row_stride;
-    const float *restrict w = a->weight;
+    const int64_t dy_at = r * a->dy_row_stride, h_at = r * a->h_row_stride;
+    /* float statistics: no dtype is float64 */
     const double mean = rms ? 0.0 : ((const float *)a->mean)[r];
     const double rstd = ((const float *)a->rstd)[r];
-    /* mean(wdy) as wdy0 + mean(wdy - wdy0): exactly wdy0 where wdy is
-     * constant along the row, so that with xhat = 0 (a constant row) dx is
-     * exactly 0, not a rounding residue times rstd = 1 / sqrt(eps) */
-    const double wdy0 = w ? (double)dy[0] * w[0] : dy[0];
+    float dy_buf[CPU_CHUNK], h_buf[CPU_CHUNK], w_buf[CPU_CHUNK], more_buf[CPU_CHUNK],
+        out_buf[CPU_CHUNK];
+    double out_double[CPU_CHUNK];
+    /* mean(wdy) as wdy0 + mean(wdy - wdy0): exactly wdy0 where wdy is constant along the row, so
+     * that with xhat = 0 (a constant row) dx is exactly 0, not a rounding residue times
+     * rstd = 1 / sqrt(eps) */
+    const double wdy0 = cols < 1    ? 0.0
+                        : a->weight ? (double)*fo_float_in(dy_buf, a->dy, dy_at, 1, a->dtype) *
+                                          *fo_float_in(w_buf, a->weight, 0, 1, a->param_dtype)
+                                    : *fo_float_in(dy_buf, a->dy, dy_at, 1, a->dtype);
     /* dx and dresidual are the same values without dropout (neither wanted: dweight's terms only)
      */
-    float *restrict out =
-        a->dx || a->dresidual ? (float *)(a->dx ? a->dx : a->dresidual) + r * cols : NULL;
+    void *out_dst = a->dx ? a->dx : a->dresidual;
+    const int out_dtype = a->dx ? a->dtype : a->h_dtype;
+    const int dropout = a->dropout_p > 0.0 && a->dx;
     double lane1[FLOAT_LANES] = {0}, lane2[FLOAT_LANES] = {0};
-    for (int64_t c0 = 0; out && c0 < cols; c0 += CPU_CHUNK) {
+    for (int64_t c0 = 0; out_dst && c0 < cols; c0 += CPU_CHUNK) {
         const int64_t n = cols - c0 < CPU_CHUNK ? cols - c0 : CPU_CHUNK;
-        if (w)
-            row_sums_f32(lane1, lane2, dy + c0, w + c0, h + c0, wdy0, mean, rstd, n);
+        const float *dy = fo_float_in(dy_buf, a->dy, dy_at + c0, n, a->dtype);
+        const float *h = fo_float_in(h_buf, a->h, h_at + c0, n, a->h_dtype);
+        if (a->weight)
+            row_sums_float(lane1, lane2, dy, fo_float_in(w_buf, a->weight, c0, n, a->param_dtype),
+                           h, wdy0, mean, rstd, n);
         else
-            row_sums_f32(lane1, lane2, dy + c0, NULL, h + c0, wdy0, mean, rstd, n);
+            row_sums_float(lane1, lane2, dy, NULL, h, wdy0, mean, rstd, n);
     }
     const double mean_wdy = rms ? 0.0 : wdy0 + fold_lanes(lane1) / (double)cols;
     const double mean_wdy_xhat = fold_lanes(lane2) / (double)cols;
-    const float *restrict more =
-        a->dresidual_out ? (const float *)a->dresidual_out + r * a->dresidual_out_row_stride : NULL;
-    if (out) {
-        row_out_f32_cases(out, dy, w, h, more, mean, rstd, mean_wdy, mean_wdy_xhat, dweight, dbias,
-                          cols);
-    } else {
-        if (dweight)
-            for (int64_t i = 0; i < cols; i++) dweight[i] += dy[i] * ((h[i] - mean) * rstd);
-        if (dbias)
-            for (int64_t i = 0; i < cols; i++) dbias[i] += dy[i];
+    for (int64_t c0 = 0; c0 < cols; c0 += CPU_CHUNK) {
+        const int64_t n = cols - c0 < CPU_CHUNK ? cols - c0 : CPU_CHUNK;
+        const int64_t at = r * cols + c0;
+        const float *dy = fo_float_in(dy_buf, a->dy, dy_at + c0, n, a->dtype);
+        const float *h = fo_float_in(h_buf, a->h, h_at + c0, n, a->h_dtype);
+        const float *w = a->weight ? fo_float_in(w_buf, a->weight, c0, n, a->param_dtype) : NULL;
+        const float *more = a->dresidual_out
+                                ? fo_float_in(more_buf, a->dresidual_out,
+                                              r * a->dresidual_out_row_stride + c0, n, a->h_dtype)
+                                : NULL;
+        float *out = out_dst && !dropout ? fo_float_out(out_buf, out_dst, at, out_dtype) : NULL;
+        piece_out_cases(out, dropout ? out_double : NULL, dy, w, h, more, mean, rstd, mean_wdy,
+                        mean_wdy_xhat, dweight ? dweight + c0 : NULL, dbias ? dbias + c0 : NULL, n);
+        if (dropout) { /* dresidual = dh, dx = its dropout: rounded from double, as the double path
+                        */
+            if (a->dresidual) fo_double_out(a->dresidual, at, out_double, n, a->h_dtype);
+            cpu_dropout(out_double, n, r, c0, a->dropout_p, a->seed, a->offset, cols);
+            fo_double_out(a->dx, at, out_double, n, a->dtype);
+        } else if (out) {
+            store_piece(out_dst, at, out, n, out_dtype);
+            if (a->dx && a->dresidual) store_piece(a->dresidual, at, out, n, a->h_dtype);
+        }
     }
-    if (a->dx && a->dresidual)
-        memcpy((float *)a->dresidual + r * cols, out, (size_t)cols * sizeof(float));
 }
 
 /* dx (and dresidual) of rows [r0, r1): each row is independent. */
 static void backward_rows(const void *ctx, int64_t r0, int64_t r1) {
     const fo_norm_backward_params *a = ctx;
-    if (backward_is_f32(a)) {
-        for (int64_t r = r0; r < r1; r++) backward_row_f32(a, r, NULL, NULL);
+    if (backward_in_float(a)) {
+        for (int64_t r = r0; r < r1; r++) backward_row_float(a, r, NULL, NULL);
         return;
     }
     double wdy[CPU_CHUNK], xhat[CPU_CHUNK], other[CPU_CHUNK];
@@ -491,7 +537,7 @@ static void parameter_gradient_chunks(const void *ctx, int64_t k0, int64_t k1) {
         const int64_t c0 = k * CPU_CHUNK;
         const int64_t n = a->cols - c0 < CPU_CHUNK ? a->cols - c0 : CPU_CHUNK;
         for (int64_t i = 0; i < n; i++) dweight[i] = dbias[i] = 0.0;
-        if (backward_is_f32(a))
+        if (a->dtype == FO_DTYPE_F32 && a->h_dtype == FO_DTYPE_F32)
             parameter_gradient_chunk_f32(a, c0, n, dweight, dbias);
         else
             parameter_gradient_chunk(a, c0, n, dweight, dbias);
@@ -500,7 +546,7 @@ static void parameter_gradient_chunks(const void *ctx, int64_t k0, int64_t k1) {
     }
 }
 
-/* The float32 backward with dweight or dbias: blocks of rows, each giving
+/* The float backward with dweight or dbias: blocks of rows, each giving
  * dx of its rows and its own partial dweight and dbias (one pass over dy
  * and h), the partials then added in block order. The blocks depend on the
  * shape alone: the same bits on any thread count. */
@@ -520,14 +566,14 @@ static void fused_backward_blocks(const void *ctx, int64_t k0, int64_t k1) {
         memset(dweight, 0, 2 * (size_t)a->cols * sizeof(double));
         const int64_t r1 = (k + 1) * f->block_rows < a->rows ? (k + 1) * f->block_rows : a->rows;
         for (int64_t r = k * f->block_rows; r < r1; r++)
-            backward_row_f32(a, r, a->dweight ? dweight : NULL, a->dbias ? dbias : NULL);
+            backward_row_float(a, r, a->dweight ? dweight : NULL, a->dbias ? dbias : NULL);
     }
 }
 
-/* Runs the fused float32 backward; 0 where it does not apply (or its
+/* Runs the fused float backward; 0 where it does not apply (or its
  * partials found no memory): the caller then takes the two passes. */
-static int fused_backward_f32(const fo_norm_backward_params *a) {
-    if (!backward_is_f32(a) || !(a->dweight || a->dbias) || a->rows < 1 || a->cols < 1 ||
+static int fused_backward_float(const fo_norm_backward_params *a) {
+    if (!backward_in_float(a) || !(a->dweight || a->dbias) || a->rows < 1 || a->cols < 1 ||
         a->cols > ((int64_t)1 << 16))
         return 0;
     fused_backward f = {a, 16, NULL};
@@ -549,7 +595,7 @@ static int fused_backward_f32(const fo_norm_backward_params *a) {
 }
 
 void FO_CPU(norm_backward)(const fo_norm_backward_params *a) {
-    if (fused_backward_f32(a)) return;
+    if (fused_backward_float(a)) return;
     if (a->dx || a->dresidual) fo_cpu_parallel(a->rows, a->cols, backward_rows, a);
     if (a->dweight || a->dbias)
         fo_cpu_parallel(fo_cpu_chunks(a->cols), a->rows * fo_cpu_chunk_width(a->cols),
