@@ -11,9 +11,9 @@
 /* n elements of float32, bfloat16 or float16 operands as floats, in double
  * arithmetic with the exp that vectorizes (cpu_exp.h); dy == NULL: forward
  * (y into first), else dgate into first and dup into second (either NULL). */
-static void swiglu_floats(const float *restrict gate, const float *restrict up,
-                          const float *restrict dy, float *restrict first, float *restrict second,
-                          int64_t n) {
+static void swiglu_doubles(const float *restrict gate, const float *restrict up,
+                           const float *restrict dy, float *restrict first, float *restrict second,
+                           int64_t n) {
     if (!dy) {
         for (int64_t i = 0; i < n; i++) {
             const double g = gate[i];
@@ -26,6 +26,63 @@ static void swiglu_floats(const float *restrict gate, const float *restrict up,
         if (first) first[i] = (float)(d * u * s * (1.0 + g * (1.0 - s)));
         if (second) second[i] = (float)(d * g * s);
     }
+}
+
+/* Where float's exp(-|g|) underflows (cpu_exp.h): such a gate's sigmoid is
+ * below float's normals, so those elements take the double arithmetic. */
+#define FLOAT_SIGMOID_MIN_GATE -87.0f
+
+/* swiglu_doubles' values in float arithmetic, for outputs of 16 bits: with
+ * e = exp(-|g|) and q = 1 / (1 + e), sigmoid(g) and 1 - sigmoid(g) are q and
+ * e q (swapped for g < 0), neither cancelling; each has a relative error
+ * under 4e-7, far under a 16-bit half ulp (2^-11 at best). Returns whether
+ * any gate was below FLOAT_SIGMOID_MIN_GATE (then swiglu_halves redoes those). */
+static inline int swiglu_float_math(const float *restrict gate, const float *restrict up,
+                                    const float *restrict dy, float *restrict first,
+                                    float *restrict second, int64_t n) {
+    int low = 0;
+    for (int64_t i = 0; i < n; i++) { /* read before either write: the outputs may be the inputs */
+        const float g = gate[i], u = up[i];
+        const float e = fo_expf_nonpositive(-fabsf(g)), q = 1.0f / (1.0f + e), p = e * q;
+        const float s = g >= 0.0f ? q : p, one_minus_s = g >= 0.0f ? p : q;
+        low |= g < FLOAT_SIGMOID_MIN_GATE;
+        if (!dy) {
+            first[i] = g * s * u;
+            continue;
+        }
+        const float d = dy[i];
+        if (first) first[i] = d * u * s * (1.0f + g * one_minus_s);
+        if (second) second[i] = d * g * s;
+    }
+    return low;
+}
+
+/* swiglu_doubles for outputs rounded to 16 bits: in float, and the rare
+ * elements whose sigmoid float cannot hold again in double. The outputs are
+ * buffers apart from the inputs (16-bit operands are converted). */
+static inline void swiglu_halves(const float *restrict gate, const float *restrict up,
+                                 const float *restrict dy, float *restrict first,
+                                 float *restrict second, int64_t n) {
+    if (!swiglu_float_math(gate, up, dy, first, second, n)) return;
+    for (int64_t i = 0; i < n; i++) {
+        if (!(gate[i] < FLOAT_SIGMOID_MIN_GATE)) continue;
+        float one_first, one_second;
+        swiglu_doubles(gate + i, up + i, dy ? dy + i : NULL, first ? &one_first : NULL,
+                       second ? &one_second : NULL, 1);
+        if (first) first[i] = one_first;
+        if (second) second[i] = one_second;
+    }
+}
+
+/* y (dy == NULL) or the gradients of n elements as floats, in the arithmetic
+ * the output dtype's rounding allows. */
+static void swiglu_floats(const float *restrict gate, const float *restrict up,
+                          const float *restrict dy, float *restrict first, float *restrict second,
+                          int64_t n, int dtype) {
+    if (dtype == FO_DTYPE_F32)
+        swiglu_doubles(gate, up, dy, first, second, n);
+    else
+        swiglu_halves(gate, up, dy, first, second, n);
 }
 
 /* The forward's elements [c0, c0 + n) of row r into dst, n of `dtype`
@@ -43,7 +100,7 @@ static void forward_piece(const void *op, int64_t r, int64_t c0, int64_t n, void
     const float *g = fo_float_in(gate, a->gate, r * a->gate_row_stride + c0, n, a->dtype);
     const float *u = fo_float_in(up, a->up, r * a->up_row_stride + c0, n, a->dtype);
     float *y = fo_float_out(y_buf, dst, 0, a->dtype);
-    swiglu_floats(g, u, NULL, y, NULL, n);
+    swiglu_floats(g, u, NULL, y, NULL, n, a->dtype);
     fo_float_done(dst, 0, y, n, a->dtype);
 }
 
@@ -84,7 +141,7 @@ static void swiglu_pieces(const void *ctx, int64_t k0, int64_t k1) {
         const float *d = fo_float_in(dy, a->dy, r * a->dy_row_stride + c0, n, a->dtype);
         float *y1 = a->y_or_dgate ? fo_float_out(first, a->y_or_dgate, out, a->dtype) : NULL;
         float *y2 = a->dup ? fo_float_out(second, a->dup, out, a->dtype) : NULL;
-        swiglu_floats(g, u, d, y1, y2, n);
+        swiglu_floats(g, u, d, y1, y2, n, a->dtype);
         if (y1) fo_float_done(a->y_or_dgate, out, y1, n, a->dtype);
         if (y2) fo_float_done(a->dup, out, y2, n, a->dtype);
     }
