@@ -3,10 +3,10 @@
 # fixed-seed fuzz of the C API, the release wheel and sdist (scripts/
 # build_wheel.sh: manylinux tag, twine check), the C tests of the wheel's
 # build (CUDA with nvcc), a wheel built from the sdist, pytest against the
-# installed wheel, again against the CPU-only library swapped in with
-# $FUSED_OPS_PY_LIBRARY, the CPU kernels' tests on each instruction set the
-# wheel carries, the same wheel on the oldest torch tested (CPython
-# 3.9) and on CPython 3.13.
+# installed wheel, the CPU-only library swapped in with $FUSED_OPS_PY_LIBRARY
+# (its loading and errors, and its CPU kernels on each other instruction
+# set), the same wheel on the oldest torch tested (CPython 3.9) and on
+# CPython 3.13.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup_env.sh
@@ -95,19 +95,23 @@ scripts/test_sdist.sh
 export FO_TEST_CPU_ONLY_LIBRARY="$PWD/build/cpu/libfused_ops.so"
 echo "== pytest, installed wheel"
 pytest -q tests
-echo "== pytest, CPU-only library via FUSED_OPS_PY_LIBRARY"
-FUSED_OPS_PY_LIBRARY="$PWD/build/cpu/libfused_ops.so" pytest -q tests
 
-# The wheel carries the CPU kernels for three instruction sets and picks the
-# best this CPU runs: the others run here through FUSED_OPS_PY_CPU_ISA.
+# The CPU-only build, swapped in with $FUSED_OPS_PY_LIBRARY: the tests of
+# loading and calling a library, then the CPU kernels' tests on the other
+# instruction sets it carries (FUSED_OPS_PY_CPU_ISA; the wheel's run above
+# took the best this CPU runs), so every path of each build runs once.
 # Each op's tests are tests/test_<op>.py, beside fused_ops_py/ops/<op>.py.
+echo "== pytest, CPU-only library via FUSED_OPS_PY_LIBRARY: loading, errors, argument checks"
+FUSED_OPS_PY_LIBRARY="$FO_TEST_CPU_ONLY_LIBRARY" pytest -q tests/test_ffi.py tests/test_errors.py \
+    tests/test_checks.py tests/test_robustness.py
 cpu_kernel_tests=(tests/test_norms.py tests/test_variants.py tests/test_cpu_threads.py tests/test_gate_fp8.py)
 for op in fused_ops_py/ops/*.py; do
     [ -f "tests/test_$(basename "$op")" ] && cpu_kernel_tests+=("tests/test_$(basename "$op")")
 done
 for isa in avx2 baseline; do
-    echo "== pytest, the CPU kernels' tests on the $isa kernels (FUSED_OPS_PY_CPU_ISA=$isa)"
-    FUSED_OPS_PY_CPU_ISA=$isa pytest -q "${cpu_kernel_tests[@]}" -k "not cuda"
+    echo "== pytest, the CPU kernels' tests on the CPU-only library's $isa kernels (FUSED_OPS_PY_CPU_ISA=$isa)"
+    FUSED_OPS_PY_LIBRARY="$FO_TEST_CPU_ONLY_LIBRARY" FUSED_OPS_PY_CPU_ISA=$isa \
+        pytest -q "${cpu_kernel_tests[@]}" -k "not cuda"
 done
 
 echo "== the same wheel on the oldest torch tested, CPython 3.9 (scripts/test_old_torch.sh)"
