@@ -10,23 +10,19 @@
 #include "cpu_kernels.h"
 #include "cpu_lanes.h"
 #include "cpu_parallel.h"
-#include "philox.h"
+#include "cpu_philox.h"
 
 /* Multiplies v[0..n) (columns col0.., a multiple of 4; n <= CPU_CHUNK) by the dropout keep mask /
- * (1 - p). The counters' Philox words go to arrays first, so that each instruction set's copy
- * computes the rounds of many counters in its vectors. */
+ * (1 - p), from the Philox words of the piece's counters (cpu_philox.h). */
 static void cpu_dropout(double *v, int64_t n, int64_t row, int64_t col0, double p, uint64_t seed,
                         uint64_t offset, int64_t cols) {
     const uint32_t threshold = fo_dropout_threshold(p);
     const double scale = 1.0 / (1.0 - p);
     const uint64_t base =
         offset + (uint64_t)row * fo_dropout_row_counters(cols) + (uint64_t)col0 / 4;
-    uint32_t word[4][CPU_CHUNK / 4];
-    const int64_t blocks = (n + 3) / 4;
-    for (int64_t j = 0; j < blocks; j++) {
-        const fo_philox_block block = fo_philox(seed, base + (uint64_t)j);
-        for (int l = 0; l < 4; l++) word[l][j] = block.lane[l];
-    }
+    _Static_assert(4 * FO_PHILOX_RUN >= CPU_CHUNK, "a piece's counters fit one run");
+    uint32_t word[4][FO_PHILOX_RUN];
+    fo_philox_words(seed, base, (n + 3) / 4, word);
     int64_t j = 0;
     for (; 4 * j + 4 <= n; j++)
         for (int l = 0; l < 4; l++)
