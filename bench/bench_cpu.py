@@ -9,8 +9,10 @@ Writes cpu.csv and cpu.md under --out (default bench/results/cpu-x86-64/).
     FUSED_OPS_PY_CPU_ISA=avx2 python bench/bench_cpu.py --out /tmp/avx2
 
 GB/s is over the fewest bytes the op must move (bench_ops.min_bytes), set
-against a torch copy of the same bytes measured in the run: where torch is
-already near that ceiling, no kernel can beat it by much."""
+against a torch copy of the same bytes measured in the run (half read, half
+written; a tensor that fits the caches copies faster than one that does
+not): a row where torch reaches EXEMPT_PCT of that ceiling is exempt from
+the target, since no kernel can beat it by much."""
 
 import argparse
 import csv
@@ -30,6 +32,7 @@ import fused_ops_py as fo  # noqa: E402
 from fused_ops_py._ffi import ffi, lib  # noqa: E402
 
 EPS = b.EPS
+EXEMPT_PCT = 90.0
 DROPOUT_P = 0.1
 GEMMA_OFFSET = 1.0
 
@@ -129,9 +132,15 @@ def median_ms(call, budget_s):
 
 
 def copy_ceiling_gbs(nbytes, budget_s):
-    src = torch.empty(nbytes // 4, dtype=torch.float32).normal_()
+    """GB/s of a torch copy that moves nbytes (reads half, writes half)."""
+    src = torch.empty(max(nbytes // 8, 1), dtype=torch.float32).normal_()
     dst = torch.empty_like(src)
     return 2 * src.numel() * 4 / median_ms(lambda: dst.copy_(src), budget_s) / 1e6
+
+
+def misses_target(row):
+    """1.0x torch on many threads, 0.9x on one, unless torch is at the copy ceiling."""
+    return not row["exempt"] and row["speedup"] < (1.0 if row["threads"] > 1 else 0.9)
 
 
 def main(argv=None):
@@ -152,12 +161,22 @@ def main(argv=None):
     threads = [int(t) for t in args.threads.split(",")]
     many = torch.get_num_threads()
     isa = ffi.string(lib.fo_cpu_isa()).decode()
-    ceiling = {t: (torch.set_num_threads(t), copy_ceiling_gbs(64 << 20, 1.0))[1] for t in threads}
+    ceilings = {}  # (bytes, threads): GB/s, measured once
+
+    def ceiling(nbytes, t):
+        if (nbytes, t) not in ceilings:
+            ceilings[nbytes, t] = copy_ceiling_gbs(nbytes, args.budget_s)
+        return ceilings[nbytes, t]
+
+    big = 256 << 20
     meta = (
         f"{platform.machine()} {os.cpu_count()} CPUs ({platform.processor() or 'cpu'}); torch "
-        f"{torch.__version__}; fused_ops_py {fo.__version__}, CPU kernels {isa}; copy ceiling "
-        + ", ".join(f"{ceiling[t]:.1f} GB/s on {t} thread{'s' * (t > 1)}" for t in threads)
+        f"{torch.__version__}; fused_ops_py {fo.__version__}, CPU kernels {isa}; copy of 256 MiB "
+        + ", ".join(
+            f"{(torch.set_num_threads(t), ceiling(big, t))[1]:.1f} GB/s on {t} thread{'s' * (t > 1)}" for t in threads
+        )
     )
+    torch.set_num_threads(many)
     print(meta, flush=True)
     rows = []
     for op in args.ops.split(","):
@@ -177,6 +196,7 @@ def main(argv=None):
                                 times[name].append(median_ms(call, args.budget_s))
                         eager, fused = (statistics.median(times[k]) for k in ("eager", "fused"))
                         nbytes = bytes_moved(op, direction, m, n, DTYPES[dname].itemsize)
+                        pct_copy = round(100 * nbytes / eager / 1e6 / ceiling(nbytes, t), 1)
                         row = dict(
                             op=op,
                             dir=direction,
@@ -189,7 +209,8 @@ def main(argv=None):
                             speedup=round(eager / fused, 3),
                             eager_gbs=round(nbytes / eager / 1e6, 2),
                             fused_gbs=round(nbytes / fused / 1e6, 2),
-                            eager_pct_copy=round(100 * nbytes / eager / 1e6 / ceiling[t], 1),
+                            eager_pct_copy=pct_copy,
+                            exempt=pct_copy >= EXEMPT_PCT,
                         )
                         rows.append(row)
                         print(" ".join(f"{k}={v}" for k, v in row.items()), flush=True)
@@ -200,7 +221,11 @@ def main(argv=None):
         with open(args.out / "cpu.csv") as f:
             measured = {key(r) for r in rows}
             kept = [r for r in csv.DictReader(f) if key(r) not in measured]
-        rows = [dict(r, threads=int(r["threads"]), speedup=float(r["speedup"])) for r in kept] + rows
+        kept = [
+            dict(r, threads=int(r["threads"]), speedup=float(r["speedup"]), exempt=r.get("exempt") == "True")
+            for r in kept
+        ]
+        rows = kept + rows
         rows.sort(
             key=lambda r: (OPS.index(r["op"]), list(DTYPES).index(r["dtype"]), r["shape"], r["dir"], -r["threads"])
         )
@@ -208,21 +233,28 @@ def main(argv=None):
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
-    slower = [r for r in rows if r["speedup"] < (1.0 if r["threads"] > 1 else 0.9)]
+    slower = [r for r in rows if misses_target(r)]
+    exempt = sum(r["exempt"] for r in rows)
+    summary = (
+        f"{len(rows) - len(slower) - exempt} of {len(rows)} rows meet their target (1.0x on {many} threads, "
+        f"0.9x on 1), {exempt} are exempt (torch at {EXEMPT_PCT:.0f}% or more of the copy ceiling for its bytes)"
+    )
     with open(args.out / "cpu.md", "w") as f:
         f.write(
             f"# The CPU kernels against torch's\n\n{meta}. ms a call (median of {args.rounds} turns); speedup = "
-            "torch's time over fused's; torch % of copy: torch's GB/s over the copy ceiling.\n\n"
-            f"{len(rows) - len(slower)} of {len(rows)} rows meet their target (1.0x on {many} threads, "
-            "0.9x on 1).\n\n| op | dir | dtype | shape | threads | torch ms | fused ms | speedup | fused GB/s "
+            "torch's time over fused's; torch % of copy: torch's GB/s over a torch copy of the same bytes in "
+            f"this run.\n\n{summary}; {len(slower)} miss it (marked **).\n\n"
+            "| op | dir | dtype | shape | threads | torch ms | fused ms | speedup | fused GB/s "
             "| torch % of copy |\n|---|---|---|---|---:|---:|---:|---:|---:|---:|\n"
         )
         for r in rows:
+            speedup = f"**{r['speedup']}**" if misses_target(r) else str(r["speedup"])
+            pct = f"{r['eager_pct_copy']} (exempt)" if r["exempt"] else str(r["eager_pct_copy"])
             f.write(
                 f"| {r['op']} | {r['dir']} | {r['dtype']} | {r['shape']} | {r['threads']} | {r['eager_ms']} | "
-                f"{r['fused_ms']} | {r['speedup']} | {r['fused_gbs']} | {r['eager_pct_copy']} |\n"
+                f"{r['fused_ms']} | {speedup} | {r['fused_gbs']} | {pct} |\n"
             )
-    print(f"{len(rows) - len(slower)} of {len(rows)} rows meet their target; wrote {args.out}/cpu.csv and .md")
+    print(f"{summary}; wrote {args.out}/cpu.csv and .md")
     return rows
 
 

@@ -536,7 +536,12 @@ def test_bench_cpu_times_every_op_and_direction_on_each_thread_count(tmp_path, m
         written = list(csv.DictReader(f))
     assert len(written) == len(rows)
     assert all(float(r["eager_ms"]) > 0 and float(r["fused_ms"]) > 0 and float(r["speedup"]) > 0 for r in written)
+    assert all((float(r["eager_pct_copy"]) >= bench_cpu.EXEMPT_PCT) == (r["exempt"] == "True") for r in written)
     assert f"{len(rows)} rows" in (tmp_path / "cpu.md").read_text()
+    # the target: 1.0x on many threads, 0.9x on one, none for a row where torch is at the copy ceiling
+    row = dict(speedup=0.95, threads=2, exempt=False)
+    assert bench_cpu.misses_target(row) and not bench_cpu.misses_target(dict(row, threads=1))
+    assert not bench_cpu.misses_target(dict(row, exempt=True))
 
 
 def test_host_instructions_compares_each_mode_by_its_geometric_mean(tmp_path, capsys):
