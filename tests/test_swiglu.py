@@ -25,6 +25,40 @@ def test_forward_and_gradients(shape, dtype, device):
     assert_close(up.grad, u64.grad, dtype)
 
 
+def one_rounding(actual, exact, dtype):
+    """actual within one ulp of the exact float64 values (as the fuzz harness holds them)."""
+    ulp = {torch.bfloat16: 2.0**-7, torch.float16: 2.0**-10}[dtype]
+    tiniest = {torch.bfloat16: 2.0**-133, torch.float16: 2.0**-24}[dtype]
+    actual, exact = actual.double(), exact.double()
+    finite = exact.abs() <= torch.finfo(dtype).max
+    bad = finite & ((actual - exact).abs() > ulp * exact.abs() + tiniest)
+    assert not bad.any(), (actual[bad][:5], exact[bad][:5])
+    assert torch.equal(actual[~finite].isinf(), ~exact[~finite].isnan() & ~finite[~finite])
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_half_precision_extremes_round_once(dtype, device):
+    # the 16-bit CPU path computes in float: gates whose sigmoid float cannot hold (below -87),
+    # dy * up past float's range with a small silu'(g), and tiny up * large dy, each within one
+    # rounding of float64's result (the CUDA kernel rounds its float terms as torch's does)
+    if device.type != "cpu":
+        pytest.skip("the CPU kernels' one-rounding bound")
+    big = 1e30 if dtype == torch.bfloat16 else 200.0
+    gate = torch.tensor([-200.0, -88.0, -87.0, -86.5, -80.0, -30.0, -1.2785, 0.0, 3.0, 90.0] * 4)
+    up = torch.cat([torch.full((10,), big), torch.full((10,), -big), torch.full((10,), 1e-8), torch.ones(10)])
+    dy = torch.cat([torch.full((10,), big), torch.full((10,), big), torch.full((10,), big), torch.ones(10)])
+    gate, up, dy = (t.to(dtype).reshape(4, 10).to(device) for t in (gate, up, dy))
+    g, u = gate.clone().requires_grad_(), up.clone().requires_grad_()
+    y = fo.fused_swiglu(g, u)
+    y.backward(dy)
+    g64, u64 = gate.double().requires_grad_(), up.double().requires_grad_()
+    expected = F.silu(g64) * u64
+    expected.backward(dy.double())
+    one_rounding(y, expected, dtype)
+    one_rounding(g.grad, g64.grad, dtype)
+    one_rounding(u.grad, u64.grad, dtype)
+
+
 @pytest.mark.parametrize("offset", [0, 1], ids=["aligned", "misaligned"])
 def test_strided_inputs_and_odd_gradients(offset, device):
     wide = random((12, 80), torch.bfloat16, device, seed=4)

@@ -1,5 +1,6 @@
 /* cpu/swiglu.c: y = silu(gate) * up and its gradients: the CPU kernels, compiled once for each
  * instruction set (cpu_kernels.h) and chosen at load. */
+#include <float.h>
 #include <math.h>
 
 #include "cpu_convert.h"
@@ -32,40 +33,49 @@ static void swiglu_doubles(const float *restrict gate, const float *restrict up,
  * below float's normals, so those elements take the double arithmetic. */
 #define FLOAT_SIGMOID_MIN_GATE -87.0f
 
+/* Whether float cannot hold an element's terms: its gate's sigmoid, or (with
+ * dy) dy * up, which silu'(g) (at most 1.1) may bring back into range. */
+static inline int needs_double(float g, float u, const float *dy, int64_t i) {
+    return g < FLOAT_SIGMOID_MIN_GATE || (dy && !(fabsf(dy[i] * u) <= FLT_MAX));
+}
+
 /* swiglu_doubles' values in float arithmetic, for outputs of 16 bits: with
  * e = exp(-|g|) and q = 1 / (1 + e), sigmoid(g) and 1 - sigmoid(g) are q and
  * e q (swapped for g < 0), neither cancelling; each has a relative error
- * under 4e-7, far under a 16-bit half ulp (2^-11 at best). Returns whether
- * any gate was below FLOAT_SIGMOID_MIN_GATE (then swiglu_halves redoes those). */
+ * under 4e-7, far under a 16-bit half ulp (2^-11 at best). Each output's
+ * last product joins a term that is either a normal float or at most 1.1
+ * times the other (g s and silu'(g) = s (1 + g (1 - s))), so one under- or
+ * overflow costs only that product's rounding. Returns whether any element
+ * needs_double (swiglu_halves redoes those). */
 static inline int swiglu_float_math(const float *restrict gate, const float *restrict up,
                                     const float *restrict dy, float *restrict first,
                                     float *restrict second, int64_t n) {
-    int low = 0;
-    for (int64_t i = 0; i < n; i++) { /* read before either write: the outputs may be the inputs */
+    int redo = 0;
+    for (int64_t i = 0; i < n; i++) {
         const float g = gate[i], u = up[i];
         const float e = fo_expf_nonpositive(-fabsf(g)), q = 1.0f / (1.0f + e), p = e * q;
         const float s = g >= 0.0f ? q : p, one_minus_s = g >= 0.0f ? p : q;
-        low |= g < FLOAT_SIGMOID_MIN_GATE;
+        redo |= needs_double(g, u, dy, i);
         if (!dy) {
-            first[i] = g * s * u;
+            first[i] = (g * s) * u;
             continue;
         }
         const float d = dy[i];
-        if (first) first[i] = d * u * s * (1.0f + g * one_minus_s);
-        if (second) second[i] = d * g * s;
+        if (first) first[i] = (d * u) * (s * (1.0f + g * one_minus_s));
+        if (second) second[i] = d * (g * s);
     }
-    return low;
+    return redo;
 }
 
 /* swiglu_doubles for outputs rounded to 16 bits: in float, and the rare
- * elements whose sigmoid float cannot hold again in double. The outputs are
- * buffers apart from the inputs (16-bit operands are converted). */
+ * elements that float cannot hold again in double. The outputs are buffers
+ * apart from the inputs (16-bit operands are converted). */
 static inline void swiglu_halves(const float *restrict gate, const float *restrict up,
                                  const float *restrict dy, float *restrict first,
                                  float *restrict second, int64_t n) {
     if (!swiglu_float_math(gate, up, dy, first, second, n)) return;
     for (int64_t i = 0; i < n; i++) {
-        if (!(gate[i] < FLOAT_SIGMOID_MIN_GATE)) continue;
+        if (!needs_double(gate[i], up[i], dy, i)) continue;
         float one_first, one_second;
         swiglu_doubles(gate + i, up + i, dy ? dy + i : NULL, first ? &one_first : NULL,
                        second ? &one_second : NULL, 1);
