@@ -502,9 +502,7 @@ PARKED_KINDS = [
 CPU_PARKED_SHAPE = (56, 16384)
 
 
-@pytest.mark.parametrize(
-    "shape", [CPU_PARKED_SHAPE, (700, 16384), (340, 32768), (160, 65536), (80, 131072)], ids=str
-)
+@pytest.mark.parametrize("shape", [CPU_PARKED_SHAPE, (700, 16384), (340, 32768), (160, 65536), (80, 131072)], ids=str)
 @pytest.mark.parametrize("kind", PARKED_KINDS)
 def test_shared_backward_partials_parked_in_dx(kind, shape, dtype, device, monkeypatch):
     if (device.type == "cpu") != (shape == CPU_PARKED_SHAPE):
