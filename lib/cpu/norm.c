@@ -30,10 +30,15 @@ static void cpu_dropout(double *v, int64_t n, int64_t row, int64_t col0, double 
     for (int64_t i = 4 * j; i < n; i++) v[i] = word[i - 4 * j][j] >= threshold ? v[i] * scale : 0.0;
 }
 
-static double stat_at(const void *stats, int64_t row, int dtype) {
+/* Element offset of src (of `dtype`) as double. */
+static double value_at(const void *src, int64_t offset, int dtype) {
     double value;
-    fo_cpu_load(&value, stats, row, 1, fo_stats_dtype(dtype));
+    fo_cpu_load(&value, src, offset, 1, dtype);
     return value;
+}
+
+static double stat_at(const void *stats, int64_t row, int dtype) {
+    return value_at(stats, row, fo_stats_dtype(dtype));
 }
 
 /* float32, bfloat16 and float16 without dropout read their floats directly (float32 in place, the
@@ -392,10 +397,8 @@ static void backward_row_float(const fo_norm_backward_params *a, int64_t r,
     /* mean(wdy) as wdy0 + mean(wdy - wdy0): exactly wdy0 where wdy is constant along the row, so
      * that with xhat = 0 (a constant row) dx is exactly 0, not a rounding residue times
      * rstd = 1 / sqrt(eps) */
-    const double wdy0 = cols < 1    ? 0.0
-                        : a->weight ? (double)*fo_float_in(dy_buf, a->dy, dy_at, 1, a->dtype) *
-                                          *fo_float_in(w_buf, a->weight, 0, 1, a->param_dtype)
-                                    : *fo_float_in(dy_buf, a->dy, dy_at, 1, a->dtype);
+    const double dy0 = cols < 1 ? 0.0 : value_at(a->dy, dy_at, a->dtype);
+    const double wdy0 = a->weight && cols > 0 ? dy0 * value_at(a->weight, 0, a->param_dtype) : dy0;
     /* dx and dresidual are the same values without dropout (neither wanted: dweight's terms only)
      */
     void *out_dst = a->dx ? a->dx : a->dresidual;
@@ -427,8 +430,8 @@ static void backward_row_float(const fo_norm_backward_params *a, int64_t r,
         float *out = out_dst && !dropout ? fo_float_out(out_buf, out_dst, at, out_dtype) : NULL;
         piece_out_cases(out, dropout ? out_double : NULL, dy, w, h, more, mean, rstd, mean_wdy,
                         mean_wdy_xhat, dweight ? dweight + c0 : NULL, dbias ? dbias + c0 : NULL, n);
-        if (dropout) { /* dresidual = dh, dx = its dropout: rounded from double, as the double path
-                        */
+        /* with dropout, dresidual = dh and dx = its dropout, each rounded from double */
+        if (dropout) {
             if (a->dresidual) fo_double_out(a->dresidual, at, out_double, n, a->h_dtype);
             cpu_dropout(out_double, n, r, c0, a->dropout_p, a->seed, a->offset, cols);
             fo_double_out(a->dx, at, out_double, n, a->dtype);
