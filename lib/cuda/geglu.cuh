@@ -1,0 +1,105 @@
+// geglu.cuh: y = gelu(gate) * up and its gradients on CUDA, one kernel for
+// both passes and both GELUs, in 8-element chunks (16-byte accesses when
+// aligned): swiglu.cu's walk with another activation. geglu.cu launches the
+// forward (and the FP8 output), geglu_backward.cu the backward: in two
+// translation units, the heaviest of the library's compiles runs on two cores.
+#pragma once
+
+#include "quantize_fp8.cuh"
+
+namespace fo {
+namespace {
+
+// gelu(g), and gelu'(g) where GRAD: lib/geglu.c's formulas (Phi(g) as
+// erfc(-g / sqrt(2)) / 2, exact for negative g) in fp32 (fp64 for fp64).
+template <bool TANH, bool GRAD, typename A>
+__device__ __forceinline__ A gelu(A g, A &grad) {
+    if constexpr (TANH) {
+        const A k = A(0.79788456080286535588), cubic = A(0.044715);
+        const A t = tanh(k * (g + cubic * g * g * g));
+        if constexpr (GRAD)
+            grad = A(0.5) * (A(1) + t) +
+                   A(0.5) * g * (A(1) - t * t) * k * (A(1) + A(3) * cubic * g * g);
+        return A(0.5) * g * (A(1) + t);
+    } else {
+        const A cdf = A(0.5) * erfc(-g * A(0.70710678118654752440));
+        if constexpr (GRAD) grad = cdf + g * exp(A(-0.5) * g * g) * A(0.39894228040143267794);
+        return g * cdf;
+    }
+}
+
+template <typename T, Access ACCESS, bool BACKWARD, bool DENSE, bool TANH>
+__global__ void geglu_kernel(fo_geglu_params a) {
+    using A = acc_t<T>;
+    const T *gate = static_cast<const T *>(a.gate);
+    const T *up = static_cast<const T *>(a.up);
+    const T *dy = static_cast<const T *>(a.dy);
+    T *y_or_dgate = static_cast<T *>(a.y_or_dgate), *dup = static_cast<T *>(a.dup);
+    const int64_t cols = a.cols;
+    for_each_chunk<DENSE>(a.rows, chunks_per_row(cols), [&](int64_t c, int64_t r) {
+        A g[kChunk], u[kChunk], first[kChunk];
+        load_row_chunk<T, ACCESS>(g, gate + r * a.gate_row_stride, c, cols);
+        load_row_chunk<T, ACCESS>(u, up + r * a.up_row_stride, c, cols);
+        if constexpr (!BACKWARD) {
+#pragma unroll
+            for (int i = 0; i < kChunk; i++) {
+                A unused;
+                first[i] = gelu<TANH, false>(g[i], unused) * u[i];
+            }
+            store_row_chunk<T, ACCESS>(y_or_dgate + r * cols, first, c, cols);
+        } else {
+            A d[kChunk], second[kChunk];
+            load_row_chunk<T, ACCESS>(d, dy + r * a.dy_row_stride, c, cols);
+#pragma unroll
+            for (int i = 0; i < kChunk; i++) {
+                A grad;
+                const A value = gelu<TANH, true>(g[i], grad);
+                first[i] = d[i] * u[i] * grad;
+                second[i] = d[i] * value;
+            }
+            if (y_or_dgate) store_row_chunk<T, ACCESS>(y_or_dgate + r * cols, first, c, cols);
+            if (dup) store_row_chunk<T, ACCESS>(dup + r * cols, second, c, cols);
+        }
+    });
+}
+
+// One direction of geglu_kernel over the call's operands.
+template <bool BACKWARD>
+void launch_geglu(fo_geglu_params a, cudaStream_t stream) {
+    // dense operands are one long row: the whole grid spreads over it
+    if (a.rows > 1 && a.gate_row_stride == a.cols && a.up_row_stride == a.cols &&
+        (!BACKWARD || a.dy_row_stride == a.cols)) {
+        a.cols *= a.rows;
+        a.gate_row_stride = a.up_row_stride = a.dy_row_stride = a.cols;
+        a.rows = 1;
+    }
+    dispatch_dtype(a.dtype, [&](auto tag) {
+        using T = decltype(tag);
+        const bool vec = a.cols % kChunk == 0 && aligned16(a.y_or_dgate) && aligned16(a.dup) &&
+                         aligned16(a.dy) && aligned16(a.gate) && aligned16(a.up) &&
+                         stride_aligned16<T>(a.gate_row_stride, a.rows) &&
+                         stride_aligned16<T>(a.up_row_stride, a.rows) &&
+                         stride_aligned16<T>(a.dy_row_stride, a.rows);
+        const bool dense = dense_walk(a.rows, a.cols);
+        const RowGeometry g = dense ? dense_geometry(a.cols) : row_geometry(a.rows, a.cols);
+        const bool tanh_form = a.approximate == FO_GELU_TANH;
+        dispatch_access<T>(vec, chunks_per_row(a.cols), [&](auto access) {
+            constexpr Access kAccess = decltype(access)::value;
+            auto launch = [&](auto kernel) { kernel<<<g.grid, g.block, 0, stream>>>(a); };
+            auto with_walk = [&](auto is_dense) {
+                constexpr bool kDense = decltype(is_dense)::value;
+                if (tanh_form)
+                    launch(geglu_kernel<T, kAccess, BACKWARD, kDense, true>);
+                else
+                    launch(geglu_kernel<T, kAccess, BACKWARD, kDense, false>);
+            };
+            if (dense)
+                with_walk(std::true_type{});
+            else
+                with_walk(std::false_type{});
+        });
+    });
+}
+
+}  // namespace
+}  // namespace fo
