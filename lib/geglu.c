@@ -28,9 +28,7 @@ static int check_inputs(const char *op, int device_type, int device_index, uintp
 
 static int run(int device_type, int device_index, uintptr_t stream, const fo_geglu_params *a) {
     if ((a->rows == 0 || a->cols == 0) && !a->fp8) return FO_OK; /* FP8 writes its scales */
-    if (device_type == FO_DEVICE_CUDA)
-        return a->dy ? fo_cuda_geglu_backward(device_index, stream, a)
-                     : fo_cuda_geglu_forward(device_index, stream, a);
+    if (device_type == FO_DEVICE_CUDA) return fo_cuda_geglu(device_index, stream, a);
     fo_cpu()->geglu(a);
     return FO_OK;
 }

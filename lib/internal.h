@@ -259,8 +259,7 @@ static inline int64_t fo_mask_row_bytes(int64_t cols) { return (cols + 7) / 8; }
     X(norm_forward, fo_norm_forward_params)                         \
     X(norm_backward, fo_norm_backward_params)                       \
     X(swiglu, fo_swiglu_params)                                     \
-    X(geglu_forward, fo_geglu_params)                               \
-    X(geglu_backward, fo_geglu_params)                              \
+    X(geglu, fo_geglu_params)                                       \
     X(clamped_swiglu, fo_clamped_swiglu_args)                       \
     X(rope, fo_rope_params)                                         \
     X(cross_entropy, fo_cross_entropy_params)                       \

@@ -1,8 +1,10 @@
 // geglu.cuh: y = gelu(gate) * up and its gradients on CUDA, one kernel for
 // both passes and both GELUs, in 8-element chunks (16-byte accesses when
-// aligned): swiglu.cu's walk with another activation. geglu.cu launches the
-// forward (and the FP8 output), geglu_backward.cu the backward: in two
-// translation units, the heaviest of the library's compiles runs on two cores.
+// aligned): swiglu.cu's walk with another activation; y in FP8 through
+// quantize_fp8.cuh's kernels, computed where it is cast. A GELU form a
+// translation unit (geglu.cu the exact one, geglu_tanh.cu the tanh form):
+// together they were the library's longest compile, which ran alone on one
+// core at the end of the build.
 #pragma once
 
 #include "quantize_fp8.cuh"
@@ -64,7 +66,7 @@ __global__ void geglu_kernel(fo_geglu_params a) {
 }
 
 // One direction of geglu_kernel over the call's operands.
-template <bool BACKWARD>
+template <bool BACKWARD, bool TANH>
 void launch_geglu(fo_geglu_params a, cudaStream_t stream) {
     // dense operands are one long row: the whole grid spreads over it
     if (a.rows > 1 && a.gate_row_stride == a.cols && a.up_row_stride == a.cols &&
@@ -82,24 +84,62 @@ void launch_geglu(fo_geglu_params a, cudaStream_t stream) {
                          stride_aligned16<T>(a.dy_row_stride, a.rows);
         const bool dense = dense_walk(a.rows, a.cols);
         const RowGeometry g = dense ? dense_geometry(a.cols) : row_geometry(a.rows, a.cols);
-        const bool tanh_form = a.approximate == FO_GELU_TANH;
         dispatch_access<T>(vec, chunks_per_row(a.cols), [&](auto access) {
             constexpr Access kAccess = decltype(access)::value;
-            auto launch = [&](auto kernel) { kernel<<<g.grid, g.block, 0, stream>>>(a); };
-            auto with_walk = [&](auto is_dense) {
-                constexpr bool kDense = decltype(is_dense)::value;
-                if (tanh_form)
-                    launch(geglu_kernel<T, kAccess, BACKWARD, kDense, true>);
-                else
-                    launch(geglu_kernel<T, kAccess, BACKWARD, kDense, false>);
-            };
             if (dense)
-                with_walk(std::true_type{});
+                geglu_kernel<T, kAccess, BACKWARD, true, TANH><<<g.grid, g.block, 0, stream>>>(a);
             else
-                with_walk(std::false_type{});
+                geglu_kernel<T, kAccess, BACKWARD, false, TANH><<<g.grid, g.block, 0, stream>>>(a);
         });
     });
 }
 
+// gelu for GateSource, as geglu_kernel computes it; |gelu(g)| < 0.1702 for g < 0 (its
+// minimum: -0.16997 at g = -0.752, -0.17004 in the tanh form).
+template <bool TANH>
+struct Gelu {
+    static constexpr double kNegativeBound = 0.1702;
+    template <typename A>
+    __device__ __forceinline__ A value(A g) const {
+        A unused;
+        return gelu<TANH, false>(g, unused);
+    }
+};
+
+template <bool TANH>
+void launch_geglu_fp8(const fo_geglu_params &a, cudaStream_t stream) {
+    dispatch_dtype(a.dtype, [&](auto tag) {
+        using T = decltype(tag);
+        const T *gate = static_cast<const T *>(a.gate), *up = static_cast<const T *>(a.up);
+        const bool vec = a.cols % kChunk == 0 && aligned16(gate) && aligned16(up) &&
+                         stride_aligned16<T>(a.gate_row_stride, a.rows) &&
+                         stride_aligned16<T>(a.up_row_stride, a.rows) && a.fp8->y % 8 == 0;
+        const bool flat = a.rows <= 1 || (a.gate_row_stride == a.cols && a.up_row_stride == a.cols);
+        auto with = [&](auto is_vec) {
+            const GateSource<T, decltype(is_vec)::value, Gelu<TANH>> src{
+                gate, up, a.gate_row_stride, a.up_row_stride, a.cols, Gelu<TANH>{}};
+            launch_fp8_out(*a.fp8, src, flat, a.rows, a.cols, stream);
+        };
+        if (vec)
+            with(std::true_type{});
+        else
+            with(std::false_type{});
+    });
+}
+
+// The call in one GELU form: forward (y, or y in FP8) or backward.
+template <bool TANH>
+void launch_geglu_form(const fo_geglu_params &a, cudaStream_t stream) {
+    if (a.fp8)
+        launch_geglu_fp8<TANH>(a, stream);
+    else if (a.dy)
+        launch_geglu<true, TANH>(a, stream);
+    else
+        launch_geglu<false, TANH>(a, stream);
+}
+
 }  // namespace
+
+void launch_geglu_tanh(const fo_geglu_params &a, cudaStream_t stream);  // geglu_tanh.cu
+
 }  // namespace fo
