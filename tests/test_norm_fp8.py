@@ -129,7 +129,8 @@ def test_dequantizes_to_torchs_norm_within_the_format_step(device, name, recipe)
 @pytest.mark.parametrize("cols", [48, 4096])
 def test_edges_constant_zero_and_tiny_rows_huge_values_inf_and_nan(device, name, recipe, transpose, cols):
     norm = NORMS[name]
-    x, residual, weight, bias = inputs((7, cols), torch.bfloat16, device)
+    # (row 7 plain: on CUDA it shares its block with row 6's -inf)
+    x, residual, weight, bias = inputs((8, cols), torch.bfloat16, device)
     residual[:3] = 0
     x[0] = 0  # a zero row: zeros (or the bias) and a finite scale
     x[1] = 3.25  # a constant row: y is exactly the bias (variance 0)

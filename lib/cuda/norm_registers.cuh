@@ -316,6 +316,9 @@ __device__ __forceinline__ void fp8_row(const fo_norm_forward_params &a, Held<R,
     }
     const A y_rstd = variance == A(0) && a.eps > 0 ? A(0) : rstd;  // as the kernel's own y
     const A shift = -mean * y_rstd;
+    // The max of |y| as T stores it is the max of |y| rounded once (rounding
+    // is monotone and odd), NaN if any y is: one max.NaN an element. Where
+    // that is not a finite T, the row takes the cast's finite-only max.
     float amax = 0.0f;
 #pragma unroll
     for (int k = 0; k < CPT; k++) {
@@ -325,20 +328,43 @@ __device__ __forceinline__ void fp8_row(const fo_norm_forward_params &a, Held<R,
         output_chunk<T, P, ACCESS>(v, h[k], static_cast<const P *>(a.weight),
                                    static_cast<const P *>(a.bias), c, mean, y_rstd, shift);
         h[k].set(v);
-        amax = output_amax<T>(amax, v);
+#pragma unroll
+        for (int i = 0; i < kChunk; i++) amax = max_abs_nan(amax, float(v[i]));
     }
-    amax = row_max(amax);
+    amax = float(to_acc(from_acc<T>(amax)));
+    amax = row_max(amax <= FLT_MAX ? amax : INFINITY);
+    // (the block's rows together: row_max holds barriers)
+    const bool finite = !__syncthreads_or(!(amax <= FLT_MAX));
+    if (!finite) {
+        amax = 0.0f;
+#pragma unroll
+        for (int k = 0; k < CPT; k++) {
+            const int c = lane + k * row_threads;
+            if (!active || c >= chunks) continue;
+            float v[kChunk];
+            h[k].get(v);
+            amax = finite_max(amax, v);
+        }
+        amax = row_max(amax);
+    }
     if (!active) return;
     const float q = fo_fp8_multiplier(amax, FO_FP8_E4M3, 1);
     uint8_t *codes = a.fp8_y + r * a.cols;
+    auto store_codes = [&](auto nan_free) {
 #pragma unroll
-    for (int k = 0; k < CPT; k++) {
-        const int c = lane + k * row_threads;
-        if (c >= chunks) continue;
-        float v[kChunk];
-        h[k].get(v);
-        store8<true>(codes, int64_t(c) * kChunk, a.cols, encode8<true>(v, q));
-    }
+        for (int k = 0; k < CPT; k++) {
+            const int c = lane + k * row_threads;
+            if (c >= chunks) continue;
+            float v[kChunk];
+            h[k].get(v);
+            store8<true>(codes, int64_t(c) * kChunk, a.cols,
+                         encode8<true, decltype(nan_free)::value>(v, q));
+        }
+    };
+    if (finite)
+        store_codes(std::true_type{});
+    else
+        store_codes(std::false_type{});
     if (lane == 0) {
         a.fp8_scale[r] = 1.0f / q;
         if (a.fp8_row_amax) a.fp8_row_amax[r] = amax;

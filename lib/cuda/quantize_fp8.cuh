@@ -126,10 +126,20 @@ __device__ __forceinline__ float finite_max(float amax, const float (&v)[kChunk]
     return amax;
 }
 
+// max(m, |v|), NaN if either is (PTX max.NaN, sm_80+): one instruction an
+// element where finite_max takes three; a row whose result is not finite
+// takes finite_max after all.
+__device__ __forceinline__ float max_abs_nan(float m, float v) {
+    float out;
+    asm("max.NaN.f32 %0, %1, %2;" : "=f"(out) : "f"(m), "f"(fabsf(v)));
+    return out;
+}
+
 // Eight values times q as FP8 codes, packed little-endian: to nearest with
 // satfinite (beyond the max saturates, as clamping first would), NaN as
-// 0x7F (the CPU's code, whatever the sign).
-template <bool E4M3>
+// 0x7F (the CPU's code, whatever the sign). NAN_FREE: the caller knows no v
+// is NaN (nor then is v * q, q being finite), and skips that fix.
+template <bool E4M3, bool NAN_FREE = false>
 __device__ __forceinline__ uint2 encode8(const float (&v)[kChunk], float q) {
     uint32_t word[2];
 #pragma unroll
@@ -140,8 +150,8 @@ __device__ __forceinline__ uint2 encode8(const float (&v)[kChunk], float q) {
             const float a = __fmul_rn(v[4 * w + 2 * p], q), b = __fmul_rn(v[4 * w + 2 * p + 1], q);
             uint32_t pair = __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE,
                                                      E4M3 ? __NV_E4M3 : __NV_E5M2);
-            if (a != a) pair = (pair & 0xFF00u) | 0x7Fu;
-            if (b != b) pair = (pair & 0x00FFu) | 0x7F00u;
+            if (!NAN_FREE && a != a) pair = (pair & 0xFF00u) | 0x7Fu;
+            if (!NAN_FREE && b != b) pair = (pair & 0x00FFu) | 0x7F00u;
             packed |= pair << (16 * p);
         }
         word[w] = packed;
@@ -211,7 +221,8 @@ __global__ void __launch_bounds__(kThreads)
     // a wider group past the last row has no chunks, but meets the others at group_max's barriers
     const int64_t chunks = r < rows ? chunks_per_row(cols) : 0;
     HeldChunk<typename Source::Held> held[kHeld];
-    float amax = 0.0f;
+    // the held values' max.NaN (max_abs_nan), their finite max unless it is not finite
+    float held_max = 0.0f;
     {
         typename Source::Raw raw[kHeld];
 #pragma unroll
@@ -223,26 +234,50 @@ __global__ void __launch_bounds__(kThreads)
             if (lane + int64_t(j) * GROUP >= chunks) continue;
             float v[kChunk];
             src.values(v, raw[j], r, (lane + int64_t(j) * GROUP) * kChunk);
-            amax = finite_max(amax, v);
+#pragma unroll
+            for (int i = 0; i < kChunk; i++) held_max = max_abs_nan(held_max, v[i]);
             held[j].set(v);
         }
     }
+    float amax = 0.0f;
     for (int64_t c = lane + int64_t(kHeld) * GROUP; c < chunks; c += GROUP) {
         typename Source::Raw raw;
         src.fetch(raw, r, c * kChunk);
         amax = src.amax(amax, raw, r, c * kChunk);
     }
-    amax = group_max<GROUP>(amax);
+    // the block's threads decide together (group_max's barriers follow)
+    bool finite = held_max <= FLT_MAX;
+    if constexpr (GROUP == 32)
+        finite = __all_sync(0xffffffffu, finite);
+    else
+        finite = !__syncthreads_or(!finite);
+    if (!finite) {
+        held_max = 0.0f;
+#pragma unroll
+        for (int j = 0; j < kHeld; j++) {
+            if (lane + int64_t(j) * GROUP >= chunks) continue;
+            float v[kChunk];
+            held[j].get(v);
+            held_max = finite_max(held_max, v);
+        }
+    }
+    amax = group_max<GROUP>(fmaxf(amax, held_max));
     const float q = fo_fp8_multiplier(amax, E4M3 ? FO_FP8_E4M3 : FO_FP8_E5M2, 1);
     uint8_t *out = y + r * cols;
+    auto store_held = [&](auto nan_free) {
 #pragma unroll
-    for (int j = 0; j < kHeld; j++) {
-        const int64_t c = lane + int64_t(j) * GROUP;
-        if (c >= chunks) continue;
-        float v[kChunk];
-        held[j].get(v);
-        store8<VEC>(out, c * kChunk, cols, encode8<E4M3>(v, q));
-    }
+        for (int j = 0; j < kHeld; j++) {
+            const int64_t c = lane + int64_t(j) * GROUP;
+            if (c >= chunks) continue;
+            float v[kChunk];
+            held[j].get(v);
+            store8<VEC>(out, c * kChunk, cols, encode8<E4M3, decltype(nan_free)::value>(v, q));
+        }
+    };
+    if (finite)
+        store_held(std::true_type{});
+    else
+        store_held(std::false_type{});
     for (int64_t c = lane + int64_t(kHeld) * GROUP; c < chunks; c += GROUP) {
         float v[kChunk];
         load_values(src, v, r, c * kChunk);
