@@ -272,3 +272,25 @@ def test_strict_names_what_it_does_not_know_and_changes_nothing():
     assert not any("forward" in m.__dict__ for m in model.modules())
     assert {name: getattr(modeling, name) for name in rotary} == rotary
     assert fo.patch(model) == 9 + 3 + 1 + 1  # without strict: what it knows
+
+
+def test_a_rotary_function_with_a_hub_kernel_is_kept():
+    """transformers' `kernels` wrapper around apply_rotary_pos_emb: the
+    function inside is recognised, unless kernelize gave the model a hub
+    kernel for it (the model's own copy of the wrapper has a forward)."""
+    transformers = pytest.importorskip("transformers")
+    modeling = sys.modules[transformers.LlamaForCausalLM.__module__]
+    wrapper = modeling.apply_rotary_pos_emb
+    if not isinstance(wrapper, torch.nn.Module):
+        pytest.skip("transformers' apply_rotary_pos_emb is a plain function here (no kernels package)")
+    _, model_class, config, _ = hf_models()[0]  # llama
+    model = model_class(config)
+    hub_kernel = model.model.layers[0].self_attn._kernel_funcs["rotary_pos_emb"]
+    assert type(hub_kernel) is type(wrapper)
+    hub_kernel.forward = lambda q, k, cos, sin, unsqueeze_dim=1: (q, k)  # as kernelize sets a layer's forward
+    with pytest.raises(fo.PatchError, match=r"1 part\(s\).*modeling_llama\.apply_rotary_pos_emb"):
+        fo.patch(model, strict=True, norms=False, mlp=False, cross_entropy=False)
+    assert fo.patch(model, norms=False, mlp=False, cross_entropy=False) == 0
+    assert modeling.apply_rotary_pos_emb is wrapper
+    del hub_kernel.forward
+    assert fo.patch(model, norms=False, mlp=False, cross_entropy=False) == 1

@@ -56,6 +56,7 @@ SIZES = {
             "intermediate_size_mlp",
             "dense_intermediate_size",
             "dim_ff",
+            "mlp_only_intermediate_size",
         ],
         128,
     ),
@@ -270,6 +271,16 @@ OVERRIDES = {
     "GitForCausalLM": dict(vision_config=dict(image_size=32, patch_size=16)),  # 5 image tokens
     "GraniteMoeHybridForCausalLM": dict(MAMBA, layer_types=["linear_attention", "full_attention"]),
     "JambaForCausalLM": dict(attn_layer_period=2, attn_layer_offset=1),  # an attention layer too
+    # its defaults index layers past the second; a top-k over all 12 tokens: no choice a rounding could move
+    "Kolibri1_1ForCausalLM": dict(
+        layer_types=["sliding_attention", "indexed_attention"],
+        index_layers=[1],
+        kv_source_layers=[0, 1],
+        mlp_only_layers=[0],
+        index_topk=16,
+        index_pool_size=64,
+        index_num_heads=2,
+    ),
     "Lfm2MoeForCausalLM": dict(layer_types=["conv", "full_attention"]),  # None by default
     "Mamba2ForCausalLM": dict(head_dim=32),  # heads * head size = 2 * hidden
     "Mistral4ForCausalLM": dict(rope_parameters=dict(partial_rotary_factor=8 / 24)),  # qk_rope / qk_head

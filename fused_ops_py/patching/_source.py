@@ -9,7 +9,7 @@ import inspect
 import textwrap
 
 # Spellings of one computation in the transformers releases patch knows
-# (5.17 to 5.24): the older is rewritten to the newer before comparing.
+# (5.17 to 5.25): the older is rewritten to the newer before comparing.
 _RENAMED = {"past_key_values": "cache"}
 _REWRITTEN = {
     # the first field of a base model's output is its last hidden state

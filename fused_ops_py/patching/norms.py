@@ -1,7 +1,7 @@
 """Norm modules -> FusedLayerNorm / FusedRMSNorm, sharing their Parameters:
 torch's LayerNorm and RMSNorm (those very classes, not subclasses, which
 may compute something else), and Hugging Face norms whose forward is one of
-the computations below. A norm without a weight (Llama 4's L2Norm) keeps
+the computations below. A norm without a weight (Llama 4's qk norm) keeps
 its module and computes through fused_rms_norm."""
 
 import types
@@ -10,7 +10,7 @@ from torch import nn
 
 from ..modules import FusedLayerNorm, FusedRMSNorm
 from ..ops.norm import fused_rms_norm
-from ._source import canonical_source, has_hooks, is_known, known
+from ._source import has_hooks, is_known, known
 
 # weight * (x / rms(x)), with eps in `variance_epsilon` (Llama and most others;
 # OLMo 2 rounds after the weight, the same in fp32 and within a rounding in bf16)
@@ -41,8 +41,8 @@ _WEIGHT_TIMES_NORMED = known(
     """,
 )
 
-# the same with eps in `eps` (Llama 4's text model)
-_WEIGHT_TIMES_NORMED_EPS = known(
+# the same through _norm (Llama 4's text model)
+_WEIGHT_TIMES_NORMED_THROUGH_NORM = known(
     """
     def forward(self, x):
         output = self._norm(x.float()).type_as(x)
@@ -50,12 +50,15 @@ _WEIGHT_TIMES_NORMED_EPS = known(
     """
 )
 
-# x / rms(x) in fp32 without a weight, eps in `eps` (Llama 4's L2Norm, Inkling's)
-_UNWEIGHTED = known(
+# x / rms(x) in fp32 without a weight: through _norm (Llama 4's), or with eps
+# in `eps` (Inkling's)
+_UNWEIGHTED_THROUGH_NORM = known(
     """
     def forward(self, x):
         return self._norm(x.float()).type_as(x)
-    """,
+    """
+)
+_UNWEIGHTED = known(
     """
     def forward(self, hidden_states):
         input_dtype = hidden_states.dtype
@@ -65,7 +68,7 @@ _UNWEIGHTED = known(
     """,
 )
 
-# x / rms(x) * (1 + weight) in fp32, with eps in `eps` (Gemma 1-3, Qwen3-Next)
+# x / rms(x) * (1 + weight) in fp32, through _norm (Gemma 1-3, Qwen3-Next)
 _ONE_PLUS_WEIGHT = known(
     """
     def forward(self, x):
@@ -74,12 +77,16 @@ _ONE_PLUS_WEIGHT = known(
         return output.type_as(x)
     """
 )
-_NORM = known(
-    """
+# the x / rms(x) in fp32 that these forwards call, by the attribute holding eps
+_NORMS = {
+    attribute: known(
+        f"""
     def _norm(self, x):
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.{attribute})
     """
-)
+    )
+    for attribute in ("eps", "variance_epsilon")
+}
 
 
 # a LayerNorm over the last dimension without a bias, in fp32 (Cohere's)
@@ -112,6 +119,17 @@ def _hf_layer_norm_eps(module):
     return None
 
 
+def _norm_eps(module):
+    """eps of a module whose _norm is known, from the attribute it reads,
+    as (attribute, eps); else None."""
+    norm = getattr(type(module), "_norm", None)
+    for attribute, sources in _NORMS.items():
+        eps = getattr(module, attribute, None)
+        if isinstance(eps, float) and is_known(norm, sources):
+            return attribute, eps
+    return None
+
+
 def _hf_rms_norm(module):
     """(eps, offset) of a Hugging Face RMSNorm whose computation is known,
     else None."""
@@ -122,13 +140,13 @@ def _hf_rms_norm(module):
     eps = getattr(module, "variance_epsilon", None)
     if isinstance(eps, float) and is_known(forward, _WEIGHT_TIMES_NORMED):
         return eps, 0.0
-    eps = getattr(module, "eps", None)
-    if not (isinstance(eps, float) and is_known(getattr(type(module), "_norm", None), _NORM)):
+    norm = _norm_eps(module)
+    if norm is None:
         return None
-    if is_known(forward, _WEIGHT_TIMES_NORMED_EPS):
-        return eps, 0.0
+    if is_known(forward, _WEIGHT_TIMES_NORMED_THROUGH_NORM):
+        return norm[1], 0.0
     if is_known(forward, _ONE_PLUS_WEIGHT):
-        return eps, 1.0
+        return norm[1], 1.0
     return None
 
 
@@ -164,20 +182,28 @@ def replacement(module):
     return new
 
 
-def _unweighted_forward(self, x):
+def _unweighted_forward_eps(self, x):
     return fused_rms_norm(x, None, self.eps)
 
 
-def _is_unweighted(module):
+def _unweighted_forward_variance_epsilon(self, x):
+    return fused_rms_norm(x, None, self.variance_epsilon)
+
+
+# a weightless norm's forward, by the attribute holding its eps
+_UNWEIGHTED_FORWARDS = {"eps": _unweighted_forward_eps, "variance_epsilon": _unweighted_forward_variance_epsilon}
+
+
+def _unweighted_eps_attribute(module):
+    """The attribute holding eps of a norm without a weight whose
+    computation is known, else None."""
     forward = type(module).forward
-    if not (
-        isinstance(getattr(module, "eps", None), float)
-        and getattr(module, "weight", None) is None
-        and is_known(forward, _UNWEIGHTED)
-        and "forward" not in module.__dict__
-    ):
-        return False
-    return "_norm" not in canonical_source(forward) or is_known(getattr(type(module), "_norm", None), _NORM)
+    if getattr(module, "weight", None) is not None or "forward" in module.__dict__:
+        return None
+    if is_known(forward, _UNWEIGHTED_THROUGH_NORM):
+        norm = _norm_eps(module)
+        return None if norm is None else norm[0]
+    return "eps" if isinstance(getattr(module, "eps", None), float) and is_known(forward, _UNWEIGHTED) else None
 
 
 def _looks_like_a_norm(module):
@@ -193,7 +219,7 @@ def patch_norms(model, apply=True):
             if (
                 child is None
                 or isinstance(child, (FusedLayerNorm, FusedRMSNorm))
-                or (getattr(child.__dict__.get("forward"), "__func__", None) is _unweighted_forward)
+                or getattr(child.__dict__.get("forward"), "__func__", None) in _UNWEIGHTED_FORWARDS.values()
             ):
                 continue
             new = replacement(child)
@@ -201,9 +227,9 @@ def patch_norms(model, apply=True):
                 if apply:
                     setattr(parent, name, new)
                 replaced += 1
-            elif _is_unweighted(child):
+            elif (attribute := _unweighted_eps_attribute(child)) is not None:
                 if apply:
-                    child.forward = types.MethodType(_unweighted_forward, child)
+                    child.forward = types.MethodType(_UNWEIGHTED_FORWARDS[attribute], child)
                 replaced += 1
             elif _looks_like_a_norm(child):
                 kept.append(f"{parent_name}.{name}".lstrip(".") + f" ({type(child).__name__})")

@@ -296,10 +296,56 @@ def _fused_complex(original):
     return apply_rotary_emb
 
 
+# transformers' use_kernel_forward_from_hub (the `kernels` package) makes a
+# function an nn.Module whose forward calls it, unless a hub kernel is active
+_HUB_WRAPPER_FORWARD = known(
+    """
+    def forward(self, *args, **kwargs):
+        if (active_kernel_funcs := _ACTIVE_KERNEL_FUNCS.get()) is not None:
+            if (active_kernel_func := active_kernel_funcs.get(id(self))) is not None:
+                kernel_func, forward_func = active_kernel_func
+                if torch.compiler.is_compiling():
+                    if forward_func is not type(self).forward:
+                        return forward_func(self, *args, **kwargs)
+                else:
+                    return kernel_func(*args, **kwargs)
+        return func(*args, **kwargs)
+    """
+)
+
+
+def _is_hub_wrapper(value):
+    return isinstance(value, torch.nn.Module) and hasattr(type(value), "kernel_layer_name")
+
+
+def _plain_function(value):
+    """The function that a modeling module's rotary entry computes: itself,
+    or the function inside a hub wrapper that no kernel replaces; else None."""
+    if inspect.isfunction(value):
+        return value
+    forward = getattr(type(value), "forward", None)
+    if not _is_hub_wrapper(value) or "forward" in vars(value) or not is_known(forward, _HUB_WRAPPER_FORWARD):
+        return None
+    cells = dict(zip(forward.__code__.co_freevars, forward.__closure__ or ()))
+    function = cells["func"].cell_contents if "func" in cells else None
+    return function if inspect.isfunction(function) else None
+
+
+def _kernelized(model, wrapper):
+    """Whether `kernels.kernelize` gave a module of `model` a hub kernel in
+    place of the hub wrapper `wrapper` (the module's own copy of the
+    wrapper, of its class, has a forward)."""
+    return any(
+        type(copy) is type(wrapper) and "forward" in vars(copy)
+        for module in model.modules()
+        for copy in vars(module).get("_kernel_funcs", {}).values()
+    )
+
+
 def _recognised(modeling, name):
     """(the _Rope, interleaved) of the function `name` of a modeling module
     where it is known, else None."""
-    function = getattr(modeling, name)
+    function = _plain_function(getattr(modeling, name))
     rope = next((r for r in _ROPES if r.name == name and is_known(function, r.sources)), None)
     if rope is None:
         return None
@@ -318,9 +364,12 @@ def _recognised(modeling, name):
 
 
 def _rotary_functions(modeling):
-    """The names of a modeling module's rotary functions (apply_rotary_*)."""
+    """The names of a modeling module's rotary functions (apply_rotary_*),
+    plain or in a hub wrapper."""
     return [
-        name for name, value in vars(modeling).items() if name.startswith("apply_rotary") and inspect.isfunction(value)
+        name
+        for name, value in vars(modeling).items()
+        if name.startswith("apply_rotary") and (inspect.isfunction(value) or _is_hub_wrapper(value))
     ]
 
 
@@ -338,7 +387,7 @@ def patch_rope(model, apply=True):
             function = getattr(modeling, name)
             if getattr(function, "fused_ops_py", False):
                 continue
-            recognised = _recognised(modeling, name)
+            recognised = None if _kernelized(model, function) else _recognised(modeling, name)
             if recognised is None:
                 kept.append(f"{modeling.__name__}.{name}")
                 continue
