@@ -64,26 +64,24 @@ static inline double fold_lanes(double *lane) {
     return (lane[0] + lane[2]) + (lane[1] + lane[3]);
 }
 
-/* The sums of d = x[i] - center over i < n (when sum is given) and of d^2,
- * in double lanes, in one pass: bfloat16 spans float's range, where float
- * sums overflow or lose digits. */
-static inline void piece_sums(const float *restrict x, int64_t n, double center, double *sum,
-                              double *squares) {
-    double lane[FLOAT_LANES] = {0}, square_lane[FLOAT_LANES] = {0};
+/* Adds d = x[i] - center over i < n to lane (when given) and d^2 to square_lane, in double
+ * lanes, in one pass: bfloat16 spans float's range, where float sums overflow or lose digits.
+ * A row's pieces (each a multiple of FLOAT_LANES long but the last) share the lanes, folded once
+ * a row. */
+static inline void piece_sums(const float *restrict x, int64_t n, double center,
+                              double *restrict lane, double *restrict square_lane) {
     int64_t i = 0;
     for (; i + FLOAT_LANES <= n; i += FLOAT_LANES)
         for (int l = 0; l < FLOAT_LANES; l++) {
             const double d = x[i + l] - center;
-            if (sum) lane[l] += d;
+            if (lane) lane[l] += d;
             square_lane[l] += d * d;
         }
     for (int l = 0; i + l < n; l++) {
         const double d = x[i + l] - center;
-        if (sum) lane[l] += d;
+        if (lane) lane[l] += d;
         square_lane[l] += d * d;
     }
-    if (sum) *sum = fold_lanes(lane);
-    *squares = fold_lanes(square_lane);
 }
 
 /* h of row r of the float forward (with a residual), and its mean and rstd. */
@@ -93,11 +91,13 @@ static void forward_stats_float(const fo_norm_forward_params *a, int64_t r, doub
     const int h_dtype = a->residual ? a->residual_dtype : a->dtype;
     const void *h_src = a->residual ? a->residual_out : a->x;
     const int64_t h_at = a->residual ? r * cols : r * a->x_row_stride;
+    const int rms = a->kind == FO_NORM_RMS;
     float h_buf[CPU_CHUNK], x_buf[CPU_CHUNK], other_buf[CPU_CHUNK];
-    /* LayerNorm: each piece's mean and sum of squared deviations M2, merged
-     * in order by Chan's rule, so M2 never takes a difference of two large
-     * sums (a constant row has M2 exactly 0). RMSNorm: the sum of squares. */
-    double mean = 0.0, m2 = 0.0;
+    /* LayerNorm: the sums of d = h - h[0] and of d^2 over the row. h[0] is one of the row's
+     * values, so (h[0] - mean)^2 <= M2 = sum d^2 - (sum d)^2 / n: the difference cancels away at
+     * most log2(n + 1) of double's 53 bits, and a constant row has M2 exactly 0 and its value as
+     * its mean. RMSNorm: the sum of squares. */
+    double lane[FLOAT_LANES] = {0}, square_lane[FLOAT_LANES] = {0}, center = 0.0;
     for (int64_t c0 = 0; c0 < cols; c0 += CPU_CHUNK) {
         const int64_t n = cols - c0 < CPU_CHUNK ? cols - c0 : CPU_CHUNK;
         if (a->residual) { /* h = x + residual, rounded to residual's dtype */
@@ -111,24 +111,19 @@ static void forward_stats_float(const fo_norm_forward_params *a, int64_t r, doub
             fo_float_done(a->residual_out, r * cols + c0, h, n, a->residual_dtype);
         }
         const float *h = fo_float_in(h_buf, h_src, h_at + c0, n, h_dtype);
-        if (a->kind == FO_NORM_RMS) {
-            double squares;
-            piece_sums(h, n, 0.0, NULL, &squares);
-            m2 += squares;
+        if (rms) {
+            piece_sums(h, n, 0.0, NULL, square_lane);
             continue;
         }
-        /* about h[0], in one pass: a constant piece's mean is then exactly its value and its M2
-         * exactly 0, and as (h[0] - mean)^2 <= M2, sum d^2 - (sum d)^2 / n cancels away at most
-         * log2(n + 1) of double's 53 bits */
-        double sum, squares;
-        piece_sums(h, n, h[0], &sum, &squares);
-        const double piece_mean = h[0] + sum / (double)n;
+        if (c0 == 0) center = h[0];
+        piece_sums(h, n, center, lane, square_lane);
+    }
+    double mean = 0.0, m2 = fold_lanes(square_lane);
+    if (!rms && cols > 0) {
+        const double sum = fold_lanes(lane);
+        mean = center + sum / (double)cols;
         /* not below 0 through rounding (NaN stays NaN) */
-        const double piece_m2 =
-            squares < sum * (sum / (double)n) ? 0.0 : squares - sum * (sum / (double)n);
-        const double delta = piece_mean - mean;
-        mean += delta * (double)n / (double)(c0 + n);
-        m2 += piece_m2 + delta * delta * (double)c0 * (double)n / (double)(c0 + n);
+        m2 = m2 < sum * (sum / (double)cols) ? 0.0 : m2 - sum * (sum / (double)cols);
     }
     const double rstd = 1.0 / sqrt(m2 / (double)cols + a->eps);
     /* float statistics: the dtype is not float64 */
