@@ -2,7 +2,8 @@
 4's apply_rotary_emb) through fused_rope, where it and the rotation it
 calls are one of the computations below. It is a module-level function, so
 every model of that family in the process takes the fused one; it gives
-the same values."""
+the same values. A function that the `kernels` package wraps in a hub layer
+is recognised by the function inside."""
 
 import inspect
 import sys
