@@ -48,4 +48,14 @@ static inline void fo_float_done(void *dst, int64_t offset, const float *restric
         for (int64_t i = 0; i < n; i++) d[i] = float_to_f16(src[i]);
 }
 
+/* a * b + c, rounded once where the instruction set fuses it (AVX2, AVX-512), twice on the
+ * baseline, whose fmaf() is a library call. */
+static inline float fo_fma(float a, float b, float c) {
+#ifdef __FMA__
+    return __builtin_fmaf(a, b, c);
+#else
+    return a * b + c;
+#endif
+}
+
 #endif

@@ -41,20 +41,23 @@ static double stat_at(const void *stats, int64_t row, int dtype) {
     return value_at(stats, row, fo_stats_dtype(dtype));
 }
 
-/* float32, bfloat16 and float16 without dropout read their floats directly (float32 in place, the
- * halves through a buffer): each CPU_CHUNK piece's sums in FLOAT_LANES double lanes (a fixed order,
- * so the same bits on any thread count), the pieces merged in double, and the output in double,
- * rounded once (the fuzz harness holds float32 to 1 ulp). float64 and dropout take the double path
- * below. */
+/* float32, bfloat16 and float16 without dropout compute in float, as the header says
+ * ("statistics and arithmetic are fp32") and torch's CPU kernels do: float32 pieces read in place,
+ * the halves through a buffer. Each FLOAT_PIECE piece sums into FLOAT_LANES float lanes (32 terms a
+ * lane), added into double lanes folded once a row (a fixed order: the same bits on any thread
+ * count), so a row's error is a piece's, whatever its length. float64 and dropout take the double
+ * path below. */
 static int forward_in_float(const fo_norm_forward_params *a) {
     return a->dtype != FO_DTYPE_F64 && a->param_dtype != FO_DTYPE_F64 &&
            (!a->residual || a->residual_dtype != FO_DTYPE_F64) && a->dropout_p == 0.0;
 }
 
-/* 32: four AVX-512 vectors (eight AVX2 ones) of independent chains, so a
- * sum runs at the adder's throughput rather than its latency */
+/* 32: two AVX-512 vectors (four AVX2 ones) of independent float chains, of 32 terms each a piece
+ * of FLOAT_PIECE (a piece of 256 spent as long clearing and folding its lanes as adding) */
 #define FLOAT_LANES 32
+#define FLOAT_PIECE 1024
 _Static_assert(FLOAT_LANES == 32, "fold_lanes adds 32 lanes");
+_Static_assert(FLOAT_PIECE % FLOAT_LANES == 0, "a piece fills the lanes");
 
 /* The lanes added in one fixed tree, halves at a time (each line vector adds). */
 static inline double fold_lanes(double *lane) {
@@ -64,129 +67,271 @@ static inline double fold_lanes(double *lane) {
     return (lane[0] + lane[2]) + (lane[1] + lane[3]);
 }
 
-/* Adds d = x[i] - center over i < n to lane (when given) and d^2 to square_lane, in double
- * lanes, in one pass: bfloat16 spans float's range, where float sums overflow or lose digits.
- * A row's pieces (each a multiple of FLOAT_LANES long but the last) share the lanes, folded once
- * a row. */
-static inline void piece_sums(const float *restrict x, int64_t n, double center,
-                              double *restrict lane, double *restrict square_lane) {
+static inline void add_to_lanes(double *restrict lane, const float *restrict part) {
+    for (int l = 0; l < FLOAT_LANES; l++) lane[l] += part[l];
+}
+
+/* The sum of h - center over a piece of n <= FLOAT_PIECE, into lane. */
+static inline void piece_offsets(const float *restrict h, int64_t n, float center,
+                                 double *restrict lane) {
+    float part[FLOAT_LANES] = {0};
+    int64_t i = 0;
+    for (; i + FLOAT_LANES <= n; i += FLOAT_LANES)
+        for (int l = 0; l < FLOAT_LANES; l++) part[l] += h[i + l] - center;
+    for (int l = 0; i + l < n; l++) part[l] += h[i + l] - center;
+    add_to_lanes(lane, part);
+}
+
+/* The sums of d = h - center and of d^2 over a piece, into lane and square_lane. */
+static inline void piece_deviations(const float *restrict h, int64_t n, float center,
+                                    double *restrict lane, double *restrict square_lane) {
+    float part[FLOAT_LANES] = {0}, square[FLOAT_LANES] = {0};
     int64_t i = 0;
     for (; i + FLOAT_LANES <= n; i += FLOAT_LANES)
         for (int l = 0; l < FLOAT_LANES; l++) {
-            const double d = x[i + l] - center;
-            if (lane) lane[l] += d;
-            square_lane[l] += d * d;
+            const float d = h[i + l] - center;
+            part[l] += d;
+            square[l] = fo_fma(d, d, square[l]);
         }
     for (int l = 0; i + l < n; l++) {
-        const double d = x[i + l] - center;
-        if (lane) lane[l] += d;
-        square_lane[l] += d * d;
+        const float d = h[i + l] - center;
+        part[l] += d;
+        square[l] = fo_fma(d, d, square[l]);
+    }
+    add_to_lanes(lane, part);
+    add_to_lanes(square_lane, square);
+}
+
+/* The sum of h^2 over a piece, into square_lane (RMSNorm). */
+static inline void piece_squares(const float *restrict h, int64_t n, double *restrict square_lane) {
+    float square[FLOAT_LANES] = {0};
+    int64_t i = 0;
+    for (; i + FLOAT_LANES <= n; i += FLOAT_LANES)
+        for (int l = 0; l < FLOAT_LANES; l++) square[l] = fo_fma(h[i + l], h[i + l], square[l]);
+    for (int l = 0; i + l < n; l++) square[l] = fo_fma(h[i + l], h[i + l], square[l]);
+    add_to_lanes(square_lane, square);
+}
+
+/* The same sums of d = h - center in double lanes, for the rows float cannot hold (below). */
+static inline void piece_deviations_double(const float *restrict h, int64_t n, double center,
+                                           double *restrict lane, double *restrict square_lane) {
+    for (int64_t i = 0; i < n; i++) {
+        const double d = h[i] - center;
+        lane[i % FLOAT_LANES] += d;
+        square_lane[i % FLOAT_LANES] += d * d;
     }
 }
 
-/* h of row r of the float forward (with a residual), and its mean and rstd. */
-static void forward_stats_float(const fo_norm_forward_params *a, int64_t r, double *mean_out,
-                                double *rstd_out) {
+/* A row as floats: float32 in place, a 16-bit row of up to FLOAT_ROW converted once (held), else
+ * converted a piece at a time. */
+#define FLOAT_ROW 4096
+typedef struct {
+    const void *src;
+    int dtype;
+    int64_t at;
+    const float *held; /* the whole row as floats, or NULL */
+} float_row;
+
+static inline const float *row_piece(const float_row *row, float *buf, int64_t c0, int64_t n) {
+    return row->held ? row->held + c0 : fo_float_in(buf, row->src, row->at + c0, n, row->dtype);
+}
+
+/* Elements [at, at + n) of src as a float_row, converted into held_buf (FLOAT_ROW floats) where
+ * they are 16-bit and fit. */
+static float_row float_row_of(const void *src, int dtype, int64_t at, int64_t n, float *held_buf) {
+    float_row row = {src, dtype, at, NULL};
+    if (!src) return row;
+    if (dtype == FO_DTYPE_F32)
+        row.held = (const float *)src + at;
+    else if (n <= FLOAT_ROW)
+        row.held = fo_float_in(held_buf, src, at, n, dtype);
+    return row;
+}
+
+/* A variance + eps below this, or sums that overflowed, is a row whose float squares lost bits
+ * among the subnormals or overflowed (a bfloat16 row spans float's range): its sums are taken
+ * again in double. */
+#define FLOAT_SMALLEST_VARIANCE 0x1p-100
+
+/* Row r's h as floats (with a residual, x + residual written to residual_out, rounded to its
+ * dtype, and read as stored; held in held_buf where it fits). */
+static float_row forward_h(const fo_norm_forward_params *a, int64_t r, float *held_buf) {
     const int64_t cols = a->cols;
-    const int h_dtype = a->residual ? a->residual_dtype : a->dtype;
-    const void *h_src = a->residual ? a->residual_out : a->x;
-    const int64_t h_at = a->residual ? r * cols : r * a->x_row_stride;
+    if (!a->residual) return float_row_of(a->x, a->dtype, r * a->x_row_stride, cols, held_buf);
+    float x_buf[FLOAT_PIECE], res_buf[FLOAT_PIECE], h_buf[FLOAT_PIECE];
+    const int held = a->residual_dtype != FO_DTYPE_F32 && cols <= FLOAT_ROW;
+    for (int64_t c0 = 0; c0 < cols; c0 += FLOAT_PIECE) {
+        const int64_t n = cols - c0 < FLOAT_PIECE ? cols - c0 : FLOAT_PIECE;
+        const float *restrict x = fo_float_in(x_buf, a->x, r * a->x_row_stride + c0, n, a->dtype);
+        const float *restrict res = fo_float_in(
+            res_buf, a->residual, r * a->residual_row_stride + c0, n, a->residual_dtype);
+        float *restrict h = fo_float_out(h_buf, a->residual_out, r * cols + c0, a->residual_dtype);
+        for (int64_t i = 0; i < n; i++) h[i] = x[i] + res[i];
+        fo_float_done(a->residual_out, r * cols + c0, h, n, a->residual_dtype);
+        if (held) fo_float_in(held_buf + c0, a->residual_out, r * cols + c0, n, a->residual_dtype);
+    }
+    float_row row = {a->residual_out, a->residual_dtype, r * cols, NULL};
+    if (a->residual_dtype == FO_DTYPE_F32)
+        row.held = (const float *)a->residual_out + r * cols;
+    else if (held)
+        row.held = held_buf;
+    return row;
+}
+
+/* Row h's mean and variance; 1 where they were taken in float, which then holds |h - mean|
+ * (below sqrt(FLT_MAX)) and so its output. LayerNorm: the mean of h - h[0], then the sums of
+ * d = h - m and d^2 about that float m, whose sum corrects the mean and leaves the variance
+ * without cancellation (the mean of a constant row is its value: every d is 0). RMSNorm: the
+ * mean of h^2. */
+static int row_stats_float(const fo_norm_forward_params *a, const float_row *h_row,
+                           double *mean_out, double *variance_out) {
+    const int64_t cols = a->cols;
     const int rms = a->kind == FO_NORM_RMS;
-    float h_buf[CPU_CHUNK], x_buf[CPU_CHUNK], other_buf[CPU_CHUNK];
-    /* LayerNorm: the sums of d = h - h[0] and of d^2 over the row. h[0] is one of the row's
-     * values, so (h[0] - mean)^2 <= M2 = sum d^2 - (sum d)^2 / n: the difference cancels away at
-     * most log2(n + 1) of double's 53 bits, and a constant row has M2 exactly 0 and its value as
-     * its mean. RMSNorm: the sum of squares. */
-    double lane[FLOAT_LANES] = {0}, square_lane[FLOAT_LANES] = {0}, center = 0.0;
-    for (int64_t c0 = 0; c0 < cols; c0 += CPU_CHUNK) {
-        const int64_t n = cols - c0 < CPU_CHUNK ? cols - c0 : CPU_CHUNK;
-        if (a->residual) { /* h = x + residual, rounded to residual's dtype */
-            const float *restrict x =
-                fo_float_in(x_buf, a->x, r * a->x_row_stride + c0, n, a->dtype);
-            const float *restrict res = fo_float_in(
-                other_buf, a->residual, r * a->residual_row_stride + c0, n, a->residual_dtype);
-            float *restrict h =
-                fo_float_out(h_buf, a->residual_out, r * cols + c0, a->residual_dtype);
-            for (int64_t i = 0; i < n; i++) h[i] = x[i] + res[i];
-            fo_float_done(a->residual_out, r * cols + c0, h, n, a->residual_dtype);
+    float h_buf[FLOAT_PIECE];
+    double lane[FLOAT_LANES] = {0}, square_lane[FLOAT_LANES] = {0};
+    double mean = 0.0, m2 = 0.0;
+    if (rms) {
+        for (int64_t c0 = 0; c0 < cols; c0 += FLOAT_PIECE) {
+            const int64_t n = cols - c0 < FLOAT_PIECE ? cols - c0 : FLOAT_PIECE;
+            piece_squares(row_piece(h_row, h_buf, c0, n), n, square_lane);
         }
-        const float *h = fo_float_in(h_buf, h_src, h_at + c0, n, h_dtype);
-        if (rms) {
-            piece_sums(h, n, 0.0, NULL, square_lane);
-            continue;
+        m2 = fold_lanes(square_lane);
+    } else if (cols > 0) {
+        const float center = row_piece(h_row, h_buf, 0, 1)[0];
+        for (int64_t c0 = 0; c0 < cols; c0 += FLOAT_PIECE) {
+            const int64_t n = cols - c0 < FLOAT_PIECE ? cols - c0 : FLOAT_PIECE;
+            piece_offsets(row_piece(h_row, h_buf, c0, n), n, center, lane);
         }
-        if (c0 == 0) center = h[0];
-        piece_sums(h, n, center, lane, square_lane);
-    }
-    double mean = 0.0, m2 = fold_lanes(square_lane);
-    if (!rms && cols > 0) {
-        const double sum = fold_lanes(lane);
-        mean = center + sum / (double)cols;
+        const float m = (float)(center + fold_lanes(lane) / (double)cols);
+        for (int l = 0; l < FLOAT_LANES; l++) lane[l] = 0.0;
+        for (int64_t c0 = 0; c0 < cols; c0 += FLOAT_PIECE) {
+            const int64_t n = cols - c0 < FLOAT_PIECE ? cols - c0 : FLOAT_PIECE;
+            piece_deviations(row_piece(h_row, h_buf, c0, n), n, m, lane, square_lane);
+        }
+        const double sum = fold_lanes(lane), squares = fold_lanes(square_lane);
+        mean = m + sum / (double)cols;
         /* not below 0 through rounding (NaN stays NaN) */
-        m2 = m2 < sum * (sum / (double)cols) ? 0.0 : m2 - sum * (sum / (double)cols);
+        m2 = squares < sum * (sum / (double)cols) ? 0.0 : squares - sum * (sum / (double)cols);
     }
-    const double rstd = 1.0 / sqrt(m2 / (double)cols + a->eps);
-    /* float statistics: the dtype is not float64 */
-    if (a->mean) ((float *)a->mean)[r] = (float)mean;
-    if (a->rstd) ((float *)a->rstd)[r] = (float)rstd;
+    const int in_float = m2 / (double)cols + a->eps >= FLOAT_SMALLEST_VARIANCE && isfinite(m2);
+    if (!in_float) {
+        /* double lanes about h[0]: (h[0] - mean)^2 <= M2 bounds the cancellation to
+         * log2(n + 1) of double's bits */
+        double dl[FLOAT_LANES] = {0}, dsq[FLOAT_LANES] = {0}, c = 0.0;
+        for (int64_t c0 = 0; c0 < cols; c0 += FLOAT_PIECE) {
+            const int64_t n = cols - c0 < FLOAT_PIECE ? cols - c0 : FLOAT_PIECE;
+            const float *h = row_piece(h_row, h_buf, c0, n);
+            if (c0 == 0 && !rms) c = h[0];
+            piece_deviations_double(h, n, c, dl, dsq);
+        }
+        const double sum = rms ? 0.0 : fold_lanes(dl);
+        mean = rms ? 0.0 : c + sum / (double)cols;
+        m2 = fold_lanes(dsq);
+        if (!rms) m2 = m2 < sum * (sum / (double)cols) ? 0.0 : m2 - sum * (sum / (double)cols);
+    }
     *mean_out = mean;
-    *rstd_out = rstd;
+    *variance_out = m2 / (double)cols;
+    return in_float;
 }
 
-#define FLOAT_BLOCK_ROWS 16
+/* y of a piece in float: (h - mean) * rstd * w + b, the mean as hi + lo floats so that h - hi is
+ * exact where h is near the mean (Sterbenz) and the mean's rounding does not enter d. Called with w
+ * and b each null or known not to be, so each inlined copy vectorizes. */
+static inline void piece_y(float *restrict y, const float *restrict h, const float *restrict w,
+                           const float *restrict b, float hi, float lo, float rstd, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        float v = ((h[i] - hi) - lo) * rstd;
+        if (w) v *= w[i];
+        if (b) v += b[i];
+        y[i] = v;
+    }
+}
 
-/* Rows [r0, r1) of the float forward, in blocks of rows that stay in cache
- * between their statistics and their output: the output a piece at a time
- * over the block's rows, with the weight and bias converted to double once
- * a block, not once a row. */
-static void forward_rows_float(const fo_norm_forward_params *a, int64_t r0, int64_t r1) {
+/* piece_y in double, rounded once: for the rows and calls float cannot hold. */
+static void piece_y_double(float *restrict y, const float *restrict h, const float *restrict w,
+                           const float *restrict b, double mean, double rstd, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        double v = (h[i] - mean) * rstd;
+        if (w) v *= w[i];
+        if (b) v += b[i];
+        y[i] = (float)v;
+    }
+}
+
+/* Whether y's float arithmetic can hold every product: |xhat| <= sqrt(cols) always, so with |w|
+ * and |b| below these no intermediate overflows where y is finite (else the call's outputs are
+ * computed in double). */
+static int float_y_fits(const fo_norm_forward_params *a) {
+    float buf[FLOAT_PIECE];
+    const double limit = 0x1p120 / sqrt((double)(a->cols > 0 ? a->cols : 1));
+    for (int64_t c0 = 0; c0 < a->cols; c0 += FLOAT_PIECE) {
+        const int64_t n = a->cols - c0 < FLOAT_PIECE ? a->cols - c0 : FLOAT_PIECE;
+        float most = 0.0f;
+        if (a->weight) {
+            const float *w = fo_float_in(buf, a->weight, c0, n, a->param_dtype);
+            for (int64_t i = 0; i < n; i++) most = fmaxf(most, fabsf(w[i]));
+        }
+        if (!(most <= limit)) return 0;
+        most = 0.0f;
+        if (a->bias) {
+            const float *b = fo_float_in(buf, a->bias, c0, n, a->param_dtype);
+            for (int64_t i = 0; i < n; i++) most = fmaxf(most, fabsf(b[i]));
+        }
+        if (!(most <= 0x1p120)) return 0;
+    }
+    return 1;
+}
+
+typedef struct {
+    const fo_norm_forward_params *a;
+    int float_y; /* float_y_fits */
+} float_forward;
+
+/* Rows [r0, r1) of the float forward, a row at a time: its output follows its statistics while
+ * the row is in cache, and is written in order. */
+static void forward_rows_float(const float_forward *f, int64_t r0, int64_t r1) {
+    const fo_norm_forward_params *a = f->a;
     const int64_t cols = a->cols;
-    const int h_dtype = a->residual ? a->residual_dtype : a->dtype;
-    const void *h_src = a->residual ? a->residual_out : a->x;
-    const int has_weight = a->weight != NULL, has_bias = a->bias != NULL;
-    const int64_t fit = (int64_t)8192 / (cols > 0 ? cols : 1), block = fit < 1 ? 1
-                                                                       : fit > FLOAT_BLOCK_ROWS
-                                                                           ? FLOAT_BLOCK_ROWS
-                                                                           : fit;
-    float h_buf[CPU_CHUNK], y_buf[CPU_CHUNK], p_buf[CPU_CHUNK];
-    double mean[FLOAT_BLOCK_ROWS], rstd[FLOAT_BLOCK_ROWS], w[CPU_CHUNK], b[CPU_CHUNK];
-    for (int64_t b0 = r0; b0 < r1; b0 += block) {
-        const int64_t rows = r1 - b0 < block ? r1 - b0 : block;
-        for (int64_t k = 0; k < rows; k++) forward_stats_float(a, b0 + k, &mean[k], &rstd[k]);
-        for (int64_t c0 = 0; c0 < cols; c0 += CPU_CHUNK) {
-            const int64_t n = cols - c0 < CPU_CHUNK ? cols - c0 : CPU_CHUNK;
-            if (has_weight) {
-                const float *p = fo_float_in(p_buf, a->weight, c0, n, a->param_dtype);
-                for (int64_t i = 0; i < n; i++) w[i] = p[i];
-            }
-            if (has_bias) {
-                const float *p = fo_float_in(p_buf, a->bias, c0, n, a->param_dtype);
-                for (int64_t i = 0; i < n; i++) b[i] = p[i];
-            }
-            for (int64_t k = 0; k < rows; k++) {
-                const int64_t r = b0 + k;
-                const int64_t h_at = a->residual ? r * cols : r * a->x_row_stride;
-                const float *restrict h = fo_float_in(h_buf, h_src, h_at + c0, n, h_dtype);
-                float *restrict y = fo_float_out(y_buf, a->y, r * cols + c0, a->dtype);
-                const double m = mean[k], s = rstd[k];
-                /* in double, rounded once: h - mean can overflow float across bfloat16's range */
-                for (int64_t i = 0; i < n; i++) {
-                    double v = (h[i] - m) * s;
-                    if (has_weight) v *= w[i];
-                    if (has_bias) v += b[i];
-                    y[i] = (float)v;
-                }
-                fo_float_done(a->y, r * cols + c0, y, n, a->dtype);
-            }
+    float h_held[FLOAT_ROW], w_held[FLOAT_ROW], b_held[FLOAT_ROW];
+    float h_buf[FLOAT_PIECE], y_buf[FLOAT_PIECE], w_buf[FLOAT_PIECE], b_buf[FLOAT_PIECE];
+    const float_row w_row = float_row_of(a->weight, a->param_dtype, 0, cols, w_held),
+                    b_row = float_row_of(a->bias, a->param_dtype, 0, cols, b_held);
+    for (int64_t r = r0; r < r1; r++) {
+        const float_row h_row = forward_h(a, r, h_held);
+        double mean, variance;
+        const int float_y = row_stats_float(a, &h_row, &mean, &variance) && f->float_y;
+        const double rstd = 1.0 / sqrt(variance + a->eps);
+        /* float statistics: the dtype is not float64 */
+        if (a->mean) ((float *)a->mean)[r] = (float)mean;
+        if (a->rstd) ((float *)a->rstd)[r] = (float)rstd;
+        const float hi = (float)mean, lo = (float)(mean - hi), s = (float)rstd;
+        for (int64_t c0 = 0; c0 < cols; c0 += FLOAT_PIECE) {
+            const int64_t n = cols - c0 < FLOAT_PIECE ? cols - c0 : FLOAT_PIECE;
+            const float *w = a->weight ? row_piece(&w_row, w_buf, c0, n) : NULL;
+            const float *b = a->bias ? row_piece(&b_row, b_buf, c0, n) : NULL;
+            const float *restrict h = row_piece(&h_row, h_buf, c0, n);
+            float *restrict y = fo_float_out(y_buf, a->y, r * cols + c0, a->dtype);
+            if (!float_y)
+                piece_y_double(y, h, w, b, mean, rstd, n);
+            else if (w && b)
+                piece_y(y, h, w, b, hi, lo, s, n);
+            else if (w)
+                piece_y(y, h, w, NULL, hi, lo, s, n);
+            else if (b)
+                piece_y(y, h, NULL, b, hi, lo, s, n);
+            else
+                piece_y(y, h, NULL, NULL, hi, lo, s, n);
+            fo_float_done(a->y, r * cols + c0, y, n, a->dtype);
         }
     }
 }
 
 /* Rows [r0, r1) of the forward (each row is independent: any thread). */
 static void forward_rows(const void *ctx, int64_t r0, int64_t r1) {
-    const fo_norm_forward_params *a = ctx;
+    const float_forward *f = ctx;
+    const fo_norm_forward_params *a = f->a;
     if (forward_in_float(a)) {
-        forward_rows_float(a, r0, r1);
+        forward_rows_float(f, r0, r1);
         return;
     }
     double h[CPU_CHUNK], other[CPU_CHUNK];
@@ -257,12 +402,14 @@ static void forward_rows(const void *ctx, int64_t r0, int64_t r1) {
  * fo_quantize_fp8(y) by construction (the maxima follow y: internal.h). */
 void FO_CPU(norm_forward)(const fo_norm_forward_params *a) {
     if (!a->fp8) {
-        fo_cpu_parallel(a->rows, a->cols, forward_rows, a);
+        const float_forward f = {a, forward_in_float(a) && float_y_fits(a)};
+        fo_cpu_parallel(a->rows, a->cols, forward_rows, &f);
         return;
     }
     fo_norm_forward_params b = *a;
     b.y = a->workspace;
-    fo_cpu_parallel(b.rows, b.cols, forward_rows, &b);
+    const float_forward f = {&b, forward_in_float(&b) && float_y_fits(&b)};
+    fo_cpu_parallel(b.rows, b.cols, forward_rows, &f);
     float *maxima =
         (float *)((char *)a->workspace + fo_norm_fp8_y_bytes(a->rows, a->cols, a->dtype));
     FO_CPU(write_fp8_rows)(a->fp8, a->rows, a->cols, b.y, a->cols, a->dtype, maxima);
@@ -278,8 +425,8 @@ static void load_weighted_dy(double *wdy, double *weight, const fo_norm_backward
 }
 
 /* The float backward: every tensor float32, bfloat16 or float16 (float64 takes the double path).
- * Pieces are read as floats (float32 in place) and computed in double as the double path does,
- * dropout included. */
+ * Rows compute in float (backward_row_float), but for dropout's and those float cannot hold,
+ * whose pieces are read as floats and computed in double (backward_row_in_double). */
 static int backward_in_float(const fo_norm_backward_params *a) {
     return a->dtype != FO_DTYPE_F64 && a->h_dtype != FO_DTYPE_F64 && a->param_dtype != FO_DTYPE_F64;
 }
@@ -375,11 +522,11 @@ static void store_piece(void *dst, int64_t offset, const float *src, int64_t n, 
         memcpy((float *)dst + offset, src, (size_t)n * sizeof(float));
 }
 
-/* One row of dx (and dresidual) of the float backward, a piece at a time (each piece read twice:
- * for the sums, then from cache for the output); with dweight and dbias given, the row's terms of
- * them added there. */
-static void backward_row_float(const fo_norm_backward_params *a, int64_t r,
-                               double *restrict dweight, double *restrict dbias) {
+/* One row of dx (and dresidual) of the float backward computed in double, a piece at a time (each
+ * piece read twice: for the sums, then from cache for the output); with dweight and dbias given,
+ * the row's terms of them added there: the rows backward_row_float cannot hold, and dropout's. */
+static void backward_row_in_double(const fo_norm_backward_params *a, int64_t r,
+                                   double *restrict dweight, double *restrict dbias) {
     const int64_t cols = a->cols;
     const int rms = a->kind == FO_NORM_RMS;
     const int64_t dy_at = r * a->dy_row_stride, h_at = r * a->h_row_stride;
@@ -437,11 +584,162 @@ static void backward_row_float(const fo_norm_backward_params *a, int64_t r,
     }
 }
 
+/* Pass 1 of a float row over a piece: the sums of wdy - wdy0 and wdy * xhat in float lanes, added
+ * into double lanes. */
+static inline void piece_sums_in_float(double *restrict lane1, double *restrict lane2,
+                                       const float *restrict dy, const float *restrict w,
+                                       const float *restrict h, float wdy0, float mean, float rstd,
+                                       int64_t n) {
+    float s1[FLOAT_LANES] = {0}, s2[FLOAT_LANES] = {0};
+    int64_t i = 0;
+    for (; i + FLOAT_LANES <= n; i += FLOAT_LANES)
+        for (int l = 0; l < FLOAT_LANES; l++) {
+            const float wdy = dy[i + l] * w[i + l];
+            s1[l] += wdy - wdy0;
+            s2[l] = fo_fma(wdy, (h[i + l] - mean) * rstd, s2[l]);
+        }
+    for (int l = 0; i + l < n; l++) {
+        const float wdy = dy[i + l] * w[i + l];
+        s1[l] += wdy - wdy0;
+        s2[l] = fo_fma(wdy, (h[i + l] - mean) * rstd, s2[l]);
+    }
+    add_to_lanes(lane1, s1);
+    add_to_lanes(lane2, s2);
+}
+
+/* Pass 2 of a float row over a piece: dh = rstd * (wdy - c1 - xhat * c2) (+ more) into out, and
+ * the terms of dweight and dbias added to theirs; returns the sum of dh, not finite where any dh
+ * is not (or the sum overflowed). Called with more and the partials each null or known not to
+ * be, so each inlined copy vectorizes. */
+static inline float piece_dh_in_float(float *restrict out, const float *restrict dy,
+                                      const float *restrict w, const float *restrict h,
+                                      const float *restrict more, float mean, float rstd, float c1,
+                                      float c2, float *restrict dweight, float *restrict dbias,
+                                      int64_t n) {
+    float check[FLOAT_LANES] = {0};
+#define DH_AT(i, l)                                             \
+    do {                                                        \
+        const float xhat = (h[i] - mean) * rstd;                \
+        float dh = rstd * fo_fma(-xhat, c2, dy[i] * w[i] - c1); \
+        if (more) dh += more[i];                                \
+        out[i] = dh;                                            \
+        check[l] += dh;                                         \
+        if (dweight) {                                          \
+            dweight[i] = fo_fma(dy[i], xhat, dweight[i]);       \
+            dbias[i] += dy[i];                                  \
+        }                                                       \
+    } while (0)
+    int64_t i = 0;
+    for (; i + FLOAT_LANES <= n; i += FLOAT_LANES)
+        for (int l = 0; l < FLOAT_LANES; l++) DH_AT(i + l, l);
+    for (int l = 0; i + l < n; l++) DH_AT(i + l, l);
+#undef DH_AT
+    float total = 0.0f;
+    for (int l = 0; l < FLOAT_LANES; l++) total += check[l];
+    return total;
+}
+
+/* The float backward's held rows, a thread's. */
+typedef struct {
+    float dy[FLOAT_ROW], h[FLOAT_ROW], w[FLOAT_ROW];
+    float_row w_row; /* the weight, or ones */
+} backward_rows_held;
+
+/* w as floats (ones without a weight), held where it fits. */
+static void hold_weight(backward_rows_held *held, const fo_norm_backward_params *a) {
+    if (!a->weight && a->cols <= FLOAT_ROW) {
+        for (int64_t i = 0; i < a->cols; i++) held->w[i] = 1.0f;
+        held->w_row = (float_row){NULL, FO_DTYPE_F32, 0, held->w};
+        return;
+    }
+    held->w_row = float_row_of(a->weight, a->param_dtype, 0, a->cols, held->w);
+}
+
+/* Pieces of the weight row, or ones. */
+static const float *weight_piece(const backward_rows_held *held, float *buf, int64_t c0,
+                                 int64_t n) {
+    if (held->w_row.held || held->w_row.src) return row_piece(&held->w_row, buf, c0, n);
+    for (int64_t i = 0; i < n; i++) buf[i] = 1.0f;
+    return buf;
+}
+
+/* What backward_row_float did with a row. */
+enum {
+    ROW_LEFT, /* nothing: its sums are not finite, or it takes dropout; backward_row_in_double's */
+    ROW_DONE,
+    ROW_OVERFLOWED /* written, but a dh is not finite: an intermediate may have overflowed float,
+                      and the partials may hold it */
+};
+
+/* Row r of the float backward in float: dx (and dresidual), and with dweight given (dbias beside
+ * it; either may be scratch) the row's terms added to those float partials. */
+static int backward_row_float(const fo_norm_backward_params *a, int64_t r,
+                              const backward_rows_held *held, float *restrict dy_held,
+                              float *restrict h_held, float *restrict dweight,
+                              float *restrict dbias) {
+    const int64_t cols = a->cols;
+    if (a->dropout_p > 0.0 && a->dx) return ROW_LEFT;
+    const int rms = a->kind == FO_NORM_RMS;
+    const float mean = rms ? 0.0f : ((const float *)a->mean)[r];
+    const float rstd = ((const float *)a->rstd)[r];
+    const float_row dy_row = float_row_of(a->dy, a->dtype, r * a->dy_row_stride, cols, dy_held),
+                    h_row = float_row_of(a->h, a->h_dtype, r * a->h_row_stride, cols, h_held);
+    float dy_buf[FLOAT_PIECE], h_buf[FLOAT_PIECE], w_buf[FLOAT_PIECE], more_buf[FLOAT_PIECE],
+        out_buf[FLOAT_PIECE];
+    const float wdy0 =
+        cols < 1 ? 0.0f : row_piece(&dy_row, dy_buf, 0, 1)[0] * weight_piece(held, w_buf, 0, 1)[0];
+    double lane1[FLOAT_LANES] = {0}, lane2[FLOAT_LANES] = {0};
+    for (int64_t c0 = 0; c0 < cols; c0 += FLOAT_PIECE) {
+        const int64_t n = cols - c0 < FLOAT_PIECE ? cols - c0 : FLOAT_PIECE;
+        piece_sums_in_float(lane1, lane2, row_piece(&dy_row, dy_buf, c0, n),
+                            weight_piece(held, w_buf, c0, n), row_piece(&h_row, h_buf, c0, n), wdy0,
+                            mean, rstd, n);
+    }
+    /* mean(wdy) as wdy0 + mean(wdy - wdy0): exactly wdy0 where wdy is constant along the row, so
+     * that with xhat = 0 (a constant row) dx is exactly 0 */
+    const double sum1 = fold_lanes(lane1), sum2 = fold_lanes(lane2);
+    if (!(isfinite(sum1) && isfinite(sum2))) return ROW_LEFT;
+    const float c1 = rms ? 0.0f : (float)(wdy0 + sum1 / (double)cols),
+                c2 = (float)(sum2 / (double)cols);
+    void *out_dst = a->dx ? a->dx : a->dresidual;
+    const int out_dtype = a->dx ? a->dtype : a->h_dtype;
+    float check = 0.0f;
+    for (int64_t c0 = 0; c0 < cols; c0 += FLOAT_PIECE) {
+        const int64_t n = cols - c0 < FLOAT_PIECE ? cols - c0 : FLOAT_PIECE;
+        const int64_t at = r * cols + c0;
+        const float *dy = row_piece(&dy_row, dy_buf, c0, n), *h = row_piece(&h_row, h_buf, c0, n),
+                    *w = weight_piece(held, w_buf, c0, n);
+        const float *more = a->dresidual_out
+                                ? fo_float_in(more_buf, a->dresidual_out,
+                                              r * a->dresidual_out_row_stride + c0, n, a->h_dtype)
+                                : NULL;
+        float *out = out_dst ? fo_float_out(out_buf, out_dst, at, out_dtype) : out_buf;
+        float *dw = dweight ? dweight + c0 : NULL, *db = dbias ? dbias + c0 : NULL;
+        if (more && dw)
+            check += piece_dh_in_float(out, dy, w, h, more, mean, rstd, c1, c2, dw, db, n);
+        else if (more)
+            check += piece_dh_in_float(out, dy, w, h, more, mean, rstd, c1, c2, NULL, NULL, n);
+        else if (dw)
+            check += piece_dh_in_float(out, dy, w, h, NULL, mean, rstd, c1, c2, dw, db, n);
+        else
+            check += piece_dh_in_float(out, dy, w, h, NULL, mean, rstd, c1, c2, NULL, NULL, n);
+        if (out_dst) {
+            store_piece(out_dst, at, out, n, out_dtype);
+            if (a->dx && a->dresidual) store_piece(a->dresidual, at, out, n, a->h_dtype);
+        }
+    }
+    return isfinite(check) ? ROW_DONE : ROW_OVERFLOWED;
+}
+
 /* dx (and dresidual) of rows [r0, r1): each row is independent. */
 static void backward_rows(const void *ctx, int64_t r0, int64_t r1) {
     const fo_norm_backward_params *a = ctx;
     if (backward_in_float(a)) {
-        for (int64_t r = r0; r < r1; r++) backward_row_float(a, r, NULL, NULL);
+        backward_rows_held held;
+        hold_weight(&held, a);
+        for (int64_t r = r0; r < r1; r++)
+            if (backward_row_float(a, r, &held, held.dy, held.h, NULL, NULL) != ROW_DONE)
+                backward_row_in_double(a, r, NULL, NULL);
         return;
     }
     double wdy[CPU_CHUNK], xhat[CPU_CHUNK], other[CPU_CHUNK];
@@ -548,19 +846,72 @@ typedef struct {
     const fo_norm_backward_params *a;
     int64_t block_rows;
     double *partials; /* 2 * cols a block: dweight's, then dbias's */
+    float *float_partials; /* the same, of up to FLOAT_PARTIAL_ROWS float rows at a time */
 } fused_backward;
 
 #define FUSED_BLOCKS 64
+#define FLOAT_PARTIAL_ROWS 16
+
+/* Rows [r0, r1) of a block whose float partials (cleared here) may hold an overflow: again in
+ * double, their terms into the double partials. */
+static void rows_again_in_double(const fo_norm_backward_params *a, int64_t r0, int64_t r1,
+                                 double *dweight, double *dbias, float *float_partials) {
+    memset(float_partials, 0, 2 * (size_t)a->cols * sizeof(float));
+    for (int64_t r = r0; r < r1; r++)
+        backward_row_in_double(a, r, a->dweight ? dweight : NULL, a->dbias ? dbias : NULL);
+}
+
+/* The float partials of rows [r0, r1) into the double ones (cleared after), or those rows again
+ * in double where a partial is not finite. */
+static void flush_partials(const fo_norm_backward_params *a, int64_t r0, int64_t r1,
+                           double *restrict dweight, double *restrict dbias,
+                           float *restrict float_partials) {
+    const int64_t cols = a->cols;
+    float lane[FLOAT_LANES] = {0}, check = 0.0f;
+    int64_t i = 0;
+    for (; i + FLOAT_LANES <= 2 * cols; i += FLOAT_LANES)
+        for (int l = 0; l < FLOAT_LANES; l++) lane[l] += float_partials[i + l] * 0.0f;
+    for (; i < 2 * cols; i++) check += float_partials[i] * 0.0f;
+    for (int l = 0; l < FLOAT_LANES; l++) check += lane[l];
+    if (check != 0.0f) { /* NaN: a partial is inf or NaN */
+        rows_again_in_double(a, r0, r1, dweight, dbias, float_partials);
+        return;
+    }
+    for (i = 0; i < cols; i++) {
+        dweight[i] += float_partials[i];
+        dbias[i] += float_partials[cols + i];
+    }
+    memset(float_partials, 0, 2 * (size_t)cols * sizeof(float));
+}
 
 static void fused_backward_blocks(const void *ctx, int64_t k0, int64_t k1) {
     const fused_backward *f = ctx;
     const fo_norm_backward_params *a = f->a;
+    const int64_t cols = a->cols;
+    backward_rows_held held;
+    hold_weight(&held, a);
     for (int64_t k = k0; k < k1; k++) {
-        double *dweight = f->partials + 2 * k * a->cols, *dbias = dweight + a->cols;
-        memset(dweight, 0, 2 * (size_t)a->cols * sizeof(double));
+        double *dweight = f->partials + 2 * k * cols, *dbias = dweight + cols;
+        float *fw = f->float_partials + 2 * k * cols, *fb = fw + cols;
+        memset(dweight, 0, 2 * (size_t)cols * sizeof(double));
+        memset(fw, 0, 2 * (size_t)cols * sizeof(float));
         const int64_t r1 = (k + 1) * f->block_rows < a->rows ? (k + 1) * f->block_rows : a->rows;
-        for (int64_t r = k * f->block_rows; r < r1; r++)
-            backward_row_float(a, r, a->dweight ? dweight : NULL, a->dbias ? dbias : NULL);
+        int64_t first = k * f->block_rows; /* the float partials' first row */
+        for (int64_t r = first; r < r1; r++) {
+            const int row = backward_row_float(a, r, &held, held.dy, held.h, fw, fb);
+            if (row == ROW_LEFT) {
+                flush_partials(a, first, r, dweight, dbias, fw);
+                backward_row_in_double(a, r, a->dweight ? dweight : NULL, a->dbias ? dbias : NULL);
+                first = r + 1;
+            } else if (row == ROW_OVERFLOWED) {
+                rows_again_in_double(a, first, r + 1, dweight, dbias, fw);
+                first = r + 1;
+            } else if (r + 1 - first == FLOAT_PARTIAL_ROWS) {
+                flush_partials(a, first, r + 1, dweight, dbias, fw);
+                first = r + 1;
+            }
+        }
+        flush_partials(a, first, r1, dweight, dbias, fw);
     }
 }
 
@@ -570,12 +921,17 @@ static int fused_backward_float(const fo_norm_backward_params *a) {
     if (!backward_in_float(a) || !(a->dweight || a->dbias) || a->rows < 1 || a->cols < 1 ||
         a->cols > ((int64_t)1 << 16))
         return 0;
-    fused_backward f = {a, 16, NULL};
+    fused_backward f = {a, 16, NULL, NULL};
     if (f.block_rows * FUSED_BLOCKS < a->rows)
         f.block_rows = (a->rows + FUSED_BLOCKS - 1) / FUSED_BLOCKS;
     const int64_t blocks = (a->rows + f.block_rows - 1) / f.block_rows;
     f.partials = malloc((size_t)(2 * blocks * a->cols) * sizeof(double));
-    if (!f.partials) return 0;
+    f.float_partials = malloc((size_t)(2 * blocks * a->cols) * sizeof(float));
+    if (!f.partials || !f.float_partials) {
+        free(f.partials);
+        free(f.float_partials);
+        return 0;
+    }
     fo_cpu_parallel(blocks, f.block_rows * a->cols, fused_backward_blocks, &f);
     double *total = f.partials; /* block 0's partials, the others added to them in order */
     for (int64_t k = 1; k < blocks; k++) {
@@ -585,6 +941,7 @@ static int fused_backward_float(const fo_norm_backward_params *a) {
     if (a->dweight) fo_double_out(a->dweight, 0, total, a->cols, a->param_dtype);
     if (a->dbias) fo_double_out(a->dbias, 0, total + a->cols, a->cols, a->param_dtype);
     free(f.partials);
+    free(f.float_partials);
     return 1;
 }
 

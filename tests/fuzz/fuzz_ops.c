@@ -58,16 +58,24 @@ enum { F32 = FO_DTYPE_F32, F16 = FO_DTYPE_F16, BF16 = FO_DTYPE_BF16, F64 = FO_DT
 #define MAX_WORK ((int64_t)1 << 17)  /* rows x cols of one call */
 
 /* The CPU backend computes in double (lib/cpu_convert.h) whatever the dtype,
- * so beyond the rounding of the output to its dtype, the references allow
- * only double-precision error: SLACK per accumulated term, times the
- * magnitude of the terms. An fp32-arithmetic CPU kernel, which the header
- * would allow for sums and norms, would need these widened. */
+ * but for the norms (below), so beyond the rounding of the output to its
+ * dtype, the references allow only double-precision error: SLACK per
+ * accumulated term, times the magnitude of the terms. */
 #define SLACK 0x1p-50
 /* Relative slack says nothing near 0: a double product that lands among the
  * subnormals is off by up to this absolutely, and the library may scale such
  * an intermediate afterwards (dy * (h - mean) is multiplied by rstd), so the
  * references allow UNDERFLOW per term times the factor applied after it. */
 #define UNDERFLOW 0x1p-1074
+/* The norms compute in float for every dtype but float64, as the header says ("statistics and
+ * arithmetic are fp32 (fp64 for fp64)"): their references allow float's error instead, a few
+ * units of float per accumulated term, and a float subnormal's 2^-149 near 0. */
+#define FLOAT_SLACK 0x1p-22
+#define FLOAT_UNDERFLOW 0x1p-149
+static double norm_slack(int dtype) { return dtype == FO_DTYPE_F64 ? SLACK : FLOAT_SLACK; }
+static double norm_underflow(int dtype) {
+    return dtype == FO_DTYPE_F64 ? UNDERFLOW : FLOAT_UNDERFLOW;
+}
 
 /* ---- failing ------------------------------------------------------------ */
 
@@ -1929,6 +1937,7 @@ static int kept(const call *c, int64_t row, int64_t col) {
 #define NORM_RANGE 1e100
 
 static void check_norm_forward(const call *c) {
+    const double slack_per_term = norm_slack(c->dtype), underflow = norm_underflow(c->dtype);
     const operand *y = &c->o[NF_Y], *rout = &c->o[NF_ROUT], *mean = &c->o[NF_MEAN],
                   *rstd = &c->o[NF_RSTD], *x = &c->o[NF_X], *res = &c->o[NF_RES],
                   *w = &c->o[NF_W], *b = &c->o[NF_B];
@@ -1955,7 +1964,7 @@ static void check_norm_forward(const call *c) {
                 h[col] = at(rout, r * n + col, h_dtype);
                 if (keep || isfinite(xv)) /* else x * 0: 0 or NaN */
                     expect("residual_out", r * n + col, h[col], scaled + rv,
-                           SLACK * (fabs(scaled) + fabs(rv)), h_dtype);
+                           slack_per_term * (fabs(scaled) + fabs(rv)), h_dtype);
             }
             if (!(fabs(h[col]) < NORM_RANGE))
                 usable = 0;
@@ -1974,9 +1983,11 @@ static void check_norm_forward(const call *c) {
         double rs = 1.0 / sqrt(variance + c->eps);
         /* error bounds of the library's double arithmetic: of the mean, and
          * relative, of rstd (an error in the variance over variance + eps) */
-        double mean_error = SLACK * (double)(n + 1) * max_h;
+        double mean_error = slack_per_term * (double)(n + 1) * max_h;
         double spread = max_h + fabs(mu);
-        double rstd_error = SLACK * (double)(n + 1) * spread * spread / (variance + c->eps) + SLACK;
+        double rstd_error = slack_per_term * (double)(n + 1) * spread * spread /
+                                (variance + c->eps) +
+                            slack_per_term;
         if (mean->passed) {
             double got = at(mean, r, stats);
             if (rms && got != 0.0)
@@ -1993,7 +2004,7 @@ static void check_norm_forward(const call *c) {
                 continue;
             double xhat = (h[col] - mu) * rs;
             double slack = (mean_error * rs + fabs(xhat) * rstd_error) * fabs(wv) +
-                           SLACK * (fabs(xhat * wv) + fabs(bv)) + UNDERFLOW * (2.0 + fabs(wv));
+                           slack_per_term * (fabs(xhat * wv) + fabs(bv)) + underflow * (2.0 + fabs(wv));
             expect("y", r * n + col, at(y, r * n + col, c->dtype), xhat * wv + bv, slack,
                    c->dtype);
         }
@@ -2002,6 +2013,7 @@ static void check_norm_forward(const call *c) {
 }
 
 static void check_norm_backward(const call *c) {
+    const double slack_per_term = norm_slack(c->dtype), underflow = norm_underflow(c->dtype);
     const operand *dx = &c->o[NB_DX], *dres = &c->o[NB_DRES], *dw = &c->o[NB_DW],
                   *db = &c->o[NB_DB], *dy = &c->o[NB_DY], *drout = &c->o[NB_DROUT],
                   *h = &c->o[NB_H], *mean = &c->o[NB_MEAN], *rstd = &c->o[NB_RSTD],
@@ -2039,7 +2051,7 @@ static void check_norm_backward(const call *c) {
             dw_mag[col] += fabs(g * xhat[col]);
             /* xhat itself may land among the subnormals (here or in the
              * library) and is then scaled by dy */
-            dw_under[col] += UNDERFLOW * (2.0 + fabs(rs) + fabs(g));
+            dw_under[col] += underflow * (2.0 + fabs(rs) + fabs(g));
             db_sum[col] += g;
             db_mag[col] += fabs(g);
             s1 += wdy[col];
@@ -2060,13 +2072,13 @@ static void check_norm_backward(const call *c) {
             if (!(fabs(carried) < NORM_RANGE))
                 continue;
             double dh = rs * (wdy[col] - m1 - xhat[col] * m2) + carried;
-            double slack = SLACK * (double)(n + 4) *
+            double slack = slack_per_term * (double)(n + 4) *
                            (fabs(rs) * (fabs(wdy[col]) + a1 / (double)n +
                                         fabs(xhat[col]) * a2 / (double)n) +
                             fabs(carried)) +
                            /* subnormal xhat, w * dy and their products:
                             * through m2, s2 and xhat * m2, times rstd */
-                           (double)(n + 4) * UNDERFLOW * (2.0 + fabs(rs)) *
+                           (double)(n + 4) * underflow * (2.0 + fabs(rs)) *
                                (4.0 + fabs(m2) +
                                 fabs(xhat[col]) * (2.0 + (a1 + ax) / (double)n));
             if (dres->passed)
@@ -2076,7 +2088,7 @@ static void check_norm_backward(const call *c) {
                 int keep = kept(c, r, col);
                 double want = keep ? dh / (1.0 - c->p) : 0.0;
                 expect("dx", r * n + col, at(dx, r * n + col, c->dtype), want,
-                       keep ? slack / (1.0 - c->p) + SLACK * fabs(want) : 0.0, c->dtype);
+                       keep ? slack / (1.0 - c->p) + slack_per_term * fabs(want) : 0.0, c->dtype);
             }
         }
     }
@@ -2085,10 +2097,10 @@ static void check_norm_backward(const call *c) {
             continue;
         if (dw->passed)
             expect("dweight", col, at(dw, col, c->param_dtype), dw_sum[col],
-                   SLACK * (double)(c->rows + 1) * dw_mag[col] + dw_under[col], c->param_dtype);
+                   slack_per_term * (double)(c->rows + 1) * dw_mag[col] + dw_under[col], c->param_dtype);
         if (db->passed)
             expect("dbias", col, at(db, col, c->param_dtype), db_sum[col],
-                   SLACK * (double)(c->rows + 1) * db_mag[col], c->param_dtype);
+                   slack_per_term * (double)(c->rows + 1) * db_mag[col], c->param_dtype);
     }
     free(xhat), free(wdy), free(dw_sum), free(dw_mag), free(db_sum), free(db_mag), free(dw_under);
     free(unknown);

@@ -14,6 +14,10 @@
 #                                        every machine (CI runs this way, so
 #                                        a red CI is never a coin toss; new
 #                                        ground is for runs without a seed)
+#   FUZZ_ISA=avx512 tests/fuzz/run.sh    the kernels as the wheel's AVX-512
+#                                        (or avx2) object compiles them: -O2
+#                                        and that -march, so the loops
+#                                        vectorize (default: baseline, -O1)
 #   tests/fuzz/run.sh CRASH_FILE...      build, then run those inputs once
 #   FUZZ_STRICT=1 tests/fuzz/run.sh ...  also make the calls that hit the
 #                                        known library bugs listed in
@@ -30,7 +34,14 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 CC="${CC:-clang}"
-OUT="${FUZZ_BUILD:-build/fuzz}"
+ISA="${FUZZ_ISA:-baseline}"
+case "$ISA" in
+    baseline) isa_flags=(-O1) ;;
+    avx2) isa_flags=(-O2 -march=x86-64-v3) ;;
+    avx512) isa_flags=(-O2 -march=x86-64-v4 -mprefer-vector-width=512) ;;
+    *) echo "run.sh: FUZZ_ISA=$ISA: baseline, avx2 or avx512" >&2 && exit 2 ;;
+esac
+OUT="${FUZZ_BUILD:-build/fuzz-$ISA}"
 SECONDS_TO_FUZZ="${FUZZ_SECONDS:-60}"
 mkdir -p "$OUT"
 defines=()
@@ -40,7 +51,7 @@ fi
 
 # -fno-sanitize-recover=all: a UBSan report aborts like an ASan one, so
 # libFuzzer counts it as a finding. -O1 -g: fast enough, with usable stacks.
-"$CC" -std=c11 -g -O1 -fno-omit-frame-pointer \
+"$CC" -std=c11 -g "${isa_flags[@]}" -fno-omit-frame-pointer \
     -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
     -Wall -Wextra \
     -Ilib -Itests/c "${defines[@]}" \
@@ -65,9 +76,9 @@ fi
 limits=(-max_total_time="$SECONDS_TO_FUZZ")
 if [ -n "${FUZZ_SEED:-}" ]; then
     limits=(-seed="$FUZZ_SEED" -runs="${FUZZ_RUNS:-40000}")
-    echo "fuzz_ops: ${FUZZ_RUNS:-40000} runs with seed $FUZZ_SEED from $(ls "$corpus" | wc -l) seeds"
+    echo "fuzz_ops ($ISA): ${FUZZ_RUNS:-40000} runs with seed $FUZZ_SEED from $(ls "$corpus" | wc -l) seeds"
 else
-    echo "fuzz_ops: fuzzing for ${SECONDS_TO_FUZZ} s from $(ls "$corpus" | wc -l) seeds"
+    echo "fuzz_ops ($ISA): fuzzing for ${SECONDS_TO_FUZZ} s from $(ls "$corpus" | wc -l) seeds"
 fi
 status=0
 "$OUT/fuzz_ops" "${limits[@]}" -timeout=10 -rss_limit_mb=2048 \
