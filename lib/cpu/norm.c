@@ -30,6 +30,23 @@ static void cpu_dropout(double *v, int64_t n, int64_t row, int64_t col0, double 
     for (int64_t i = 4 * j; i < n; i++) v[i] = word[i - 4 * j][j] >= threshold ? v[i] * scale : 0.0;
 }
 
+/* cpu_dropout of floats: the same mask, and each kept v * (1 / (1 - p)) rounded once. */
+static void cpu_dropout_float(float *v, int64_t n, int64_t row, int64_t col0, double p,
+                              uint64_t seed, uint64_t offset, int64_t cols) {
+    const uint32_t threshold = fo_dropout_threshold(p);
+    const double scale = 1.0 / (1.0 - p);
+    const uint64_t base =
+        offset + (uint64_t)row * fo_dropout_row_counters(cols) + (uint64_t)col0 / 4;
+    uint32_t word[4][FO_PHILOX_RUN];
+    fo_philox_words(seed, base, (n + 3) / 4, word);
+    int64_t j = 0;
+    for (; 4 * j + 4 <= n; j++)
+        for (int l = 0; l < 4; l++)
+            v[4 * j + l] = word[l][j] >= threshold ? (float)(v[4 * j + l] * scale) : 0.0f;
+    for (int64_t i = 4 * j; i < n; i++)
+        v[i] = word[i - 4 * j][j] >= threshold ? (float)(v[i] * scale) : 0.0f;
+}
+
 /* Element offset of src (of `dtype`) as double. */
 static double value_at(const void *src, int64_t offset, int dtype) {
     double value;
@@ -425,8 +442,8 @@ static void load_weighted_dy(double *wdy, double *weight, const fo_norm_backward
 }
 
 /* The float backward: every tensor float32, bfloat16 or float16 (float64 takes the double path).
- * Rows compute in float (backward_row_float), but for dropout's and those float cannot hold,
- * whose pieces are read as floats and computed in double (backward_row_in_double). */
+ * Rows compute in float (backward_row_float), but for those float cannot hold, whose pieces are
+ * read as floats and computed in double (backward_row_in_double). */
 static int backward_in_float(const fo_norm_backward_params *a) {
     return a->dtype != FO_DTYPE_F64 && a->h_dtype != FO_DTYPE_F64 && a->param_dtype != FO_DTYPE_F64;
 }
@@ -524,7 +541,7 @@ static void store_piece(void *dst, int64_t offset, const float *src, int64_t n, 
 
 /* One row of dx (and dresidual) of the float backward computed in double, a piece at a time (each
  * piece read twice: for the sums, then from cache for the output); with dweight and dbias given,
- * the row's terms of them added there: the rows backward_row_float cannot hold, and dropout's. */
+ * the row's terms of them added there: the rows backward_row_float cannot hold. */
 static void backward_row_in_double(const fo_norm_backward_params *a, int64_t r,
                                    double *restrict dweight, double *restrict dbias) {
     const int64_t cols = a->cols;
@@ -665,7 +682,7 @@ static const float *weight_piece(const backward_rows_held *held, float *buf, int
 
 /* What backward_row_float did with a row. */
 enum {
-    ROW_LEFT, /* nothing: its sums are not finite, or it takes dropout; backward_row_in_double's */
+    ROW_LEFT, /* nothing: its sums are not finite; backward_row_in_double's */
     ROW_DONE,
     ROW_OVERFLOWED /* written, but a dh is not finite: an intermediate may have overflowed float,
                       and the partials may hold it */
@@ -678,7 +695,6 @@ static int backward_row_float(const fo_norm_backward_params *a, int64_t r,
                               float *restrict h_held, float *restrict dweight,
                               float *restrict dbias) {
     const int64_t cols = a->cols;
-    if (a->dropout_p > 0.0 && a->dx) return ROW_LEFT;
     const int rms = a->kind == FO_NORM_RMS;
     const float mean = rms ? 0.0f : ((const float *)a->mean)[r];
     const float rstd = ((const float *)a->rstd)[r];
@@ -703,6 +719,7 @@ static int backward_row_float(const fo_norm_backward_params *a, int64_t r,
                 c2 = (float)(sum2 / (double)cols);
     void *out_dst = a->dx ? a->dx : a->dresidual;
     const int out_dtype = a->dx ? a->dtype : a->h_dtype;
+    const int dropout = a->dropout_p > 0.0 && a->dx; /* dresidual = dh, dx = its dropout */
     float check = 0.0f;
     for (int64_t c0 = 0; c0 < cols; c0 += FLOAT_PIECE) {
         const int64_t n = cols - c0 < FLOAT_PIECE ? cols - c0 : FLOAT_PIECE;
@@ -713,7 +730,7 @@ static int backward_row_float(const fo_norm_backward_params *a, int64_t r,
                                 ? fo_float_in(more_buf, a->dresidual_out,
                                               r * a->dresidual_out_row_stride + c0, n, a->h_dtype)
                                 : NULL;
-        float *out = out_dst ? fo_float_out(out_buf, out_dst, at, out_dtype) : out_buf;
+        float *out = out_dst && !dropout ? fo_float_out(out_buf, out_dst, at, out_dtype) : out_buf;
         float *dw = dweight ? dweight + c0 : NULL, *db = dbias ? dbias + c0 : NULL;
         if (more && dw)
             check += piece_dh_in_float(out, dy, w, h, more, mean, rstd, c1, c2, dw, db, n);
@@ -723,7 +740,13 @@ static int backward_row_float(const fo_norm_backward_params *a, int64_t r,
             check += piece_dh_in_float(out, dy, w, h, NULL, mean, rstd, c1, c2, dw, db, n);
         else
             check += piece_dh_in_float(out, dy, w, h, NULL, mean, rstd, c1, c2, NULL, NULL, n);
-        if (out_dst) {
+        if (dropout) {
+            if (a->dresidual) store_piece(a->dresidual, at, out, n, a->h_dtype);
+            for (int64_t k = 0; k < n; k += CPU_CHUNK)
+                cpu_dropout_float(out + k, n - k < CPU_CHUNK ? n - k : CPU_CHUNK, r, c0 + k,
+                                  a->dropout_p, a->seed, a->offset, cols);
+            store_piece(a->dx, at, out, n, a->dtype);
+        } else if (out_dst) {
             store_piece(out_dst, at, out, n, out_dtype);
             if (a->dx && a->dresidual) store_piece(a->dresidual, at, out, n, a->h_dtype);
         }
