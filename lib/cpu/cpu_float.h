@@ -14,6 +14,7 @@
 #define FO_CPU_FLOAT_H
 
 #include <stdint.h>
+#include <string.h>
 
 #include "../cpu_halves.h"
 #include "../fused_ops.h"
@@ -46,6 +47,23 @@ static inline void fo_float_done(void *dst, int64_t offset, const float *restric
         for (int64_t i = 0; i < n; i++) d[i] = float_to_bf16(src[i]);
     else
         for (int64_t i = 0; i < n; i++) d[i] = float_to_f16(src[i]);
+}
+
+/* 16 floats as one value of GCC's generic vectors (one AVX-512 register, two AVX2 or four SSE
+ * ones): accumulators the compiler keeps in registers, where arrays of lanes it kept in memory,
+ * each step waiting on a store's forwarding. fo_f16x_at and fo_bf16x_at load 16 elements from
+ * anywhere (unaligned). Passed by pointer: a vector argument's ABI differs between the objects. */
+typedef float fo_f16x __attribute__((vector_size(64)));
+typedef uint32_t fo_u32x16 __attribute__((vector_size(64)));
+typedef uint16_t fo_u16x16 __attribute__((vector_size(32)));
+
+static inline void fo_f16x_at(fo_f16x *v, const float *p) { memcpy(v, p, sizeof *v); }
+
+static inline void fo_bf16x_at(fo_f16x *v, const uint16_t *p) {
+    fo_u16x16 bits;
+    memcpy(&bits, p, sizeof bits);
+    const fo_u32x16 wide = __builtin_convertvector(bits, fo_u32x16) << 16;
+    memcpy(v, &wide, sizeof *v);
 }
 
 /* a * b + c, rounded once where the instruction set fuses it (AVX2, AVX-512), twice on the

@@ -13,38 +13,86 @@
  * the blocks are what threads share out, and their size is fixed, so the
  * bits of the sum do not depend on the number of threads. 32 lanes are four
  * AVX-512 (eight AVX2) add chains: cpu_lanes.h's 8 are one, and held the
- * sum to an add's latency, below the memory's rate. */
+ * sum to an add's latency, below the memory's rate. float32, bfloat16 and
+ * float16 accumulate in fp32, as the header says: each piece of SUM_PIECE in
+ * float lanes (32 terms a lane), then into the double lanes, so the error is
+ * a piece's, whatever the length; a piece that overflows float is summed in
+ * double. */
 #define SUM_BLOCK ((int64_t)1 << 16)
 #define SUM_LANES 32
+#define SUM_PIECE 1024
 _Static_assert(CPU_CHUNK % SUM_LANES == 0, "each chunk of a block starts at lane 0");
+_Static_assert(SUM_BLOCK % SUM_PIECE == 0, "each piece of a block starts at lane 0");
 
 typedef struct {
     double lane[SUM_LANES];
 } sum_lanes;
 
-/* s += x[i] for float x[i < n]; n a multiple of SUM_LANES but for the
- * block's last piece. The lanes are copied to a local array first: through
- * the pointer, the compiler would reload them every step. */
+/* Adds a piece's float lanes (lo: lanes 0-15, hi: 16-31) to s, or where they overflowed float
+ * (or met a NaN) the piece's values x(i), i in [p, end), in double. */
+#define ADD_PIECE(s, lo, hi, p, end, x)                                                     \
+    do {                                                                                    \
+        const fo_f16x zero = (lo)*0.0f + (hi)*0.0f; /* NaN where a lane is not finite */    \
+        int finite = 1;                                                                     \
+        for (int l = 0; l < 16; l++) finite &= zero[l] == 0.0f;                             \
+        if (finite) {                                                                       \
+            for (int l = 0; l < 16; l++) {                                                  \
+                (s)->lane[l] += (lo)[l];                                                    \
+                (s)->lane[16 + l] += (hi)[l];                                               \
+            }                                                                               \
+        } else {                                                                            \
+            for (int64_t k = (p); k < (end); k++) (s)->lane[k % SUM_LANES] += (double)x(k); \
+        }                                                                                   \
+    } while (0)
+
+/* s += x[i] for float x[i < n] (n a multiple of SUM_LANES but for the block's last piece), a
+ * piece at a time in float lanes. */
 static inline void add_f32(sum_lanes *s, const float *restrict x, int64_t n) {
-    double lane[SUM_LANES];
-    for (int l = 0; l < SUM_LANES; l++) lane[l] = s->lane[l];
-    int64_t i = 0;
-    for (; i + SUM_LANES <= n; i += SUM_LANES)
-        for (int l = 0; l < SUM_LANES; l++) lane[l] += (double)x[i + l];
-    for (; i < n; i++) lane[i % SUM_LANES] += (double)x[i];
-    for (int l = 0; l < SUM_LANES; l++) s->lane[l] = lane[l];
+#define F32_AT(k) x[k]
+    for (int64_t p = 0; p < n; p += SUM_PIECE) {
+        const int64_t end = n - p < SUM_PIECE ? n : p + SUM_PIECE;
+        fo_f16x lo = {0}, hi = {0}, v;
+        int64_t i = p;
+        for (; i + SUM_LANES <= end; i += SUM_LANES) {
+            fo_f16x_at(&v, x + i);
+            lo += v;
+            fo_f16x_at(&v, x + i + 16);
+            hi += v;
+        }
+        for (int l = 0; i + l < end; l++) {
+            if (l < 16)
+                lo[l] += x[i + l];
+            else
+                hi[l - 16] += x[i + l];
+        }
+        ADD_PIECE(s, lo, hi, p, end, F32_AT);
+    }
+#undef F32_AT
 }
 
 /* s += x[i] for bfloat16 x[i < n], converted in the loop (a shift): no
  * float buffer to write and read again. */
 static inline void add_bf16(sum_lanes *s, const uint16_t *restrict x, int64_t n) {
-    double lane[SUM_LANES];
-    for (int l = 0; l < SUM_LANES; l++) lane[l] = s->lane[l];
-    int64_t i = 0;
-    for (; i + SUM_LANES <= n; i += SUM_LANES)
-        for (int l = 0; l < SUM_LANES; l++) lane[l] += (double)bf16_to_float(x[i + l]);
-    for (; i < n; i++) lane[i % SUM_LANES] += (double)bf16_to_float(x[i]);
-    for (int l = 0; l < SUM_LANES; l++) s->lane[l] = lane[l];
+#define BF16_AT(k) bf16_to_float(x[k])
+    for (int64_t p = 0; p < n; p += SUM_PIECE) {
+        const int64_t end = n - p < SUM_PIECE ? n : p + SUM_PIECE;
+        fo_f16x lo = {0}, hi = {0}, v;
+        int64_t i = p;
+        for (; i + SUM_LANES <= end; i += SUM_LANES) {
+            fo_bf16x_at(&v, x + i);
+            lo += v;
+            fo_bf16x_at(&v, x + i + 16);
+            hi += v;
+        }
+        for (int l = 0; i + l < end; l++) {
+            if (l < 16)
+                lo[l] += BF16_AT(i + l);
+            else
+                hi[l - 16] += BF16_AT(i + l);
+        }
+        ADD_PIECE(s, lo, hi, p, end, BF16_AT);
+    }
+#undef BF16_AT
 }
 
 static inline void add_f64(sum_lanes *s, const double *restrict x, int64_t n) {
@@ -72,7 +120,7 @@ static double block_total(const fo_reduce_sum_params *a, int64_t block) {
     sum_lanes lanes = {{0.0}};
     const int64_t end =
         a->numel - block * SUM_BLOCK < SUM_BLOCK ? a->numel : (block + 1) * SUM_BLOCK;
-    if (a->dtype == FO_DTYPE_F32) { /* no double buffer: the same sum */
+    if (a->dtype == FO_DTYPE_F32) {
         add_f32(&lanes, (const float *)a->x + block * SUM_BLOCK, end - block * SUM_BLOCK);
         return lanes_total(&lanes);
     }
@@ -80,13 +128,13 @@ static double block_total(const fo_reduce_sum_params *a, int64_t block) {
         add_f64(&lanes, (const double *)a->x + block * SUM_BLOCK, end - block * SUM_BLOCK);
         return lanes_total(&lanes);
     }
-    if (a->dtype == FO_DTYPE_BF16) { /* exact in float, so the same sum as through a float buffer */
+    if (a->dtype == FO_DTYPE_BF16) { /* exact in float: the same sum as through a float buffer */
         add_bf16(&lanes, (const uint16_t *)a->x + block * SUM_BLOCK, end - block * SUM_BLOCK);
         return lanes_total(&lanes);
     }
-    for (int64_t i0 = block * SUM_BLOCK; i0 < end; i0 += CPU_CHUNK) {
-        const int64_t n = end - i0 < CPU_CHUNK ? end - i0 : CPU_CHUNK;
-        float x[CPU_CHUNK]; /* f16 is exact in float: the same sum as through double */
+    for (int64_t i0 = block * SUM_BLOCK; i0 < end; i0 += SUM_PIECE) {
+        const int64_t n = end - i0 < SUM_PIECE ? end - i0 : SUM_PIECE;
+        float x[SUM_PIECE]; /* f16 is exact in float: the same sum as bf16's */
         add_f32(&lanes, fo_float_in(x, a->x, i0, n, a->dtype), n);
     }
     return lanes_total(&lanes);

@@ -58,7 +58,7 @@ enum { F32 = FO_DTYPE_F32, F16 = FO_DTYPE_F16, BF16 = FO_DTYPE_BF16, F64 = FO_DT
 #define MAX_WORK ((int64_t)1 << 17)  /* rows x cols of one call */
 
 /* The CPU backend computes in double (lib/cpu_convert.h) whatever the dtype,
- * but for the norms (below), so beyond the rounding of the output to its
+ * but for the norms and the sum (below), so beyond the rounding of the output to its
  * dtype, the references allow only double-precision error: SLACK per
  * accumulated term, times the magnitude of the terms. */
 #define SLACK 0x1p-50
@@ -67,13 +67,14 @@ enum { F32 = FO_DTYPE_F32, F16 = FO_DTYPE_F16, BF16 = FO_DTYPE_BF16, F64 = FO_DT
  * an intermediate afterwards (dy * (h - mean) is multiplied by rstd), so the
  * references allow UNDERFLOW per term times the factor applied after it. */
 #define UNDERFLOW 0x1p-1074
-/* The norms compute in float for every dtype but float64, as the header says ("statistics and
- * arithmetic are fp32 (fp64 for fp64)"): their references allow float's error instead, a few
- * units of float per accumulated term, and a float subnormal's 2^-149 near 0. */
+/* The norms and the sum compute in float for every dtype but float64, as the header says
+ * ("statistics and arithmetic are fp32 (fp64 for fp64)", "accumulated in fp32"): their
+ * references allow float's error instead, a few units of float per accumulated term, and a
+ * float subnormal's 2^-149 near 0. */
 #define FLOAT_SLACK 0x1p-22
 #define FLOAT_UNDERFLOW 0x1p-149
-static double norm_slack(int dtype) { return dtype == FO_DTYPE_F64 ? SLACK : FLOAT_SLACK; }
-static double norm_underflow(int dtype) {
+static double fp32_slack(int dtype) { return dtype == FO_DTYPE_F64 ? SLACK : FLOAT_SLACK; }
+static double fp32_underflow(int dtype) {
     return dtype == FO_DTYPE_F64 ? UNDERFLOW : FLOAT_UNDERFLOW;
 }
 
@@ -1893,7 +1894,7 @@ static void check_reduce_sum(const call *c) {
         magnitude += fabs(v);
     }
     expect("out", 0, at(&c->o[RS_OUT], 0, c->dtype), sum,
-           SLACK * (double)(c->cols + 1) * magnitude, c->dtype);
+           fp32_slack(c->dtype) * (double)(c->cols + 1) * magnitude, c->dtype);
 }
 
 /* Philox4x32-10 (Salmon et al., SC'11), written here from the paper and
@@ -1937,7 +1938,7 @@ static int kept(const call *c, int64_t row, int64_t col) {
 #define NORM_RANGE 1e100
 
 static void check_norm_forward(const call *c) {
-    const double slack_per_term = norm_slack(c->dtype), underflow = norm_underflow(c->dtype);
+    const double slack_per_term = fp32_slack(c->dtype), underflow = fp32_underflow(c->dtype);
     const operand *y = &c->o[NF_Y], *rout = &c->o[NF_ROUT], *mean = &c->o[NF_MEAN],
                   *rstd = &c->o[NF_RSTD], *x = &c->o[NF_X], *res = &c->o[NF_RES],
                   *w = &c->o[NF_W], *b = &c->o[NF_B];
@@ -2013,7 +2014,7 @@ static void check_norm_forward(const call *c) {
 }
 
 static void check_norm_backward(const call *c) {
-    const double slack_per_term = norm_slack(c->dtype), underflow = norm_underflow(c->dtype);
+    const double slack_per_term = fp32_slack(c->dtype), underflow = fp32_underflow(c->dtype);
     const operand *dx = &c->o[NB_DX], *dres = &c->o[NB_DRES], *dw = &c->o[NB_DW],
                   *db = &c->o[NB_DB], *dy = &c->o[NB_DY], *drout = &c->o[NB_DROUT],
                   *h = &c->o[NB_H], *mean = &c->o[NB_MEAN], *rstd = &c->o[NB_RSTD],
