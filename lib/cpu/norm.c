@@ -84,49 +84,74 @@ static inline double fold_lanes(double *lane) {
     return (lane[0] + lane[2]) + (lane[1] + lane[3]);
 }
 
-static inline void add_to_lanes(double *restrict lane, const float *restrict part) {
-    for (int l = 0; l < FLOAT_LANES; l++) lane[l] += part[l];
+/* A piece's float lanes, lo (0-15) and hi (16-31), added into 32 double lanes. */
+static inline void add_to_lanes(double *restrict lane, const fo_f16x *lo, const fo_f16x *hi) {
+    for (int l = 0; l < 16; l++) {
+        lane[l] += (*lo)[l];
+        lane[16 + l] += (*hi)[l];
+    }
 }
+
+/* Adds t to lane l (< FLOAT_LANES) of a piece's lanes lo and hi (a tail shorter than the lanes). */
+#define TAIL_ADD(lo, hi, l, t)   \
+    do {                         \
+        if ((l) < 16)            \
+            (lo)[l] += (t);      \
+        else                     \
+            (hi)[(l)-16] += (t); \
+    } while (0)
 
 /* The sum of h - center over a piece of n <= FLOAT_PIECE, into lane. */
 static inline void piece_offsets(const float *restrict h, int64_t n, float center,
                                  double *restrict lane) {
-    float part[FLOAT_LANES] = {0};
+    fo_f16x lo = {0}, hi = {0}, v;
     int64_t i = 0;
-    for (; i + FLOAT_LANES <= n; i += FLOAT_LANES)
-        for (int l = 0; l < FLOAT_LANES; l++) part[l] += h[i + l] - center;
-    for (int l = 0; i + l < n; l++) part[l] += h[i + l] - center;
-    add_to_lanes(lane, part);
+    for (; i + FLOAT_LANES <= n; i += FLOAT_LANES) {
+        fo_f16x_at(&v, h + i);
+        lo += v - center;
+        fo_f16x_at(&v, h + i + 16);
+        hi += v - center;
+    }
+    for (int l = 0; i + l < n; l++) TAIL_ADD(lo, hi, l, h[i + l] - center);
+    add_to_lanes(lane, &lo, &hi);
 }
 
 /* The sums of d = h - center and of d^2 over a piece, into lane and square_lane. */
 static inline void piece_deviations(const float *restrict h, int64_t n, float center,
                                     double *restrict lane, double *restrict square_lane) {
-    float part[FLOAT_LANES] = {0}, square[FLOAT_LANES] = {0};
+    fo_f16x lo = {0}, hi = {0}, square_lo = {0}, square_hi = {0}, d;
     int64_t i = 0;
-    for (; i + FLOAT_LANES <= n; i += FLOAT_LANES)
-        for (int l = 0; l < FLOAT_LANES; l++) {
-            const float d = h[i + l] - center;
-            part[l] += d;
-            square[l] = fo_fma(d, d, square[l]);
-        }
-    for (int l = 0; i + l < n; l++) {
-        const float d = h[i + l] - center;
-        part[l] += d;
-        square[l] = fo_fma(d, d, square[l]);
+    for (; i + FLOAT_LANES <= n; i += FLOAT_LANES) {
+        fo_f16x_at(&d, h + i);
+        d -= center;
+        lo += d;
+        square_lo += d * d;
+        fo_f16x_at(&d, h + i + 16);
+        d -= center;
+        hi += d;
+        square_hi += d * d;
     }
-    add_to_lanes(lane, part);
-    add_to_lanes(square_lane, square);
+    for (int l = 0; i + l < n; l++) {
+        const float e = h[i + l] - center;
+        TAIL_ADD(lo, hi, l, e);
+        TAIL_ADD(square_lo, square_hi, l, e * e);
+    }
+    add_to_lanes(lane, &lo, &hi);
+    add_to_lanes(square_lane, &square_lo, &square_hi);
 }
 
 /* The sum of h^2 over a piece, into square_lane (RMSNorm). */
 static inline void piece_squares(const float *restrict h, int64_t n, double *restrict square_lane) {
-    float square[FLOAT_LANES] = {0};
+    fo_f16x lo = {0}, hi = {0}, v;
     int64_t i = 0;
-    for (; i + FLOAT_LANES <= n; i += FLOAT_LANES)
-        for (int l = 0; l < FLOAT_LANES; l++) square[l] = fo_fma(h[i + l], h[i + l], square[l]);
-    for (int l = 0; i + l < n; l++) square[l] = fo_fma(h[i + l], h[i + l], square[l]);
-    add_to_lanes(square_lane, square);
+    for (; i + FLOAT_LANES <= n; i += FLOAT_LANES) {
+        fo_f16x_at(&v, h + i);
+        lo += v * v;
+        fo_f16x_at(&v, h + i + 16);
+        hi += v * v;
+    }
+    for (int l = 0; i + l < n; l++) TAIL_ADD(lo, hi, l, h[i + l] * h[i + l]);
+    add_to_lanes(square_lane, &lo, &hi);
 }
 
 /* The same sums of d = h - center in double lanes, for the rows float cannot hold (below). */
@@ -607,21 +632,24 @@ static inline void piece_sums_in_float(double *restrict lane1, double *restrict 
                                        const float *restrict dy, const float *restrict w,
                                        const float *restrict h, float wdy0, float mean, float rstd,
                                        int64_t n) {
-    float s1[FLOAT_LANES] = {0}, s2[FLOAT_LANES] = {0};
+    fo_f16x s1[2] = {{0}}, s2[2] = {{0}}, g, v, x;
     int64_t i = 0;
     for (; i + FLOAT_LANES <= n; i += FLOAT_LANES)
-        for (int l = 0; l < FLOAT_LANES; l++) {
-            const float wdy = dy[i + l] * w[i + l];
-            s1[l] += wdy - wdy0;
-            s2[l] = fo_fma(wdy, (h[i + l] - mean) * rstd, s2[l]);
+        for (int half = 0; half < 2; half++) {
+            fo_f16x_at(&g, dy + i + 16 * half);
+            fo_f16x_at(&v, w + i + 16 * half);
+            fo_f16x_at(&x, h + i + 16 * half);
+            const fo_f16x wdy = g * v;
+            s1[half] += wdy - wdy0;
+            s2[half] += wdy * ((x - mean) * rstd);
         }
     for (int l = 0; i + l < n; l++) {
         const float wdy = dy[i + l] * w[i + l];
-        s1[l] += wdy - wdy0;
-        s2[l] = fo_fma(wdy, (h[i + l] - mean) * rstd, s2[l]);
+        TAIL_ADD(s1[0], s1[1], l, wdy - wdy0);
+        TAIL_ADD(s2[0], s2[1], l, wdy * ((h[i + l] - mean) * rstd));
     }
-    add_to_lanes(lane1, s1);
-    add_to_lanes(lane2, s2);
+    add_to_lanes(lane1, &s1[0], &s1[1]);
+    add_to_lanes(lane2, &s2[0], &s2[1]);
 }
 
 /* Pass 2 of a float row over a piece: dh = rstd * (wdy - c1 - xhat * c2) (+ more) into out, and
