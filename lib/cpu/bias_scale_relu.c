@@ -102,8 +102,11 @@ static void forward_pieces(const void *ctx, int64_t k0, int64_t k1) {
     const int64_t mask_row_bytes = fo_mask_row_bytes(a->cols);
     const int64_t chunks = fo_cpu_chunks(a->cols);
     const int f64 = a->dtype == FO_DTYPE_F64 || a->bias_dtype == FO_DTYPE_F64;
-    for (int64_t k = k0; k < k1; k++) {
-        const int64_t r = k / chunks, c0 = k % chunks * CPU_CHUNK;
+    /* the first piece's row and column, then stepped: a 64-bit division a piece cost as much as
+     * relu's 256 elements from cache */
+    int64_t r = k0 < k1 ? k0 / chunks : 0, c0 = k0 < k1 ? k0 % chunks * CPU_CHUNK : 0;
+    for (int64_t k = k0; k < k1; k++, c0 += CPU_CHUNK) {
+        if (c0 >= a->cols) r++, c0 = 0;
         const int64_t n = a->cols - c0 < CPU_CHUNK ? a->cols - c0 : CPU_CHUNK;
         if (!f64) {
             forward_piece_float(a, r, c0, n);
@@ -213,8 +216,10 @@ static void backward_columns(const void *ctx, int64_t k0, int64_t k1) {
 static void backward_pieces(const void *ctx, int64_t k0, int64_t k1) {
     const fo_bias_scale_relu_backward_params *a = ctx;
     const int64_t chunks = fo_cpu_chunks(a->cols);
-    for (int64_t k = k0; k < k1; k++) {
-        const int64_t r = k / chunks, c0 = k % chunks * CPU_CHUNK;
+    int64_t r = k0 < k1 ? k0 / chunks : 0,
+            c0 = k0 < k1 ? k0 % chunks * CPU_CHUNK : 0; /* stepped, as forward_pieces' */
+    for (int64_t k = k0; k < k1; k++, c0 += CPU_CHUNK) {
+        if (c0 >= a->cols) r++, c0 = 0;
         backward_piece(a, r, c0, a->cols - c0 < CPU_CHUNK ? a->cols - c0 : CPU_CHUNK, NULL);
     }
 }

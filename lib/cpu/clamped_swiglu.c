@@ -43,8 +43,10 @@ static void clamped_swiglu_pieces(const void *ctx, int64_t k0, int64_t k1) {
     const double alpha = a->alpha, limit = a->limit;
     double gate[CPU_CHUNK], up[CPU_CHUNK], dy[CPU_CHUNK], first[CPU_CHUNK], second[CPU_CHUNK];
     const int64_t chunks = fo_cpu_chunks(a->cols);
-    for (int64_t k = k0; k < k1; k++) {
-        const int64_t r = k / chunks, c0 = k % chunks * CPU_CHUNK;
+    int64_t r = k0 < k1 ? k0 / chunks : 0,
+            c0 = k0 < k1 ? k0 % chunks * CPU_CHUNK : 0; /* stepped: no division a piece */
+    for (int64_t k = k0; k < k1; k++, c0 += CPU_CHUNK) {
+        if (c0 >= a->cols) r++, c0 = 0;
         const int64_t n = a->cols - c0 < CPU_CHUNK ? a->cols - c0 : CPU_CHUNK;
         load_gate_up(a, r, c0, n, gate, up);
         if (a->dy) fo_cpu_load(dy, (const void *)a->dy, r * a->dy_row_stride + c0, n, a->dtype);

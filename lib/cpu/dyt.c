@@ -20,8 +20,10 @@ static void forward_pieces(const void *ctx, int64_t k0, int64_t k1) {
     double x[CPU_CHUNK], weight[CPU_CHUNK], bias[CPU_CHUNK];
     const double alpha = alpha_of(a);
     const int64_t chunks = fo_cpu_chunks(a->cols);
-    for (int64_t k = k0; k < k1; k++) {
-        const int64_t r = k / chunks, c0 = k % chunks * CPU_CHUNK;
+    int64_t r = k0 < k1 ? k0 / chunks : 0,
+            c0 = k0 < k1 ? k0 % chunks * CPU_CHUNK : 0; /* stepped: no division a piece */
+    for (int64_t k = k0; k < k1; k++, c0 += CPU_CHUNK) {
+        if (c0 >= a->cols) r++, c0 = 0;
         const int64_t n = a->cols - c0 < CPU_CHUNK ? a->cols - c0 : CPU_CHUNK;
         fo_cpu_load(x, (const void *)a->x, r * a->x_row_stride + c0, n, a->dtype);
         fo_cpu_load(weight, (const void *)a->weight, c0, n, a->param_dtype);
@@ -85,8 +87,10 @@ static void backward_pieces(const void *ctx, int64_t k0, int64_t k1) {
     const fo_dyt_args *a = ctx;
     const double alpha = alpha_of(a);
     const int64_t chunks = fo_cpu_chunks(a->cols);
-    for (int64_t k = k0; k < k1; k++) {
-        const int64_t r = k / chunks, c0 = k % chunks * CPU_CHUNK;
+    int64_t r = k0 < k1 ? k0 / chunks : 0,
+            c0 = k0 < k1 ? k0 % chunks * CPU_CHUNK : 0; /* stepped: no division a piece */
+    for (int64_t k = k0; k < k1; k++, c0 += CPU_CHUNK) {
+        if (c0 >= a->cols) r++, c0 = 0;
         backward_piece(a, alpha, r, c0, a->cols - c0 < CPU_CHUNK ? a->cols - c0 : CPU_CHUNK, NULL,
                        NULL, NULL);
     }

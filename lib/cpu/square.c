@@ -41,8 +41,10 @@ static void square_pieces(const void *ctx, int64_t k0, int64_t k1) {
     const fo_square_params *a = ctx;
     double x[CPU_CHUNK], dy[CPU_CHUNK], out[CPU_CHUNK];
     const int64_t chunks = fo_cpu_chunks(a->cols);
-    for (int64_t k = k0; k < k1; k++) {
-        const int64_t r = k / chunks, c0 = k % chunks * CPU_CHUNK;
+    int64_t r = k0 < k1 ? k0 / chunks : 0,
+            c0 = k0 < k1 ? k0 % chunks * CPU_CHUNK : 0; /* stepped: no division a piece */
+    for (int64_t k = k0; k < k1; k++, c0 += CPU_CHUNK) {
+        if (c0 >= a->cols) r++, c0 = 0;
         const int64_t n = a->cols - c0 < CPU_CHUNK ? a->cols - c0 : CPU_CHUNK;
         if (a->dtype != FO_DTYPE_F64) {
             square_piece_float(a, r, c0, n);
