@@ -12,17 +12,23 @@
 #include "cpu_parallel.h"
 #include "cpu_philox.h"
 
-/* Multiplies v[0..n) (columns col0.., a multiple of 4; n <= CPU_CHUNK) by the dropout keep mask /
- * (1 - p), from the Philox words of the piece's counters (cpu_philox.h). */
-static void cpu_dropout(double *v, int64_t n, int64_t row, int64_t col0, double p, uint64_t seed,
-                        uint64_t offset, int64_t cols) {
-    const uint32_t threshold = fo_dropout_threshold(p);
-    const double scale = 1.0 / (1.0 - p);
+/* The Philox words of a piece's dropout counters (columns col0.., a multiple of 4; n <=
+ * CPU_CHUNK; cpu_philox.h), and the threshold a kept element's word reaches. */
+static uint32_t dropout_words(uint32_t word[4][FO_PHILOX_RUN], int64_t n, int64_t row, int64_t col0,
+                              double p, uint64_t seed, uint64_t offset, int64_t cols) {
     const uint64_t base =
         offset + (uint64_t)row * fo_dropout_row_counters(cols) + (uint64_t)col0 / 4;
     _Static_assert(4 * FO_PHILOX_RUN >= CPU_CHUNK, "a piece's counters fit one run");
-    uint32_t word[4][FO_PHILOX_RUN];
     fo_philox_words(seed, base, (n + 3) / 4, word);
+    return fo_dropout_threshold(p);
+}
+
+/* Multiplies v[0..n) (a piece, as dropout_words') by the dropout keep mask / (1 - p). */
+static void cpu_dropout(double *v, int64_t n, int64_t row, int64_t col0, double p, uint64_t seed,
+                        uint64_t offset, int64_t cols) {
+    uint32_t word[4][FO_PHILOX_RUN];
+    const uint32_t threshold = dropout_words(word, n, row, col0, p, seed, offset, cols);
+    const double scale = 1.0 / (1.0 - p);
     int64_t j = 0;
     for (; 4 * j + 4 <= n; j++)
         for (int l = 0; l < 4; l++)
@@ -33,12 +39,9 @@ static void cpu_dropout(double *v, int64_t n, int64_t row, int64_t col0, double 
 /* cpu_dropout of floats: the same mask, and each kept v * (1 / (1 - p)) rounded once. */
 static void cpu_dropout_float(float *v, int64_t n, int64_t row, int64_t col0, double p,
                               uint64_t seed, uint64_t offset, int64_t cols) {
-    const uint32_t threshold = fo_dropout_threshold(p);
-    const double scale = 1.0 / (1.0 - p);
-    const uint64_t base =
-        offset + (uint64_t)row * fo_dropout_row_counters(cols) + (uint64_t)col0 / 4;
     uint32_t word[4][FO_PHILOX_RUN];
-    fo_philox_words(seed, base, (n + 3) / 4, word);
+    const uint32_t threshold = dropout_words(word, n, row, col0, p, seed, offset, cols);
+    const double scale = 1.0 / (1.0 - p);
     int64_t j = 0;
     for (; 4 * j + 4 <= n; j++)
         for (int l = 0; l < 4; l++)
@@ -684,7 +687,7 @@ static inline float piece_dh_in_float(float *restrict out, const float *restrict
     return total;
 }
 
-/* The float backward's held rows, a thread's. */
+/* The float backward's held rows (dy and h, each row's in turn; w), a thread's. */
 typedef struct {
     float dy[FLOAT_ROW], h[FLOAT_ROW], w[FLOAT_ROW];
     float_row w_row; /* the weight, or ones */
@@ -718,16 +721,14 @@ enum {
 
 /* Row r of the float backward in float: dx (and dresidual), and with dweight given (dbias beside
  * it; either may be scratch) the row's terms added to those float partials. */
-static int backward_row_float(const fo_norm_backward_params *a, int64_t r,
-                              const backward_rows_held *held, float *restrict dy_held,
-                              float *restrict h_held, float *restrict dweight,
-                              float *restrict dbias) {
+static int backward_row_float(const fo_norm_backward_params *a, int64_t r, backward_rows_held *held,
+                              float *restrict dweight, float *restrict dbias) {
     const int64_t cols = a->cols;
     const int rms = a->kind == FO_NORM_RMS;
     const float mean = rms ? 0.0f : ((const float *)a->mean)[r];
     const float rstd = ((const float *)a->rstd)[r];
-    const float_row dy_row = float_row_of(a->dy, a->dtype, r * a->dy_row_stride, cols, dy_held),
-                    h_row = float_row_of(a->h, a->h_dtype, r * a->h_row_stride, cols, h_held);
+    const float_row dy_row = float_row_of(a->dy, a->dtype, r * a->dy_row_stride, cols, held->dy),
+                    h_row = float_row_of(a->h, a->h_dtype, r * a->h_row_stride, cols, held->h);
     float dy_buf[FLOAT_PIECE], h_buf[FLOAT_PIECE], w_buf[FLOAT_PIECE], more_buf[FLOAT_PIECE],
         out_buf[FLOAT_PIECE];
     const float wdy0 =
@@ -789,7 +790,7 @@ static void backward_rows(const void *ctx, int64_t r0, int64_t r1) {
         backward_rows_held held;
         hold_weight(&held, a);
         for (int64_t r = r0; r < r1; r++)
-            if (backward_row_float(a, r, &held, held.dy, held.h, NULL, NULL) != ROW_DONE)
+            if (backward_row_float(a, r, &held, NULL, NULL) != ROW_DONE)
                 backward_row_in_double(a, r, NULL, NULL);
         return;
     }
@@ -949,7 +950,7 @@ static void fused_backward_blocks(const void *ctx, int64_t k0, int64_t k1) {
         const int64_t r1 = (k + 1) * f->block_rows < a->rows ? (k + 1) * f->block_rows : a->rows;
         int64_t first = k * f->block_rows; /* the float partials' first row */
         for (int64_t r = first; r < r1; r++) {
-            const int row = backward_row_float(a, r, &held, held.dy, held.h, fw, fb);
+            const int row = backward_row_float(a, r, &held, fw, fb);
             if (row == ROW_LEFT) {
                 flush_partials(a, first, r, dweight, dbias, fw);
                 backward_row_in_double(a, r, a->dweight ? dweight : NULL, a->dbias ? dbias : NULL);

@@ -28,71 +28,50 @@ typedef struct {
     double lane[SUM_LANES];
 } sum_lanes;
 
-/* Adds a piece's float lanes (lo: lanes 0-15, hi: 16-31) to s, or where they overflowed float
- * (or met a NaN) the piece's values x(i), i in [p, end), in double. */
-#define ADD_PIECE(s, lo, hi, p, end, x)                                                     \
-    do {                                                                                    \
-        const fo_f16x zero = (lo)*0.0f + (hi)*0.0f; /* NaN where a lane is not finite */    \
-        int finite = 1;                                                                     \
-        for (int l = 0; l < 16; l++) finite &= zero[l] == 0.0f;                             \
-        if (finite) {                                                                       \
-            for (int l = 0; l < 16; l++) {                                                  \
-                (s)->lane[l] += (lo)[l];                                                    \
-                (s)->lane[16 + l] += (hi)[l];                                               \
-            }                                                                               \
-        } else {                                                                            \
-            for (int64_t k = (p); k < (end); k++) (s)->lane[k % SUM_LANES] += (double)x(k); \
-        }                                                                                   \
-    } while (0)
-
-/* s += x[i] for float x[i < n] (n a multiple of SUM_LANES but for the block's last piece), a
- * piece at a time in float lanes. */
-static inline void add_f32(sum_lanes *s, const float *restrict x, int64_t n) {
-#define F32_AT(k) x[k]
-    for (int64_t p = 0; p < n; p += SUM_PIECE) {
-        const int64_t end = n - p < SUM_PIECE ? n : p + SUM_PIECE;
-        fo_f16x lo = {0}, hi = {0}, v;
-        int64_t i = p;
-        for (; i + SUM_LANES <= end; i += SUM_LANES) {
-            fo_f16x_at(&v, x + i);
-            lo += v;
-            fo_f16x_at(&v, x + i + 16);
-            hi += v;
-        }
-        for (int l = 0; i + l < end; l++) {
-            if (l < 16)
-                lo[l] += x[i + l];
-            else
-                hi[l - 16] += x[i + l];
-        }
-        ADD_PIECE(s, lo, hi, p, end, F32_AT);
-    }
-#undef F32_AT
+/* Element i of bfloat16 (BF16) or float x as a float, and 16 of them from i. */
+static inline float float_at(const void *restrict x, int64_t i, int bf16) {
+    return bf16 ? bf16_to_float(((const uint16_t *)x)[i]) : ((const float *)x)[i];
+}
+static inline void floats_at(fo_f16x *v, const void *restrict x, int64_t i, int bf16) {
+    if (bf16)
+        fo_bf16x_at(v, (const uint16_t *)x + i);
+    else
+        fo_f16x_at(v, (const float *)x + i);
 }
 
-/* s += x[i] for bfloat16 x[i < n], converted in the loop (a shift): no
- * float buffer to write and read again. */
-static inline void add_bf16(sum_lanes *s, const uint16_t *restrict x, int64_t n) {
-#define BF16_AT(k) bf16_to_float(x[k])
+/* s += x[i] for float or bfloat16 x[i < n] (n a multiple of SUM_LANES but for the block's last
+ * piece), a piece at a time in float lanes (lo: lanes 0-15, hi: 16-31); a piece whose lanes
+ * overflowed float (or met a NaN) is added in double. bfloat16 is converted in the loop (a
+ * shift): no float buffer to write and read again. Called with bf16 a constant. */
+static inline void add_floats(sum_lanes *s, const void *restrict x, int bf16, int64_t n) {
     for (int64_t p = 0; p < n; p += SUM_PIECE) {
         const int64_t end = n - p < SUM_PIECE ? n : p + SUM_PIECE;
         fo_f16x lo = {0}, hi = {0}, v;
         int64_t i = p;
         for (; i + SUM_LANES <= end; i += SUM_LANES) {
-            fo_bf16x_at(&v, x + i);
+            floats_at(&v, x, i, bf16);
             lo += v;
-            fo_bf16x_at(&v, x + i + 16);
+            floats_at(&v, x, i + 16, bf16);
             hi += v;
         }
         for (int l = 0; i + l < end; l++) {
             if (l < 16)
-                lo[l] += BF16_AT(i + l);
+                lo[l] += float_at(x, i + l, bf16);
             else
-                hi[l - 16] += BF16_AT(i + l);
+                hi[l - 16] += float_at(x, i + l, bf16);
         }
-        ADD_PIECE(s, lo, hi, p, end, BF16_AT);
+        const fo_f16x zero = lo * 0.0f + hi * 0.0f; /* NaN where a lane is not finite */
+        int finite = 1;
+        for (int l = 0; l < 16; l++) finite &= zero[l] == 0.0f;
+        if (finite) {
+            for (int l = 0; l < 16; l++) {
+                s->lane[l] += lo[l];
+                s->lane[16 + l] += hi[l];
+            }
+        } else {
+            for (int64_t k = p; k < end; k++) s->lane[k % SUM_LANES] += float_at(x, k, bf16);
+        }
     }
-#undef BF16_AT
 }
 
 static inline void add_f64(sum_lanes *s, const double *restrict x, int64_t n) {
@@ -121,7 +100,7 @@ static double block_total(const fo_reduce_sum_params *a, int64_t block) {
     const int64_t end =
         a->numel - block * SUM_BLOCK < SUM_BLOCK ? a->numel : (block + 1) * SUM_BLOCK;
     if (a->dtype == FO_DTYPE_F32) {
-        add_f32(&lanes, (const float *)a->x + block * SUM_BLOCK, end - block * SUM_BLOCK);
+        add_floats(&lanes, (const float *)a->x + block * SUM_BLOCK, 0, end - block * SUM_BLOCK);
         return lanes_total(&lanes);
     }
     if (a->dtype == FO_DTYPE_F64) {
@@ -129,13 +108,13 @@ static double block_total(const fo_reduce_sum_params *a, int64_t block) {
         return lanes_total(&lanes);
     }
     if (a->dtype == FO_DTYPE_BF16) { /* exact in float: the same sum as through a float buffer */
-        add_bf16(&lanes, (const uint16_t *)a->x + block * SUM_BLOCK, end - block * SUM_BLOCK);
+        add_floats(&lanes, (const uint16_t *)a->x + block * SUM_BLOCK, 1, end - block * SUM_BLOCK);
         return lanes_total(&lanes);
     }
     for (int64_t i0 = block * SUM_BLOCK; i0 < end; i0 += SUM_PIECE) {
         const int64_t n = end - i0 < SUM_PIECE ? end - i0 : SUM_PIECE;
         float x[SUM_PIECE]; /* f16 is exact in float: the same sum as bf16's */
-        add_f32(&lanes, fo_float_in(x, a->x, i0, n, a->dtype), n);
+        add_floats(&lanes, fo_float_in(x, a->x, i0, n, a->dtype), 0, n);
     }
     return lanes_total(&lanes);
 }
